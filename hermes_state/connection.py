@@ -1,0 +1,530 @@
+"""Opening the store and the single write path (SPEC §4, §10).
+
+:class:`StoreConnection` owns one ``sqlite3`` connection to one store and everything that must
+happen around a write: the thread lock, ``BEGIN IMMEDIATE``, the generation check, the jittered
+retry on lock errors, the PASSIVE checkpoint cadence, sticky refusals, and a close that never
+checkpoints a retired generation. :class:`hermes_state.db.SessionDB` builds the API on top.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import random
+import sqlite3
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Callable, TypeVar
+
+from . import events, failpoints, holders
+from .errors import (
+    DeletedWalGenerationError,
+    StateDbReplacedError,
+    StorePermissionError,
+    WriteContentionError,
+)
+from .generation import Generation, application_id_for, capture_retired, diff
+from .paths import ensure_home
+from .schema import SCHEMA_VERSION, TITLE_INDEX_SQL, create_schema, reconcile_columns
+
+log = logging.getLogger("hermes_state")
+
+T = TypeVar("T")
+
+BUSY_TIMEOUT_S = 1.0  # SPEC §4: not the default 5/30 s
+_WRITE_MAX_RETRIES = 15  # attempts in total (SPEC §4)
+RETRY_SLEEP_MIN_S = 0.020
+RETRY_SLEEP_MAX_S = 0.150
+_CHECKPOINT_EVERY_N_WRITES = 50
+JOURNAL_SIZE_LIMIT = 64 * 1024 * 1024  # bytes
+
+SQLITE_BUSY = 5
+SQLITE_LOCKED = 6
+SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE = 1006
+
+# Connections of retired generations this process must never close (Python 3.11 fallback when
+# NO_CKPT_ON_CLOSE cannot be set): kept alive until the process exits (SPEC §10.5).
+_UNCLOSABLE: list[sqlite3.Connection] = []
+
+_exposure_logged = False
+
+
+def is_lock_error(exc: BaseException) -> bool:
+    """True for SQLITE_BUSY / SQLITE_LOCKED (and their extended codes), by error code (SPEC §4)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is None:
+        return False
+    return (code & 0xFF) in (SQLITE_BUSY, SQLITE_LOCKED)
+
+
+def wal_reset_exposure(version: str | None = None) -> str | None:
+    """Describe this SQLite's exposure to the WAL-reset race, or None when fixed (SPEC §4).
+
+    SQLite 3.7.0 through 3.51.2 are affected, except the backports 3.44.6+ (3.44 line) and
+    3.50.7+ (3.50 line); fixed in 3.51.3.
+    """
+    v = tuple(int(p) for p in (version or sqlite3.sqlite_version).split(".")[:3])
+    v = v + (0,) * (3 - len(v))
+    if v < (3, 7, 0) or v >= (3, 51, 3):
+        return None
+    if v[:2] == (3, 44) and v >= (3, 44, 6):
+        return None
+    if v[:2] == (3, 50) and v >= (3, 50, 7):
+        return None
+    return (f"SQLite {'.'.join(map(str, v))} has the WAL-reset race (two connections "
+            "checkpointing while a commit resets the WAL can lose committed frames; fixed in "
+            "3.51.3, backported to 3.44.6 and 3.50.7). Remedy: run with a Python linked against "
+            "a fixed SQLite.")
+
+
+def _log_exposure_once() -> None:
+    global _exposure_logged
+    if not _exposure_logged:
+        _exposure_logged = True
+        text = wal_reset_exposure()
+        if text:
+            log.info(text)
+
+
+def disable_checkpoint_on_close(conn: sqlite3.Connection, db_path: str) -> bool:
+    """Make ``conn.close()`` skip SQLite's close-time checkpoint (SPEC §10.5).
+
+    Python >= 3.12: ``Connection.setconfig``. Python 3.11: ``sqlite3_db_config`` through ctypes on
+    the ``sqlite3*`` the connection object carries right after its object header, verified by
+    asking SQLite for the database filename of that pointer first.
+
+    Returns:
+        True when the option is set and read back as set.
+    """
+    if hasattr(conn, "setconfig"):
+        try:
+            conn.setconfig(SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, True)  # type: ignore[attr-defined]
+            return bool(conn.getconfig(SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE))  # type: ignore[attr-defined]
+        except (sqlite3.Error, AttributeError):
+            return False
+    try:
+        import _sqlite3
+
+        lib = ctypes.CDLL(_sqlite3.__file__)
+        ptr = ctypes.c_void_p.from_address(id(conn) + object.__basicsize__).value
+        if not ptr:
+            return False
+        lib.sqlite3_db_filename.restype = ctypes.c_char_p
+        lib.sqlite3_db_filename.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+        name = lib.sqlite3_db_filename(ptr, b"main")
+        if name is None or os.path.realpath(name.decode()) != os.path.realpath(db_path):
+            return False
+        out = ctypes.c_int(0)
+        lib.sqlite3_db_config(ctypes.c_void_p(ptr), ctypes.c_int(SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE),
+                              ctypes.c_int(1), ctypes.byref(out))
+        return out.value == 1
+    except (OSError, AttributeError, ValueError):
+        return False
+
+
+class StoreConnection:
+    """One writable (or read-only) connection to a store, with the write path of SPEC §4.
+
+    Args:
+        db_path: absolute path of ``state.db``.
+        read_only: open ``mode=ro``: no scan, no schema work, never creates the store.
+        synchronous: ``"NORMAL"`` (durable against process crash) or ``"FULL"``.
+    Raises:
+        DeletedWalGenerationError: some process holds a deleted/replaced sidecar (SPEC §10.4).
+        StorePermissionError: the directory or a store file cannot be written.
+        sqlite3.OperationalError: read-only open of a store that does not exist.
+    """
+
+    def __init__(self, db_path: Path, *, read_only: bool = False, synchronous: str = "NORMAL"):
+        self.db_path = Path(db_path)
+        self.read_only = read_only
+        self._lock = threading.RLock()
+        self._rng = random.Random()  # seeded from os.urandom: jitter must not follow a run seed
+        self._writes = 0
+        self._sticky: BaseException | None = None
+        self._retired = False
+        self._closed = False
+        self._capture_dir: str | None = None
+        self.generation: Generation | None = None
+        self.journal_mode = "?"
+        _log_exposure_once()
+        if read_only:
+            self.conn = self._connect_ro()
+            return
+        ensure_home(self.db_path.parent)
+        self._refuse_symlinks()
+        self._refuse_if_retired_holders()
+        failpoints.hit("open.before_connect")
+        self.conn = self._connect_rw(synchronous)
+        try:
+            self._prepare_schema()
+            failpoints.hit("open.after_schema")
+            self._record_generation()
+        except BaseException:
+            self.conn.close()
+            raise
+        events.enabled() and events.emit(
+            "open", db=str(self.db_path), journal_mode=self.journal_mode,
+            sqlite=sqlite3.sqlite_version, generation=self.generation.as_dict())
+
+    # ------------------------------------------------------------------ opening
+    def _connect_ro(self) -> sqlite3.Connection:
+        if not self.db_path.exists():
+            raise sqlite3.OperationalError(f"no session store at {self.db_path}")
+        uri = f"file:{self.db_path.as_posix()}?mode=ro"
+        conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None,
+                               check_same_thread=False)
+        conn.row_factory = sqlite3.Row
+        return conn
+
+    def _refuse_symlinks(self) -> None:
+        for suffix in ("", "-wal", "-shm"):
+            p = Path(f"{self.db_path}{suffix}")
+            if p.is_symlink():
+                raise StorePermissionError(
+                    f"refusing to open the session store: {p} is a symbolic link.",
+                    "the three files state.db, state.db-wal and state.db-shm must be plain files "
+                    "in one directory (SPEC §1); replace the link with the real file.")
+
+    def _refuse_if_retired_holders(self) -> None:
+        """SPEC §10.4: never connect while any process holds a retired sidecar of this store."""
+        found = holders.scan(self.db_path, include_self=True).retired_holders
+        if not found:
+            return
+        lines = "\n".join("  " + h.line() for h in found)
+        detail = (f"{len(found)} process(es) still hold a retired WAL generation of "
+                  f"{self.db_path}:\n{lines}")
+        events.enabled() and events.emit("refusal", reason="open_scan", detail=detail,
+                                         holders=[h.as_tuple() for h in found])
+        raise DeletedWalGenerationError(detail, holders=[h.as_tuple() for h in found])
+
+    def _connect_rw(self, synchronous: str) -> sqlite3.Connection:
+        parent = self.db_path.parent
+        if not os.access(parent, os.W_OK | os.X_OK):
+            raise StorePermissionError(
+                f"cannot write the session store directory {parent}: permission denied.",
+                f"fix: chmod u+rwx {parent} (the -wal and -shm files are created there)")
+        for suffix in ("", "-wal", "-shm"):
+            p = Path(f"{self.db_path}{suffix}")
+            if p.exists() and not os.access(p, os.R_OK | os.W_OK):
+                raise StorePermissionError(
+                    f"cannot write {p}: permission denied (mode {oct(p.stat().st_mode & 0o777)}).",
+                    f"fix: chmod u+rw {p}  (never delete the -wal: it may hold committed data)")
+        conn = sqlite3.connect(str(self.db_path), timeout=BUSY_TIMEOUT_S, isolation_level=None,
+                               check_same_thread=False)
+        conn.row_factory = sqlite3.Row
+        try:
+            self._apply_pragmas(conn, synchronous)
+        except BaseException:
+            conn.close()
+            raise
+        self._tighten_modes()
+        return conn
+
+    def _apply_pragmas(self, conn: sqlite3.Connection, synchronous: str) -> None:
+        if synchronous.upper() not in ("NORMAL", "FULL"):
+            raise ValueError(f"synchronous must be NORMAL or FULL, not {synchronous!r}")
+        mode = self._retry_lock(lambda: conn.execute("PRAGMA journal_mode").fetchone()[0])
+        if mode.lower() != "wal":
+            mode = self._retry_lock(lambda: conn.execute("PRAGMA journal_mode=WAL").fetchone()[0])
+            if mode.lower() != "wal":
+                log.warning("this filesystem refused WAL mode for %s; using journal_mode=%s "
+                            "(one writer at a time, readers block during commits)",
+                            self.db_path, mode)
+        self.journal_mode = mode.lower()
+        conn.execute("PRAGMA foreign_keys=ON")
+        conn.execute(f"PRAGMA synchronous={synchronous.upper()}")
+        conn.execute(f"PRAGMA journal_size_limit={JOURNAL_SIZE_LIMIT}")
+
+    def _tighten_modes(self) -> None:
+        """chmod 0600 on the path (never open+close a descriptor of a live store, SPEC §1)."""
+        for suffix in ("", "-wal", "-shm"):
+            p = f"{self.db_path}{suffix}"
+            try:
+                if os.stat(p).st_mode & 0o077:
+                    os.chmod(p, 0o600)
+            except OSError:
+                pass
+
+    def _retry_lock(self, fn: Callable[[], T]) -> T:
+        for attempt in range(1, _WRITE_MAX_RETRIES + 1):
+            try:
+                return fn()
+            except sqlite3.OperationalError as exc:
+                if not is_lock_error(exc) or attempt == _WRITE_MAX_RETRIES:
+                    raise
+                time.sleep(self._rng.uniform(RETRY_SLEEP_MIN_S, RETRY_SLEEP_MAX_S))
+        raise AssertionError("unreachable")
+
+    def _settled(self) -> bool:
+        """True when the schema is complete at version >= 23 and nothing needs writing (SPEC §3)."""
+        c = self.conn
+        try:
+            row = c.execute("SELECT version FROM schema_version").fetchall()
+        except sqlite3.OperationalError:
+            return False
+        if len(row) != 1 or row[0][0] < SCHEMA_VERSION:
+            return False
+        names = {r[0] for r in c.execute("SELECT name FROM sqlite_master")}
+        needed = {"sessions", "messages", "session_model_usage", "state_meta", "gateway_routing",
+                  "compression_locks", "async_delegations", "messages_fts", "messages_fts_ai",
+                  "messages_fts_ad", "messages_fts_au", "idx_sessions_title_unique"}
+        if not needed <= names:
+            return False
+        from .schema import declared_columns
+
+        for table, cols in declared_columns().items():
+            live = {r[1] for r in c.execute(f"PRAGMA table_info({table})")}
+            if any(name not in live for name, _ in cols):
+                return False
+        tok = c.execute("SELECT value FROM state_meta WHERE key='db_file_generation'").fetchone()
+        if tok is None:
+            return False
+        return c.execute("PRAGMA application_id").fetchone()[0] == application_id_for(tok[0])
+
+    def _prepare_schema(self) -> None:
+        """Create/complete the schema in one write transaction unless settled (SPEC §2, §3)."""
+        if self._settled():
+            return
+
+        def setup(conn: sqlite3.Connection) -> None:
+            create_schema(conn)
+            reconcile_columns(conn)
+            rows = conn.execute("SELECT version FROM schema_version").fetchall()
+            if not rows:
+                conn.execute("INSERT INTO schema_version(version) VALUES (?)", (SCHEMA_VERSION,))
+            elif len(rows) > 1:
+                top = max(r[0] for r in rows)
+                conn.execute("DELETE FROM schema_version")
+                conn.execute("INSERT INTO schema_version(version) VALUES (?)", (top,))
+            elif rows[0][0] < SCHEMA_VERSION:
+                # Older stores: the versioned steps live in migrations.py (SPEC §3); here only
+                # the column reconciliation and the version bump of a column-only gap.
+                conn.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION,))
+            elif rows[0][0] > SCHEMA_VERSION:
+                log.warning("%s has schema version %s, newer than this code (%s): opened "
+                            "without downgrade", self.db_path, rows[0][0], SCHEMA_VERSION)
+            self._ensure_title_index(conn)
+            conn.execute("INSERT OR IGNORE INTO state_meta(key, value) VALUES "
+                         "('db_file_generation', ?)", (uuid.uuid4().hex,))
+            token = conn.execute(
+                "SELECT value FROM state_meta WHERE key='db_file_generation'").fetchone()[0]
+            conn.execute(f"PRAGMA application_id={application_id_for(token)}")
+
+        self.execute_write(setup, op="open", check_generation=False)
+
+    @staticmethod
+    def _ensure_title_index(conn: sqlite3.Connection) -> None:
+        """Unique title index; on duplicates keep the newest title, NULL the rest (SPEC §3)."""
+        try:
+            conn.execute(TITLE_INDEX_SQL)
+        except sqlite3.IntegrityError:
+            cur = conn.execute(
+                """UPDATE sessions SET title = NULL WHERE title IS NOT NULL AND rowid NOT IN (
+                       SELECT rowid FROM (SELECT rowid, ROW_NUMBER() OVER (
+                           PARTITION BY title ORDER BY started_at DESC, rowid DESC) AS rn
+                       FROM sessions WHERE title IS NOT NULL) WHERE rn = 1)""")
+            log.warning("cleared %d duplicate session title(s) to create the unique index",
+                        cur.rowcount)
+            conn.execute(TITLE_INDEX_SQL)
+
+    def _record_generation(self) -> None:
+        token = self.conn.execute(
+            "SELECT value FROM state_meta WHERE key='db_file_generation'").fetchone()[0]
+        app_id = self.conn.execute("PRAGMA application_id").fetchone()[0]
+        self.generation = Generation.read(self.db_path, app_id, token)
+
+    def rerecord_generation(self) -> None:
+        """Re-take the identities after this handle's own VACUUM/TRUNCATE (SPEC §8, §10.1)."""
+        with self._lock:
+            self._record_generation()
+
+    # ------------------------------------------------------------------ the write path
+    @property
+    def writes(self) -> int:
+        """Successful write transactions on this connection."""
+        return self._writes
+
+    @property
+    def capture_dir(self) -> str | None:
+        """The retired-WAL capture this handle wrote, if any (SPEC §10.3)."""
+        return self._capture_dir
+
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise sqlite3.ProgrammingError("Cannot operate on a closed session store.")
+        if self.read_only:
+            raise sqlite3.OperationalError(
+                "this session store handle is read-only (mode=ro); open it without read_only "
+                "to write")
+        if self._sticky is not None:
+            raise self._sticky
+
+    def _check_generation(self) -> None:
+        """SPEC §10.1: the store under the connection must still be the one on disk."""
+        assert self.generation is not None
+        app_id = self.conn.execute("PRAGMA application_id").fetchone()[0]
+        found = diff(self.generation, self.db_path, app_id)
+        if found is None:
+            return
+        kind, detail = found
+        self._retire(kind, detail, trigger="halt")
+        raise self._sticky  # type: ignore[misc]
+
+    def _retire(self, kind: str, detail: str, trigger: str) -> None:
+        """Make the refusal sticky, capture the retired WAL, never checkpoint again."""
+        self._retired = True
+        capture = None
+        try:
+            path = capture_retired(self.db_path, self.generation, trigger)  # type: ignore[arg-type]
+            capture = str(path) if path else None
+        except OSError as exc:
+            log.error("could not write the retired-WAL capture beside %s: %s", self.db_path, exc)
+        self._capture_dir = capture
+        if capture:
+            detail += f"; evidence captured in {capture}"
+            events.enabled() and events.emit("capture", dir=capture, trigger=trigger, kind=kind)
+        if kind == "retired_wal":
+            err: StateDbReplacedError = DeletedWalGenerationError(detail, capture_dir=capture)
+        else:
+            err = StateDbReplacedError(detail)
+        self._sticky = err
+        events.enabled() and events.emit("refusal", reason=kind, detail=detail)
+        disable_checkpoint_on_close(self.conn, str(self.db_path))
+
+    def execute_write(self, fn: Callable[[sqlite3.Connection], T], *, op: str = "write",
+                      check_generation: bool = True) -> T:
+        """Run ``fn(conn)`` in one ``BEGIN IMMEDIATE`` transaction and commit (SPEC §4).
+
+        Lock errors (SQLITE_BUSY/SQLITE_LOCKED by code) at BEGIN or inside the transaction roll
+        back, sleep a uniform 20-150 ms and retry, at most 15 attempts in total. Every 50th
+        successful write runs a PASSIVE checkpoint.
+
+        Args:
+            fn: the statements; called once per attempt with the raw connection; returns a value.
+            op: a label for events.
+            check_generation: compare identities before ``fn`` (only the open itself skips it).
+        Returns:
+            Whatever ``fn`` returned on the attempt that committed.
+        Raises:
+            DeletedWalGenerationError / StateDbReplacedError: the generation changed (sticky).
+            WriteContentionError: lock errors on every attempt; names the write-lock owner.
+            Any exception of ``fn`` (after rollback).
+        """
+        with self._lock:
+            self._check_usable()
+            conn = self.conn
+            t0 = time.monotonic()
+            attempt = 0
+            while True:
+                attempt += 1
+                try:
+                    conn.execute("BEGIN IMMEDIATE")
+                    try:
+                        failpoints.hit("write.after_begin")
+                        if check_generation:
+                            self._check_generation()
+                        result = fn(conn)
+                        failpoints.hit("write.before_commit")
+                        conn.execute("COMMIT")
+                    except BaseException:
+                        if conn.in_transaction:
+                            conn.execute("ROLLBACK")
+                        raise
+                except sqlite3.OperationalError as exc:
+                    if not is_lock_error(exc):
+                        raise
+                    if attempt >= _WRITE_MAX_RETRIES:
+                        raise self._gave_up(attempt, time.monotonic() - t0, exc) from exc
+                    sleep_s = self._rng.uniform(RETRY_SLEEP_MIN_S, RETRY_SLEEP_MAX_S)
+                    events.enabled() and events.emit("retry", attempt=attempt, sleep_s=sleep_s,
+                                                     error=str(exc), op=op)
+                    time.sleep(sleep_s)
+                    continue
+                break
+            failpoints.hit("write.after_commit")
+            self._writes += 1
+            events.enabled() and events.emit("write", seq=self._writes, attempts=attempt, op=op)
+            if self._writes % _CHECKPOINT_EVERY_N_WRITES == 0:
+                self.checkpoint("PASSIVE", trigger="cadence")
+            return result
+
+    def _gave_up(self, attempts: int, waited: float, exc: BaseException) -> WriteContentionError:
+        owner = holders.write_lock_owner(self.db_path)
+        owner_line = (f"state.db write lock held by PID {owner[0]} ({owner[1]}) for "
+                      f"{waited:.1f}s" if owner else None)
+        seen = holders.scan(self.db_path).holders
+        lines = "\n".join("  " + h.line() for h in seen) or "  (no other holder visible)"
+        user = (f"session storage could not write after {attempts} attempts over {waited:.1f}s "
+                "because another process kept the write lock. Nothing was written by this call; "
+                "retry it, and if it keeps happening run `doctor` to see who holds the store.")
+        detail = (owner_line + "\n" if owner_line else "") + f"holders:\n{lines}\nlast error: {exc}"
+        events.enabled() and events.emit("write_gave_up", attempts=attempts, waited_s=waited,
+                                         lock_owner=owner_line)
+        return WriteContentionError(user, detail, attempts=attempts, waited_s=waited,
+                                    holders=[h.as_tuple() for h in seen], lock_owner=owner_line)
+
+    def checkpoint(self, mode: str = "PASSIVE", *, trigger: str = "manual") -> tuple | None:
+        """``PRAGMA wal_checkpoint(mode)``; returns ``(busy, log, checkpointed)`` or None.
+
+        Never runs on a retired/replaced/corrupt handle. Failures are logged, not raised
+        (SPEC §4: a checkpoint is housekeeping).
+        """
+        with self._lock:
+            if self._retired or self._sticky is not None or self.journal_mode != "wal":
+                return None
+            failpoints.hit("checkpoint.before")
+            try:
+                row = tuple(self.conn.execute(f"PRAGMA wal_checkpoint({mode})").fetchone())
+            except sqlite3.Error as exc:
+                log.info("PASSIVE checkpoint failed (ignored): %s", exc)
+                events.enabled() and events.emit("checkpoint", mode=mode, trigger=trigger,
+                                                 seq=self._writes, error=str(exc))
+                return None
+            failpoints.hit("checkpoint.after")
+            events.enabled() and events.emit("checkpoint", mode=mode, trigger=trigger,
+                                             seq=self._writes, busy=row[0], log=row[1],
+                                             checkpointed=row[2])
+            return row
+
+    # ------------------------------------------------------------------ reads
+    def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn(conn)`` under the lock; autocommit, so no read transaction outlives the call."""
+        with self._lock:
+            if self._closed:
+                raise sqlite3.ProgrammingError("Cannot operate on a closed session store.")
+            return fn(self.conn)
+
+    # ------------------------------------------------------------------ close
+    def close(self) -> None:
+        """SPEC §10.5: healthy ⇒ PASSIVE checkpoint then close; retired ⇒ capture, no checkpoint."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            conn = self.conn
+            if not self.read_only and self.generation is not None and not self._retired:
+                found = None
+                try:
+                    app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+                    found = diff(self.generation, self.db_path, app_id)
+                except sqlite3.Error:
+                    found = None
+                if found is not None and self._sticky is None:
+                    self._retire(found[0], found[1], trigger="close")
+                elif self._sticky is None:
+                    failpoints.hit("close.before_checkpoint")
+                    self._closed = False
+                    try:
+                        self.checkpoint("PASSIVE", trigger="close")
+                    finally:
+                        self._closed = True
+            if self._retired or self._sticky is not None:
+                if not disable_checkpoint_on_close(conn, str(self.db_path)):
+                    _UNCLOSABLE.append(conn)  # SPEC §10.5 fallback: never close it
+                    return
+            conn.close()

@@ -1,0 +1,94 @@
+"""``SessionDB``: the public face of the store (SPEC §5).
+
+Example::
+
+    >>> from hermes_state import SessionDB
+    >>> with SessionDB(db_path=tmp / "state.db") as db:
+    ...     db.create_session("s1", source="cli")
+    ...     db.append_message("s1", "user", "Hello")
+    ...     db.get_messages_as_conversation("s1")
+    [{'role': 'user', 'content': 'Hello'}]
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+from typing import Any, Callable, TypeVar
+
+from .connection import StoreConnection
+from .messages import MessagesMixin
+from .paths import default_db_path
+from .sessions import SessionsMixin
+from .spool import divert_to_spool as _divert
+from .text import clean_text
+
+T = TypeVar("T")
+
+
+class SessionDB(SessionsMixin, MessagesMixin):
+    """One profile's session store: ``state.db`` in WAL mode, safe across threads and processes.
+
+    Args:
+        db_path: path of ``state.db``; default ``$HERMES_HOME/state.db`` (else
+            ``~/.hermes/state.db``), resolved now, not at import (SPEC §1). The directory is
+            created.
+        read_only: open ``mode=ro`` (never creates, never writes, no stale-WAL scan).
+        synchronous: ``"NORMAL"`` (default, durable against process crash) or ``"FULL"``.
+    Raises:
+        DeletedWalGenerationError: a process holds a deleted/replaced sidecar (SPEC §10.4).
+        StorePermissionError: the directory or a store file is not writable.
+    """
+
+    def __init__(self, db_path: str | os.PathLike | None = None, *, read_only: bool = False,
+                 synchronous: str = "NORMAL") -> None:
+        self.db_path = Path(db_path).absolute() if db_path is not None else default_db_path()
+        self.home = self.db_path.parent
+        self._conn = StoreConnection(self.db_path, read_only=read_only, synchronous=synchronous)
+
+    # -- plumbing used by the mixins
+    def _write(self, fn: Callable[[sqlite3.Connection], T], op: str = "write") -> T:
+        return self._conn.execute_write(fn, op=op)
+
+    def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        return self._conn.read(fn)
+
+    # -- state_meta
+    def get_meta(self, key: str) -> str | None:
+        """The ``state_meta`` value of ``key`` or None."""
+        row = self._read(lambda c: c.execute(
+            "SELECT value FROM state_meta WHERE key = ?", (key,)).fetchone())
+        return None if row is None else row[0]
+
+    def set_meta(self, key: str, value: Any) -> None:
+        """Upsert ``state_meta[key] = value`` (stored as text; None stores NULL)."""
+        val = None if value is None else clean_text(str(value))
+        self._write(lambda c: c.execute(
+            "INSERT INTO state_meta(key, value) VALUES (?, ?) "
+            "ON CONFLICT(key) DO UPDATE SET value = excluded.value", (key, val)), op="set_meta")
+
+    # -- refusals are diverted, not dropped (SPEC §10.1)
+    def divert_to_spool(self, session_id: str, messages: list[dict]) -> Path:
+        """Append refused messages to ``<home>/sessions/<session_id>.jsonl``; returns the path."""
+        return _divert(self.home, session_id, messages)
+
+    # -- lifecycle and introspection
+    @property
+    def connection(self) -> StoreConnection:
+        """The underlying :class:`StoreConnection` (write counter, generation, capture dir)."""
+        return self._conn
+
+    def checkpoint(self, mode: str = "PASSIVE") -> tuple | None:
+        """Run ``PRAGMA wal_checkpoint(mode)`` now; ``(busy, log, checkpointed)`` or None."""
+        return self._conn.checkpoint(mode, trigger="manual")
+
+    def close(self) -> None:
+        """Close: PASSIVE checkpoint when healthy; never a checkpoint for a retired generation."""
+        self._conn.close()
+
+    def __enter__(self) -> "SessionDB":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

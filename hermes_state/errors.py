@@ -1,0 +1,116 @@
+"""Exception types of the store and the messages users and operators read (SPEC §10.1, §12).
+
+Every refusal carries two layers: ``user_message`` (what happened, that nothing is lost, what to
+do next) and ``operator_detail`` (which identities differ, which holders were seen). ``str(err)``
+is the user layer followed by the operator layer, so a log line has both.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+__all__ = [
+    "HermesStateError",
+    "StateDbReplacedError",
+    "DeletedWalGenerationError",
+    "StateDbCorruptError",
+    "WriteContentionError",
+    "StorePermissionError",
+]
+
+# Fingerprint words (SPEC §10.1): support tooling and tests search for them; keep them verbatim.
+RETIRED_WAL_USER_MESSAGE = (
+    "session storage stopped writing because another process still holds a deleted "
+    "state.db-wal or state.db-shm (an old copy of the write-ahead log). Nothing is lost: stop "
+    "every process using this profile (gateway, desktop app, dashboard, cron), run `doctor` (it "
+    "names them), then start again. Do not delete the WAL yourself."
+)
+
+REPLACED_DB_USER_MESSAGE = (
+    "session storage stopped writing because state.db was replaced on disk while this process "
+    "had it open (moved or copied over). Nothing this process wrote is lost: stop every process "
+    "using this profile, run `doctor`, then start again."
+)
+
+
+class HermesStateError(Exception):
+    """Base class of every error the store raises on purpose.
+
+    Args:
+        user_message: one or two sentences for the person running the agent.
+        operator_detail: facts for whoever debugs it (identities, holders, paths); may be "".
+    """
+
+    def __init__(self, user_message: str, operator_detail: str = "") -> None:
+        self.user_message = user_message
+        self.operator_detail = operator_detail
+        text = user_message if not operator_detail else f"{user_message}\n{operator_detail}"
+        super().__init__(text)
+
+
+class StateDbReplacedError(HermesStateError, sqlite3.OperationalError):
+    """The main file under an open handle is no longer the one on disk (SPEC §10.1).
+
+    Raised before a write when ``state.db`` has another inode or another ``application_id`` than
+    the one recorded at open. Sticky: every later write on the same handle raises it again.
+    Subclasses ``sqlite3.OperationalError`` so callers that already catch SQLite errors see it.
+    """
+
+    def __init__(self, operator_detail: str = "", user_message: str = REPLACED_DB_USER_MESSAGE):
+        super().__init__(user_message, operator_detail)
+
+
+class DeletedWalGenerationError(StateDbReplacedError):
+    """The WAL generation this handle holds was retired: ``-wal``/``-shm`` deleted or replaced.
+
+    Raised (SPEC §10.1, §10.4) by a live writer before its next write, and by a new writable
+    open while any process still holds a deleted sidecar of the store. ``holders`` lists
+    ``(pid, command, files)`` of the processes seen holding the retired generation, and
+    ``capture_dir`` names the evidence directory written by this process (§10.3), if any.
+    """
+
+    def __init__(
+        self,
+        operator_detail: str = "",
+        *,
+        holders: list | None = None,
+        capture_dir: str | None = None,
+    ) -> None:
+        self.holders = list(holders or [])
+        self.capture_dir = capture_dir
+        super().__init__(operator_detail, user_message=RETIRED_WAL_USER_MESSAGE)
+
+
+class StateDbCorruptError(HermesStateError, sqlite3.DatabaseError):
+    """Structural corruption seen on a live handle (SPEC §12). Sticky; no checkpoint at close."""
+
+
+class WriteContentionError(HermesStateError, sqlite3.OperationalError):
+    """A write gave up after ``_WRITE_MAX_RETRIES`` lock errors (SPEC §4, §10.2).
+
+    Attributes:
+        attempts: how many BEGIN IMMEDIATE attempts were made.
+        waited_s: seconds spent from the first attempt to giving up.
+        holders: ``(pid, command, files)`` of the other processes holding the store.
+        lock_owner: the write-lock owner line read from ``/proc/locks``, or None.
+    """
+
+    def __init__(
+        self,
+        user_message: str,
+        operator_detail: str = "",
+        *,
+        attempts: int = 0,
+        waited_s: float = 0.0,
+        holders: list | None = None,
+        lock_owner: str | None = None,
+    ) -> None:
+        self.attempts = attempts
+        self.waited_s = waited_s
+        self.holders = list(holders or [])
+        self.lock_owner = lock_owner
+        super().__init__(user_message, operator_detail)
+
+
+class StorePermissionError(HermesStateError, PermissionError):
+    """A store file or its directory cannot be written (SPEC §4): names the path and the fix."""

@@ -1,0 +1,65 @@
+"""Structured events from the store to registered listeners (SPEC §4 "Observability").
+
+An event is a plain dict with at least ``{"event": kind, "pid": int, "t": monotonic seconds,
+"wall": epoch seconds}`` plus fields per kind:
+
+====================  =========================================================================
+kind                  fields
+====================  =========================================================================
+``retry``             ``attempt`` (1-based, the attempt that failed), ``sleep_s``, ``error``
+``write``             ``seq`` (successful writes on this connection), ``attempts``, ``op``
+``checkpoint``        ``mode``, ``trigger`` (``cadence``/``close``/...), ``seq``, ``busy``,
+                      ``log``, ``checkpointed`` (frames) or ``error``
+``refusal``           ``reason`` (``retired_wal``/``replaced_db``/``open_scan``/...), ``detail``
+``capture``           ``dir``, ``trigger``, ``wal_bytes``, ``frames``
+``write_gave_up``     ``attempts``, ``waited_s``, ``lock_owner``
+``migration``         ``step``, ``from_version``, ``to_version``
+``open``              ``db``, ``journal_mode``, ``sqlite``
+====================  =========================================================================
+
+Emitting costs one truthiness test when no listener is registered. Listeners run synchronously
+in the emitting thread; an exception in a listener is swallowed (observability must never break a
+write).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Callable
+
+Listener = Callable[[dict], None]
+
+_listeners: list[Listener] = []
+
+
+def add_listener(fn: Listener) -> None:
+    """Register ``fn(event_dict)``; registering the same function twice is a no-op."""
+    if fn not in _listeners:
+        _listeners.append(fn)
+
+
+def remove_listener(fn: Listener) -> None:
+    """Unregister ``fn``; unknown functions are ignored."""
+    try:
+        _listeners.remove(fn)
+    except ValueError:
+        pass
+
+
+def enabled() -> bool:
+    """True when at least one listener is registered (call sites test this before building)."""
+    return bool(_listeners)
+
+
+def emit(kind: str, **fields) -> None:
+    """Deliver one event to every listener. No-op without listeners."""
+    if not _listeners:
+        return
+    event = {"event": kind, "pid": os.getpid(), "t": time.monotonic(), "wall": time.time()}
+    event.update(fields)
+    for fn in list(_listeners):
+        try:
+            fn(event)
+        except Exception:  # noqa: BLE001 - a listener must never break the store
+            pass

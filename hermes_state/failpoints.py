@@ -1,0 +1,149 @@
+"""Named failpoints in the store's critical paths (SPEC §4 "Failpoints"), as in fail-rs/gofail.
+
+Inert unless ``HERMES_STATE_FAILPOINTS`` is set when the process first hits a failpoint (or when
+:func:`reload` is called). Syntax: ``name=action[,name=action...]`` where action is one of
+
+* ``crash``            SIGKILL this process at the point (a real ``kill -9``: no atexit, no close)
+* ``crash@N``          the same, only on the Nth hit of that name in this process (1-based)
+* ``sleep(MS)``        sleep MS milliseconds at every hit (``sleep(MS)@N``: only the Nth)
+* ``error(KIND)``      raise ``sqlite3.OperationalError`` with the SQLite error code of KIND:
+                       ``ioerr`` (10), ``busy`` (5), ``locked`` (6), ``full`` (13), ``corrupt`` (11)
+* ``off``              disabled
+
+The names are a contract tested by ``tests/test_failpoints.py``; :data:`NAMES` lists them with
+where they sit. An unknown name in the env var raises :class:`ValueError` at the first hit so a
+typo in a scenario never yields a run that silently tested nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import sqlite3
+import time
+from dataclasses import dataclass
+
+ENV_VAR = "HERMES_STATE_FAILPOINTS"
+
+#: Every failpoint name and where it sits. Patterns with ``<N>`` match a schema version.
+NAMES: dict[str, str] = {
+    "open.before_connect": "SessionDB open: after the stale-generation scan, before sqlite3.connect",
+    "open.after_schema": "SessionDB open: schema created/migrated, identities not yet recorded",
+    "write.after_begin": "write path: BEGIN IMMEDIATE succeeded, generation not yet checked",
+    "write.before_commit": "write path: the transaction's statements ran, COMMIT not yet issued",
+    "write.after_commit": "write path: COMMIT returned, the caller not yet told",
+    "checkpoint.before": "before a PASSIVE checkpoint (cadence or close)",
+    "checkpoint.after": "after a PASSIVE checkpoint returned",
+    "capture.mid_copy": "retired-WAL capture: WAL copied into the .partial dir, manifest not yet",
+    "close.before_checkpoint": "close(): before the close-time PASSIVE checkpoint",
+    "migrate.v<N>.before_commit": "migration step to version N ran, its COMMIT not yet issued",
+}
+
+_ERROR_CODES = {"ioerr": 10, "busy": 5, "locked": 6, "full": 13, "corrupt": 11}
+_ERROR_TEXT = {
+    "ioerr": "disk I/O error",
+    "busy": "database is locked",
+    "locked": "database table is locked",
+    "full": "database or disk is full",
+    "corrupt": "database disk image is malformed",
+}
+
+_ACTION_RE = re.compile(
+    r"^(?P<kind>crash|off|sleep\((?P<ms>\d+(?:\.\d+)?)\)|error\((?P<err>[a-z]+)\))(?:@(?P<nth>\d+))?$"
+)
+
+
+@dataclass(frozen=True)
+class Action:
+    """One parsed action: ``kind`` in crash/sleep/error/off, optional ``nth`` (1-based hit)."""
+
+    kind: str
+    nth: int | None = None
+    sleep_ms: float = 0.0
+    error: str = ""
+
+
+def _name_is_known(name: str) -> bool:
+    if name in NAMES:
+        return True
+    return re.fullmatch(r"migrate\.v\d+\.before_commit", name) is not None
+
+
+def parse(spec: str) -> dict[str, Action]:
+    """Parse a failpoint spec string into ``{name: Action}``.
+
+    Raises:
+        ValueError: unknown name, malformed action, unknown error kind or ``@0``.
+    """
+    out: dict[str, Action] = {}
+    for item in filter(None, (p.strip() for p in spec.split(","))):
+        name, sep, action = item.partition("=")
+        name, action = name.strip(), action.strip()
+        if not sep or not name or not action:
+            raise ValueError(f"failpoint {item!r}: expected name=action")
+        if not _name_is_known(name):
+            raise ValueError(f"unknown failpoint {name!r}; known: {', '.join(sorted(NAMES))}")
+        m = _ACTION_RE.match(action)
+        if not m:
+            raise ValueError(
+                f"failpoint {name}: bad action {action!r} (crash, crash@N, sleep(MS), "
+                "error(ioerr|busy|locked|full|corrupt), off)"
+            )
+        nth = int(m["nth"]) if m["nth"] else None
+        if nth == 0:
+            raise ValueError(f"failpoint {name}: hit numbers start at 1")
+        kind = m["kind"].split("(")[0]
+        err = m["err"] or ""
+        if kind == "error" and err not in _ERROR_CODES:
+            raise ValueError(f"failpoint {name}: unknown error kind {err!r}")
+        out[name] = Action(kind, nth, float(m["ms"] or 0), err)
+    return out
+
+
+_active: dict[str, Action] | None = None
+_hits: dict[str, int] = {}
+
+
+def reload() -> dict[str, Action]:
+    """Re-read ``HERMES_STATE_FAILPOINTS`` and reset hit counters. Returns the active map."""
+    global _active
+    _hits.clear()
+    _active = parse(os.environ.get(ENV_VAR, ""))
+    return dict(_active)
+
+
+def hits(name: str) -> int:
+    """How many times ``name`` was reached in this process since the last reload."""
+    return _hits.get(name, 0)
+
+
+def hit(name: str) -> None:
+    """Mark that execution reached failpoint ``name``; perform its action if one is armed.
+
+    Costs one dict lookup when nothing is armed.
+
+    Raises:
+        sqlite3.OperationalError: for an armed ``error(KIND)`` action (``sqlite_errorcode`` set).
+    """
+    active = _active
+    if active is None:
+        active = reload()
+    if not active:
+        return
+    action = active.get(name)
+    if action is None:
+        return
+    n = _hits[name] = _hits.get(name, 0) + 1
+    if action.kind == "off" or (action.nth is not None and n != action.nth):
+        return
+    if action.kind == "crash":
+        os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(10)  # SIGKILL is asynchronous only in theory; never return from a crash
+    elif action.kind == "sleep":
+        time.sleep(action.sleep_ms / 1000.0)
+    elif action.kind == "error":
+        exc = sqlite3.OperationalError(f"{_ERROR_TEXT[action.error]} (failpoint {name})")
+        exc.sqlite_errorcode = _ERROR_CODES[action.error]  # type: ignore[attr-defined]
+        exc.sqlite_errorname = "SQLITE_" + action.error.upper()  # type: ignore[attr-defined]
+        raise exc

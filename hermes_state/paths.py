@@ -1,0 +1,109 @@
+"""Where the store lives and the names of the files beside it (SPEC §1).
+
+Nothing here touches the disk except :func:`ensure_home`; paths are resolved when called, never
+at import, so tests can point ``HERMES_HOME`` anywhere.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+DB_NAME = "state.db"
+SIDECAR_SUFFIXES = ("-wal", "-shm")
+
+
+def hermes_home(home: str | os.PathLike | None = None, profile: str | None = None) -> Path:
+    """Return the root directory of one profile.
+
+    Args:
+        home: explicit root; else ``$HERMES_HOME``; else ``~/.hermes``.
+        profile: a named profile lives at ``<root>/profiles/<name>`` (SPEC §1).
+    Returns:
+        An absolute path (not created).
+    Raises:
+        ValueError: the profile name is empty or contains a path separator.
+    """
+    root = Path(home) if home is not None else None
+    if root is None:
+        env = os.environ.get("HERMES_HOME")
+        root = Path(env) if env else Path.home() / ".hermes"
+    root = root.expanduser().absolute()
+    if profile is not None:
+        if not profile or "/" in profile or "\\" in profile or profile in (".", ".."):
+            raise ValueError(f"invalid profile name {profile!r}: use a plain name like 'work'")
+        root = root / "profiles" / profile
+    return root
+
+
+def default_db_path(home: str | os.PathLike | None = None, profile: str | None = None) -> Path:
+    """``<HERMES_HOME>/state.db`` (SPEC §1)."""
+    return hermes_home(home, profile) / DB_NAME
+
+
+def wal_path(db_path: str | os.PathLike) -> Path:
+    """The WAL sidecar ``<db>-wal``."""
+    return Path(f"{os.fspath(db_path)}-wal")
+
+
+def shm_path(db_path: str | os.PathLike) -> Path:
+    """The wal-index sidecar ``<db>-shm``."""
+    return Path(f"{os.fspath(db_path)}-shm")
+
+
+def store_files(db_path: str | os.PathLike) -> dict[str, Path]:
+    """``{"db": ..., "wal": ..., "shm": ...}`` for one store."""
+    return {"db": Path(db_path), "wal": wal_path(db_path), "shm": shm_path(db_path)}
+
+
+def utc_stamp(t: float | None = None) -> str:
+    """``YYYYmmddTHHMMSSZ`` for ``t`` (seconds since the epoch, default now), SPEC §1."""
+    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(time.time() if t is None else t))
+
+
+def unique_sibling(base: Path) -> Path:
+    """``base`` if it does not exist, else ``base-N`` with the smallest free N >= 2 (SPEC §1)."""
+    if not base.exists():
+        return base
+    n = 2
+    while True:
+        cand = base.with_name(f"{base.name}-{n}")
+        if not cand.exists():
+            return cand
+        n += 1
+
+
+def retired_wal_dir(db_path: str | os.PathLike, pid: int, stamp: str | None = None) -> Path:
+    """``state.db.retired-wal-<UTCSTAMP>-<pid>/`` beside the store (SPEC §10.3)."""
+    db = Path(db_path)
+    return db.with_name(f"{db.name}.retired-wal-{stamp or utc_stamp()}-{pid}")
+
+
+def spool_path(home: str | os.PathLike, session_id: str) -> Path:
+    """``<HERMES_HOME>/sessions/<session_id>.jsonl``: where refused messages go (SPEC §10.1).
+
+    Raises:
+        ValueError: the session id would escape the spool directory.
+    """
+    if not session_id or "/" in session_id or "\\" in session_id or session_id in (".", ".."):
+        raise ValueError(f"session id {session_id!r} cannot name a spool file")
+    return Path(home) / "sessions" / f"{session_id}.jsonl"
+
+
+def ensure_home(directory: Path) -> None:
+    """Create ``directory`` (mode 0700 for new levels) if missing.
+
+    Raises:
+        StorePermissionError: it cannot be created; the message names the path and the fix.
+    """
+    from .errors import StorePermissionError
+
+    try:
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except PermissionError as exc:
+        raise StorePermissionError(
+            f"cannot create the session store directory {directory}: permission denied.",
+            f"fix: create it and give your user write access (mkdir -p {directory} && "
+            f"chmod u+rwx {directory})",
+        ) from exc

@@ -1,0 +1,323 @@
+"""The schema of version 23: tables, indexes, FTS5 tables and their triggers (SPEC §2, §3).
+
+All DDL is ``CREATE ... IF NOT EXISTS`` and is re-run on every writable open. Columns added
+after a table first shipped are reconciled declaratively by :func:`reconcile_columns`: the live
+``PRAGMA table_info`` is compared with what this DDL declares (derived by running it in a
+scratch ``:memory:`` database) and every missing column is added with ``ALTER TABLE``.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+
+log = logging.getLogger("hermes_state.schema")
+
+SCHEMA_VERSION = 23
+
+TABLES_SQL = """
+CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);
+
+CREATE TABLE IF NOT EXISTS sessions (
+    id TEXT PRIMARY KEY,
+    source TEXT NOT NULL,
+    user_id TEXT,
+    model TEXT,
+    model_config TEXT,
+    system_prompt TEXT,
+    parent_session_id TEXT,
+    started_at REAL NOT NULL,
+    ended_at REAL,
+    end_reason TEXT,
+    message_count INTEGER DEFAULT 0,
+    tool_call_count INTEGER DEFAULT 0,
+    input_tokens INTEGER DEFAULT 0,
+    output_tokens INTEGER DEFAULT 0,
+    cache_read_tokens INTEGER DEFAULT 0,
+    cache_write_tokens INTEGER DEFAULT 0,
+    reasoning_tokens INTEGER DEFAULT 0,
+    billing_provider TEXT,
+    billing_base_url TEXT,
+    billing_mode TEXT,
+    estimated_cost_usd REAL,
+    actual_cost_usd REAL,
+    cost_status TEXT,
+    cost_source TEXT,
+    pricing_version TEXT,
+    title TEXT,
+    api_call_count INTEGER DEFAULT 0,
+    session_key TEXT,
+    chat_id TEXT,
+    chat_type TEXT,
+    thread_id TEXT,
+    display_name TEXT,
+    origin_json TEXT,
+    expiry_finalized INTEGER DEFAULT 0,
+    cwd TEXT,
+    git_branch TEXT,
+    git_repo_root TEXT,
+    handoff_state TEXT,
+    handoff_platform TEXT,
+    handoff_error TEXT,
+    compression_failure_cooldown_until REAL,
+    compression_failure_error TEXT,
+    profile_name TEXT,
+    rewind_count INTEGER NOT NULL DEFAULT 0,
+    archived INTEGER NOT NULL DEFAULT 0,
+    pinned INTEGER NOT NULL DEFAULT 0,
+    FOREIGN KEY (parent_session_id) REFERENCES sessions(id)
+);
+
+CREATE INDEX IF NOT EXISTS idx_sessions_source ON sessions(source);
+CREATE INDEX IF NOT EXISTS idx_sessions_parent ON sessions(parent_session_id);
+CREATE INDEX IF NOT EXISTS idx_sessions_started ON sessions(started_at DESC);
+
+CREATE TABLE IF NOT EXISTS messages (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    session_id TEXT NOT NULL REFERENCES sessions(id),
+    role TEXT NOT NULL,
+    content TEXT,
+    tool_call_id TEXT,
+    tool_calls TEXT,
+    tool_name TEXT,
+    timestamp REAL NOT NULL,
+    token_count INTEGER,
+    finish_reason TEXT,
+    reasoning TEXT,
+    reasoning_content TEXT,
+    reasoning_details TEXT,
+    codex_reasoning_items TEXT,
+    codex_message_items TEXT,
+    effect_disposition TEXT,
+    platform_message_id TEXT,
+    observed INTEGER DEFAULT 0,
+    active INTEGER NOT NULL DEFAULT 1,
+    compacted INTEGER NOT NULL DEFAULT 0,
+    api_content TEXT,
+    display_kind TEXT,
+    display_metadata TEXT
+);
+
+CREATE INDEX IF NOT EXISTS idx_messages_session ON messages(session_id, timestamp);
+CREATE INDEX IF NOT EXISTS idx_messages_session_id ON messages(session_id, id);
+
+CREATE TABLE IF NOT EXISTS session_model_usage (
+    session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+    model TEXT NOT NULL DEFAULT '',
+    billing_provider TEXT NOT NULL DEFAULT '',
+    billing_base_url TEXT NOT NULL DEFAULT '',
+    billing_mode TEXT NOT NULL DEFAULT '',
+    task TEXT NOT NULL DEFAULT '',
+    api_call_count INTEGER DEFAULT 0,
+    input_tokens INTEGER DEFAULT 0,
+    output_tokens INTEGER DEFAULT 0,
+    cache_read_tokens INTEGER DEFAULT 0,
+    cache_write_tokens INTEGER DEFAULT 0,
+    reasoning_tokens INTEGER DEFAULT 0,
+    estimated_cost_usd REAL,
+    actual_cost_usd REAL,
+    cost_status TEXT,
+    cost_source TEXT,
+    first_seen REAL,
+    last_seen REAL,
+    PRIMARY KEY (session_id, model, billing_provider, billing_base_url, billing_mode, task)
+);
+
+CREATE TABLE IF NOT EXISTS state_meta (key TEXT PRIMARY KEY, value TEXT);
+
+CREATE TABLE IF NOT EXISTS gateway_routing (
+    scope TEXT NOT NULL DEFAULT '',
+    session_key TEXT NOT NULL,
+    entry_json TEXT NOT NULL,
+    updated_at REAL NOT NULL,
+    PRIMARY KEY (scope, session_key)
+);
+
+CREATE TABLE IF NOT EXISTS compression_locks (
+    session_id TEXT PRIMARY KEY,
+    holder TEXT NOT NULL,
+    acquired_at REAL,
+    expires_at REAL
+);
+
+CREATE TABLE IF NOT EXISTS async_delegations (
+    delegation_id TEXT PRIMARY KEY,
+    origin_session TEXT,
+    parent_session_id TEXT,
+    state TEXT,
+    dispatched_at REAL,
+    completed_at REAL,
+    updated_at REAL,
+    event_json TEXT,
+    result_json TEXT,
+    delivery_state TEXT DEFAULT 'pending',
+    delivery_attempts INTEGER DEFAULT 0,
+    delivered_at REAL,
+    owner_pid INTEGER
+);
+"""
+
+TITLE_INDEX_SQL = (
+    "CREATE UNIQUE INDEX IF NOT EXISTS idx_sessions_title_unique "
+    "ON sessions(title) WHERE title IS NOT NULL"
+)
+
+# Trigger gating for background rebuilds (SPEC §2.4): rows with id <= P or id > H are indexed by
+# triggers; rows in (P, H] belong to the back-fill. Without the keys every row is indexed.
+_GATE = """(
+    NOT EXISTS (SELECT 1 FROM state_meta WHERE key = 'fts_rebuild_high_water')
+    OR {row}.id > (SELECT CAST(value AS INTEGER) FROM state_meta WHERE key = 'fts_rebuild_high_water')
+    OR {row}.id <= COALESCE((SELECT CAST(value AS INTEGER) FROM state_meta
+                             WHERE key = 'fts_rebuild_progress'), 0)
+)"""
+
+FTS_TABLE_SQL = """
+CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts USING fts5(
+    content, tool_name, tool_calls, content='messages', content_rowid='id'
+);
+"""
+
+TRIGRAM_TABLE_SQL = """
+CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts_trigram USING fts5(
+    content, tool_name, tool_calls, content='messages', content_rowid='id', tokenize='trigram'
+);
+"""
+
+
+def _fts_triggers(table: str, extra_new: str = "1", extra_old: str = "1") -> str:
+    """The three sync triggers of one external-content FTS table (SPEC §2.4)."""
+    new_gate = _GATE.format(row="new")
+    old_gate = _GATE.format(row="old")
+    return f"""
+CREATE TRIGGER IF NOT EXISTS {table}_ai AFTER INSERT ON messages
+WHEN ({extra_new}) AND {new_gate}
+BEGIN
+    INSERT INTO {table}(rowid, content, tool_name, tool_calls)
+    VALUES (new.id, new.content, new.tool_name, new.tool_calls);
+END;
+
+CREATE TRIGGER IF NOT EXISTS {table}_ad AFTER DELETE ON messages
+WHEN ({extra_old}) AND {old_gate}
+BEGIN
+    INSERT INTO {table}({table}, rowid, content, tool_name, tool_calls)
+    VALUES ('delete', old.id, old.content, old.tool_name, old.tool_calls);
+END;
+
+CREATE TRIGGER IF NOT EXISTS {table}_au AFTER UPDATE OF content, tool_name, tool_calls, role
+ON messages
+BEGIN
+    INSERT INTO {table}({table}, rowid, content, tool_name, tool_calls)
+    SELECT 'delete', old.id, old.content, old.tool_name, old.tool_calls
+    WHERE ({extra_old}) AND {old_gate};
+    INSERT INTO {table}(rowid, content, tool_name, tool_calls)
+    SELECT new.id, new.content, new.tool_name, new.tool_calls
+    WHERE ({extra_new}) AND {new_gate};
+END;
+"""
+
+
+FTS_TRIGGERS_SQL = _fts_triggers("messages_fts")
+TRIGRAM_TRIGGERS_SQL = _fts_triggers(
+    "messages_fts_trigram", extra_new="new.role != 'tool'", extra_old="old.role != 'tool'"
+)
+
+FTS_TABLES = ("messages_fts", "messages_fts_trigram", "messages_fts_cjk")
+
+
+def trigram_supported(conn: sqlite3.Connection) -> bool:
+    """True when this SQLite has the FTS5 trigram tokenizer (3.34+)."""
+    try:
+        conn.execute("CREATE VIRTUAL TABLE temp._probe_trigram USING fts5(x, tokenize='trigram')")
+        conn.execute("DROP TABLE temp._probe_trigram")
+        return True
+    except sqlite3.OperationalError:
+        return False
+
+
+def create_schema(conn: sqlite3.Connection) -> None:
+    """Run every ``CREATE ... IF NOT EXISTS`` of version 23 on ``conn`` (SPEC §2).
+
+    Must be called inside a write transaction. The unique-title index is created separately by
+    the migration code (its creation can fail on duplicates, SPEC §3). Idempotent.
+    """
+    # executescript() would COMMIT the caller's transaction: statements go one by one.
+    for stmt in _split(TABLES_SQL + FTS_TABLE_SQL):
+        conn.execute(stmt)
+    for stmt in _split_triggers(FTS_TRIGGERS_SQL):
+        conn.execute(stmt)
+    if trigram_supported(conn):
+        conn.execute(TRIGRAM_TABLE_SQL)
+        for stmt in _split_triggers(TRIGRAM_TRIGGERS_SQL):
+            conn.execute(stmt)
+
+
+def _split(sql: str) -> list[str]:
+    """Split plain DDL (no trigger bodies) into statements."""
+    return [s.strip() for s in sql.split(";") if s.strip()]
+
+
+def _split_triggers(sql: str) -> list[str]:
+    """Split trigger DDL on ``END;`` boundaries."""
+    parts = [p.strip() for p in sql.split("END;") if p.strip()]
+    return [p + "\nEND" for p in parts]
+
+
+def declared_columns() -> dict[str, list[tuple[str, str]]]:
+    """``{table: [(column, column_definition_for_ALTER), ...]}`` declared by the current DDL.
+
+    Derived by running the DDL in a scratch ``:memory:`` database (SPEC §3), so the DDL text
+    stays the single source of truth.
+    """
+    scratch = sqlite3.connect(":memory:")
+    try:
+        for stmt in _split(TABLES_SQL):
+            scratch.execute(stmt)
+        out: dict[str, list[tuple[str, str]]] = {}
+        tables = [r[0] for r in scratch.execute(
+            "SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%'")]
+        for table in tables:
+            cols = []
+            for _cid, name, ctype, notnull, default, _pk in scratch.execute(
+                f"PRAGMA table_info({table})"
+            ):
+                definition = f"{name} {ctype}".strip()
+                if notnull and default is not None:
+                    definition += f" NOT NULL DEFAULT {default}"
+                elif default is not None:
+                    definition += f" DEFAULT {default}"
+                cols.append((name, definition))
+            out[table] = cols
+        return out
+    finally:
+        scratch.close()
+
+
+def reconcile_columns(conn: sqlite3.Connection) -> list[str]:
+    """Add every column the DDL declares but the live tables lack (SPEC §3 ``_reconcile_columns``).
+
+    Runs inside the caller's write transaction. "duplicate column" means another process won the
+    race: continue. A lock/busy error is re-raised so the open retries. Any other failure is logged
+    as a warning and skipped. Running it twice changes nothing.
+
+    Returns:
+        ``["table.column", ...]`` actually added.
+    """
+    added = []
+    for table, cols in declared_columns().items():
+        live = {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
+        if not live:
+            continue  # table absent: CREATE TABLE IF NOT EXISTS makes it whole
+        for name, definition in cols:
+            if name in live:
+                continue
+            try:
+                conn.execute(f"ALTER TABLE {table} ADD COLUMN {definition}")
+                added.append(f"{table}.{name}")
+            except sqlite3.OperationalError as exc:
+                code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
+                if "duplicate column" in str(exc).lower():
+                    continue
+                if code in (5, 6):
+                    raise
+                log.warning("could not add column %s.%s: %s", table, name, exc)
+    return added
