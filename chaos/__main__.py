@@ -1,0 +1,96 @@
+"""``python -m chaos``: run, validate, list (SPEC §16.5).
+
+Exit codes: 0 every checker passed, 1 a checker failed (or was INCONCLUSIVE), 2 invalid
+scenario (nothing ran), 3 the toolkit itself failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import traceback
+from pathlib import Path
+
+from rich.console import Console
+
+EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_SCENARIO, EXIT_TOOLKIT = 0, 1, 2, 3
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m chaos", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    run = sub.add_parser("run", help="run scenario files and check their invariants")
+    run.add_argument("files", nargs="+", type=Path, help="scenario YAML files")
+    run.add_argument("--seed", type=int, default=None, help="override the scenario seed")
+    run.add_argument("--repeat", type=int, default=1, help="run each scenario K times")
+    run.add_argument("--out", type=Path, default=Path("runs"), help="where run directories go")
+    run.add_argument("--json", action="store_true", help="print results.json objects on stdout")
+    val = sub.add_parser("validate", help="validate scenario files; exit 2 on any problem")
+    val.add_argument("files", nargs="+", type=Path)
+    lst = sub.add_parser("list", help="list the scenarios in a directory")
+    lst.add_argument("directory", nargs="?", type=Path, default=Path("scenarios"))
+    return p
+
+
+def _load_all(files: list[Path], err: Console):
+    from .scenario import ScenarioError, load_scenario
+
+    scenarios, bad = [], False
+    for f in files:
+        try:
+            scenarios.append(load_scenario(f))
+        except ScenarioError as exc:
+            bad = True
+            err.print(f"[red]invalid scenario[/] {f}:", highlight=False)
+            for problem in exc.problems:
+                err.print(f"  {problem}", highlight=False)
+    return scenarios, bad
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    err = Console(stderr=True)
+    try:
+        if args.cmd == "validate":
+            scenarios, bad = _load_all(args.files, err)
+            for sc in scenarios:
+                print(f"ok  {sc.source}: {sc.name} ({len(sc.roles)} roles, "
+                      f"{len(sc.nemesis)} faults, {len(sc.expect)} checkers)")
+            return EXIT_BAD_SCENARIO if bad else EXIT_OK
+        if args.cmd == "list":
+            from .scenario import ScenarioError, load_scenario
+
+            for f in sorted(args.directory.glob("*.yaml")):
+                try:
+                    sc = load_scenario(f)
+                    print(f"{f.name:32} {sc.description}")
+                except ScenarioError:
+                    print(f"{f.name:32} (invalid: run `python -m chaos validate {f}`)")
+            return EXIT_OK
+        scenarios, bad = _load_all(args.files, err)
+        if bad:
+            return EXIT_BAD_SCENARIO
+        from .runner import run_scenario
+
+        console = Console(stderr=True) if args.json else Console()
+        worst = EXIT_OK
+        for sc in scenarios:
+            for k in range(max(1, args.repeat)):
+                seed = (args.seed if args.seed is not None else sc.seed) + k
+                result = run_scenario(sc.with_seed(seed), out_dir=args.out, console=console)
+                if args.json:
+                    print(json.dumps(result.results, default=str))
+                worst = max(worst, result.exit_code)
+        return worst
+    except KeyboardInterrupt:
+        err.print("[red]interrupted[/]")
+        return EXIT_TOOLKIT
+    except Exception:  # noqa: BLE001 - exit 3 means the toolkit failed, with the traceback
+        err.print("[red]chaos toolkit error[/]")
+        traceback.print_exc()
+        return EXIT_TOOLKIT
+
+
+if __name__ == "__main__":
+    sys.exit(main())

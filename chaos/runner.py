@@ -1,0 +1,358 @@
+"""The run loop (SPEC §16.5): spawn roles, fire the nemesis schedule, collect the history, check.
+
+Data flows one way: scenario → runner (roles + nemesis) → history → checkers → report. The
+runner never judges; checkers never run processes.
+
+Phases (SPEC §16.3): ``warm-up`` (from start to the first fault), ``chaos`` (faults fire),
+``heal`` (SIGCONT every role, SIGTERM them, SIGKILL what does not exit within
+:data:`STOP_GRACE_S`), ``recover`` (final store snapshot, checkers).
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import shutil
+import signal
+import sqlite3
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.console import Console
+
+from hermes_state import SessionDB
+from hermes_state.connection import wal_reset_exposure
+from hermes_state.paths import unique_sibling, utc_stamp
+
+from . import history as hist
+from .checkers import CheckContext, run_checkers
+from .nemesis import FAULTS, NemesisEnv, NemesisError
+from .report import print_verdicts, write_results
+from .roles import role_main
+from .scenario import NemesisStep, RoleSpec, Scenario
+
+TICK_S = 0.02
+STOP_GRACE_S = 5.0
+_MP = multiprocessing.get_context("spawn")  # SPEC §16.1: spawned, never forked from a holder
+
+
+@dataclass
+class RoleInstance:
+    """One OS process playing one instance of a role."""
+
+    spec: RoleSpec
+    index: int
+    process: str
+    proc: multiprocessing.process.BaseProcess | None = None
+    exit_recorded: bool = False
+    term_sent: bool = False
+
+    @property
+    def role(self) -> str:
+        return self.spec.name
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.exitcode is None and self.proc.is_alive()
+
+
+class HistoryTail:
+    """Reads the role history files as they grow: counts for ``after:`` triggers and progress."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.offsets: dict[Path, int] = {}
+        self.ok_by_role_op: dict[tuple[str, str], int] = {}
+        self.counts = {"ok": 0, "fail": 0, "info": 0, "retry": 0, "refusal": 0, "capture": 0,
+                       "checkpoint": 0}
+        self.new_notes: list[str] = []
+
+    def poll(self) -> None:
+        for path in self.directory.glob("*.jsonl"):
+            if path.name == "runner.jsonl":
+                continue
+            off = self.offsets.get(path, 0)
+            try:
+                with open(path, "rb") as fh:
+                    fh.seek(off)
+                    data = fh.read()
+            except OSError:
+                continue
+            end = data.rfind(b"\n")
+            if end < 0:
+                continue
+            self.offsets[path] = off + end + 1
+            for line in data[: end + 1].splitlines():
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    continue
+                self._count(rec)
+
+    def _count(self, rec: dict) -> None:
+        typ = rec.get("type")
+        if typ in ("ok", "fail", "info"):
+            self.counts[typ] += 1
+            if typ == "ok":
+                role = rec.get("process", "").rsplit("-", 1)[0]
+                key = (role, rec.get("op", ""))
+                self.ok_by_role_op[key] = self.ok_by_role_op.get(key, 0) + 1
+            elif rec.get("op") == "open":
+                self.new_notes.append(f"{rec.get('process')} open refused: {rec.get('error')}")
+        elif typ == "event":
+            ev = rec.get("event")
+            if ev in self.counts:
+                self.counts[ev] += 1
+            if ev in ("refusal", "capture", "write_gave_up"):
+                detail = rec.get("dir") or rec.get("reason") or ""
+                self.new_notes.append(f"{rec.get('process')} {ev} {detail}")
+
+
+@dataclass
+class RunResult:
+    """Outcome of one run: where it was written, the verdicts and the process exit code."""
+
+    run_dir: Path
+    verdicts: list
+    exit_code: int
+    results: dict = field(default_factory=dict)
+
+
+class Runner:
+    """Runs one scenario once. Use :func:`run_scenario`."""
+
+    def __init__(self, scenario: Scenario, run_dir: Path, console: Console) -> None:
+        self.sc = scenario
+        self.run_dir = run_dir
+        self.console = console
+        self.home = run_dir / "home"
+        self.db_path = self.home / "state.db"
+        self.hist_dir = run_dir / "history"
+        self.log_dir = run_dir / "logs"
+        self.instances: list[RoleInstance] = []
+        self.t0 = 0.0
+
+    # ------------------------------------------------------------------ helpers
+    def elapsed(self) -> float:
+        return time.monotonic() - self.t0
+
+    def say(self, text: str) -> None:
+        self.console.print(f"[dim]{self.elapsed():7.2f}s[/] {text}", highlight=False)
+
+    def _prepare_store(self) -> None:
+        fixture = self.sc.store.get("fixture", "empty")
+        if fixture != "empty":
+            raise ValueError(f"store fixture {fixture!r} is not available in this version")
+        SessionDB(self.db_path).close()
+
+    def _spawn(self, inst: RoleInstance, writer: hist.HistoryWriter) -> None:
+        spec = inst.spec
+        end = spec.stop_at if spec.stop_at is not None else self.sc.duration
+        cfg = {
+            "role": spec.name, "kind": spec.kind, "index": inst.index, "process": inst.process,
+            "db_path": str(self.db_path), "home": str(self.home),
+            "history_dir": str(self.hist_dir), "log_path": str(self.log_dir / f"{inst.process}.log"),
+            "seed": self.sc.seed, "t0": self.t0, "deadline": self.t0 + end,
+            "workload": dict(spec.workload), "failpoints": spec.failpoints or "",
+        }
+        inst.proc = _MP.Process(target=role_main, args=(cfg,), name=inst.process, daemon=False)
+        inst.proc.start()
+        writer.record("process", phase="spawn", role=spec.name, kind=spec.kind,
+                      index=inst.index, child=inst.process, child_pid=inst.proc.pid)
+        self.say(f"spawn [bold]{inst.process}[/] ({spec.kind}) pid {inst.proc.pid}")
+
+    def _reap(self, writer: hist.HistoryWriter) -> None:
+        for inst in self.instances:
+            if inst.proc is None or inst.exit_recorded:
+                continue
+            code = inst.proc.exitcode
+            if code is None:
+                continue
+            inst.exit_recorded = True
+            # Written under the child's own process name so history.complete() can stamp its
+            # unfinished invokes at the exit time.
+            writer.record("process", phase="exit", role=inst.role, kind=inst.spec.kind,
+                          index=inst.index, exitcode=code, child=inst.process,
+                          child_pid=inst.pid, process_of=inst.process)
+            how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit {code}"
+            self.say(f"exit  [bold]{inst.process}[/] pid {inst.pid}: {how}")
+
+    def _fire(self, step: NemesisStep, env: NemesisEnv, writer: hist.HistoryWriter) -> None:
+        params = dict(step.params)
+        writer.record("nemesis", fault=step.fault, phase="start", step=step.index, **params)
+        try:
+            details = FAULTS[step.fault](env, params)
+        except (NemesisError, OSError) as exc:
+            writer.record("nemesis", fault=step.fault, phase="error", step=step.index,
+                          error=str(exc), **params)
+            self.say(f"[yellow]nemesis {step.fault} failed: {exc}[/]")
+            return
+        merged = {**params, **details}
+        writer.record("nemesis", fault=step.fault, phase="done", step=step.index, **merged)
+        self.say(f"[magenta]nemesis {step.fault}[/] {json.dumps(details, default=str)}")
+
+    # ------------------------------------------------------------------ the run
+    def run(self) -> RunResult:
+        for d in (self.home, self.hist_dir, self.log_dir):
+            d.mkdir(parents=True, exist_ok=True)
+        (self.run_dir / "scenario.resolved.json").write_text(
+            json.dumps(self.sc.to_dict(), indent=2, default=str) + "\n")
+        exposure = wal_reset_exposure()
+        self.console.print(f"[bold]{self.sc.name}[/] seed {self.sc.seed}, {self.sc.duration:g}s: "
+                           f"{self.sc.description}")
+        self.console.print(f"SQLite {sqlite3.sqlite_version}: "
+                           + (f"[yellow]{exposure}[/]" if exposure else "WAL-reset race fixed"))
+        self.console.print(f"run directory {self.run_dir}")
+        self._prepare_store()
+        self.t0 = time.monotonic()
+        writer = hist.HistoryWriter(self.hist_dir / "runner.jsonl", "runner")
+        tail = HistoryTail(self.hist_dir)
+        env = NemesisEnv(self.db_path, lambda: list(self.instances))
+        writer.record("phase", phase="warm-up")
+        pending_roles = [RoleInstance(spec, i, f"{spec.name}-{i}")
+                         for spec in self.sc.roles for i in range(spec.count)]
+        pending_roles.sort(key=lambda r: r.spec.start_at)
+        pending_steps = list(self.sc.nemesis)
+        chaos_started = False
+        last_status = 0.0
+        while True:
+            now = self.elapsed()
+            if now >= self.sc.duration:
+                break
+            while pending_roles and pending_roles[0].spec.start_at <= now:
+                inst = pending_roles.pop(0)
+                self.instances.append(inst)
+                self._spawn(inst, writer)
+            tail.poll()
+            for step in list(pending_steps):
+                due = (step.at is not None and step.at <= now) or (
+                    step.after is not None and tail.ok_by_role_op.get(
+                        (step.after["role"], step.after.get("op", "append")), 0)
+                    >= step.after["ok"])
+                if due:
+                    if not chaos_started:
+                        writer.record("phase", phase="chaos")
+                        chaos_started = True
+                    pending_steps.remove(step)
+                    self._fire(step, env, writer)
+            for inst in self.instances:
+                if (inst.spec.stop_at is not None and now >= inst.spec.stop_at
+                        and not inst.term_sent and inst.alive()):
+                    inst.term_sent = True
+                    os.kill(inst.pid, signal.SIGTERM)
+            self._reap(writer)
+            for note in tail.new_notes:
+                self.say(f"[cyan]{note}[/]")
+            tail.new_notes.clear()
+            if now - last_status >= 1.0:
+                last_status = now
+                c = tail.counts
+                live = sum(1 for i in self.instances if i.alive())
+                self.say(f"live {live}  ok {c['ok']}  fail {c['fail']}  info {c['info']}  "
+                         f"retries {c['retry']}  checkpoints {c['checkpoint']}  "
+                         f"refusals {c['refusal']}")
+            time.sleep(TICK_S)
+        for step in pending_steps:
+            writer.record("nemesis", fault=step.fault, phase="never", step=step.index)
+            self.say(f"[yellow]nemesis step {step.index} ({step.fault}) never fired[/]")
+        self._heal(writer)
+        tail.poll()
+        writer.record("phase", phase="recover")
+        writer.close()
+        return self._check()
+
+    def _heal(self, writer: hist.HistoryWriter) -> None:
+        writer.record("phase", phase="heal")
+        for inst in self.instances:
+            if inst.alive():
+                os.kill(inst.pid, signal.SIGCONT)
+                if not inst.term_sent:
+                    inst.term_sent = True
+                    os.kill(inst.pid, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE_S
+        while time.monotonic() < deadline and any(i.alive() for i in self.instances):
+            self._reap(writer)
+            time.sleep(TICK_S)
+        for inst in self.instances:
+            if inst.alive():
+                self.say(f"[yellow]{inst.process} did not stop within {STOP_GRACE_S:g}s: SIGKILL[/]")
+                os.kill(inst.pid, signal.SIGKILL)
+                inst.proc.join(5)
+        for inst in self.instances:
+            if inst.proc is not None:
+                inst.proc.join(5)
+        self._reap(writer)
+
+    def _snapshot_final(self) -> Path:
+        final = self.run_dir / "final"
+        final.mkdir(exist_ok=True)
+        for suffix in ("", "-wal", "-shm"):
+            src = Path(f"{self.db_path}{suffix}")
+            if src.exists():
+                shutil.copy2(src, final / src.name)
+        return final / "state.db"
+
+    def _check(self) -> RunResult:
+        store = self._snapshot_final()
+        records = hist.load(self.hist_dir)
+        for r in records:  # exit records are written by the runner on behalf of the child
+            if r.get("type") == "process" and r.get("process_of"):
+                r["process"] = r["process_of"]
+                r["pid"] = r.get("child_pid", r.get("pid"))
+        records = hist.complete(records)
+        hist.write_merged(records, self.run_dir / "history.jsonl")
+        ctx = CheckContext(history=records, store_path=store, home=self.home,
+                           run_dir=self.run_dir, scenario=self.sc.to_dict())
+        verdicts = run_checkers(ctx, self.sc.expect)
+        verdicts += _must_observe(self.sc, records)
+        ok = all(v.status in ("PASS", "SKIPPED") for v in verdicts)
+        code = 0 if ok else 1
+        results = {
+            "scenario": self.sc.name, "seed": self.sc.seed, "run_dir": str(self.run_dir),
+            "duration_s": self.sc.duration, "sqlite": sqlite3.sqlite_version,
+            "wal_reset_exposure": wal_reset_exposure(), "exit_code": code,
+            "verdicts": [v.to_dict() for v in verdicts],
+            "processes": [{"process": i.process, "pid": i.pid,
+                           "exitcode": i.proc.exitcode if i.proc else None}
+                          for i in self.instances],
+        }
+        write_results(self.run_dir / "results.json", results)
+        return RunResult(self.run_dir, verdicts, code, results)
+
+
+def _must_observe(sc: Scenario, records: list[dict]):
+    """INCONCLUSIVE unless every ``must_observe`` fault fired / store event happened (§16.3)."""
+    from .checkers.base import INCONCLUSIVE, PASS, Verdict
+
+    if not sc.must_observe:
+        return []
+    fired = {r["fault"] for r in records if r.get("type") == "nemesis" and r.get("phase") == "done"}
+    seen = {r["event"] for r in records if r.get("type") == "event"}
+    missing = [m for m in sc.must_observe if m not in fired and m not in seen]
+    status = INCONCLUSIVE if missing else PASS
+    summary = (f"never observed: {', '.join(missing)}" if missing
+               else f"observed {', '.join(sc.must_observe)}")
+    return [Verdict("must_observe", status, summary, {"missing": missing}, [])]
+
+
+def run_scenario(scenario: Scenario, *, out_dir: str | os.PathLike = "runs",
+                 console: Console | None = None) -> RunResult:
+    """Run ``scenario`` once and return its :class:`RunResult` (SPEC §16.5).
+
+    Writes ``<out_dir>/<name>-<UTCSTAMP>-seed<N>/`` with ``scenario.resolved.json``,
+    ``history.jsonl``, ``history/`` (per-process files), ``logs/``, ``home/`` (the store, captures,
+    spool), ``final/`` (the store after every role stopped) and ``results.json``.
+    """
+    console = console or Console()
+    out = Path(out_dir).absolute()
+    out.mkdir(parents=True, exist_ok=True)
+    run_dir = unique_sibling(out / f"{scenario.name}-{utc_stamp()}-seed{scenario.seed}")
+    run_dir.mkdir(parents=True)
+    result = Runner(scenario, run_dir, console).run()
+    print_verdicts(console, result.verdicts, f"{scenario.name} (seed {scenario.seed})")
+    return result
