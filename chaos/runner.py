@@ -35,6 +35,7 @@ from .scenario import NemesisStep, RoleSpec, Scenario
 
 TICK_S = 0.02
 STOP_GRACE_S = 5.0
+NATURAL_EXIT_S = 2.0
 _MP = multiprocessing.get_context("spawn")  # SPEC §16.1: spawned, never forked from a holder
 
 
@@ -271,9 +272,17 @@ class Runner:
         for inst in self.instances:
             if inst.alive():
                 os.kill(inst.pid, signal.SIGCONT)
-                if not inst.term_sent:
-                    inst.term_sent = True
-                    os.kill(inst.pid, signal.SIGTERM)
+        # Roles stop by themselves at their deadline; only signal those that do not. (A SIGTERM
+        # that lands during interpreter shutdown would kill with the default action and look
+        # like a crash.)
+        natural = time.monotonic() + NATURAL_EXIT_S
+        while time.monotonic() < natural and any(i.alive() for i in self.instances):
+            self._reap(writer)
+            time.sleep(TICK_S)
+        for inst in self.instances:
+            if inst.alive() and not inst.term_sent:
+                inst.term_sent = True
+                os.kill(inst.pid, signal.SIGTERM)
         deadline = time.monotonic() + STOP_GRACE_S
         while time.monotonic() < deadline and any(i.alive() for i in self.instances):
             self._reap(writer)

@@ -382,12 +382,12 @@ class StoreConnection:
         try:
             path = capture_retired(self.db_path, self.generation, trigger)  # type: ignore[arg-type]
             capture = str(path) if path else None
-        except OSError as exc:
+        except Exception as exc:  # noqa: BLE001 - the refusal must stand even if evidence fails
             log.error("could not write the retired-WAL capture beside %s: %s", self.db_path, exc)
         self._capture_dir = capture
         if capture:
             detail += f"; evidence captured in {capture}"
-            events.enabled() and events.emit("capture", dir=capture, trigger=trigger, kind=kind)
+            events.enabled() and events.emit("capture", dir=capture, trigger=trigger, reason=kind)
         if kind == "retired_wal":
             err: StateDbReplacedError = DeletedWalGenerationError(detail, capture_dir=capture)
         else:
