@@ -50,7 +50,7 @@ def _load_all(files: list[Path], err: Console):
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    err = Console(stderr=True)
+    err = Console(stderr=True, soft_wrap=True)
     try:
         if args.cmd == "validate":
             scenarios, bad = _load_all(args.files, err)
@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_BAD_SCENARIO
         from .runner import run_scenario
 
-        console = Console(stderr=True) if args.json else Console()
+        console = Console(stderr=True, soft_wrap=True) if args.json else Console(soft_wrap=True)
         worst = EXIT_OK
         for sc in scenarios:
             for k in range(max(1, args.repeat)):

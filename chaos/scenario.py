@@ -1,0 +1,1427 @@
+"""Scenario files: load, validate and resolve a chaos scenario (SPEC §16.4).
+
+A scenario (YAML) names **roles** (processes running a workload against the store), a
+**nemesis** schedule (faults) and the **checkers** to run (``expect``). Files are validated
+before anything starts: the structure with the published JSON Schema (:data:`SCHEMA`, also
+written to ``chaos/scenario.schema.json``), then semantic checks the schema cannot express
+(times past ``duration``, references to roles that do not exist, duplicate role names,
+failpoint specs, ...). Every problem is reported — not only the first — with the file, the
+1-based line of the offending YAML node and the dotted field path (``roles[1].kind``), sorted by
+line. A file with any problem raises :class:`ScenarioError` (``python -m chaos`` exits 2 and
+nothing runs).
+
+The returned :class:`Scenario` is *resolved*: defaults are filled in (every workload key of the
+role's kind, every checker parameter, ``store``, ``seed``, ``nemesis``...), durations are float
+seconds, and :meth:`Scenario.to_dict` gives a JSON document that is itself a valid scenario.
+
+Regenerate the published schema after editing :data:`SCHEMA`::
+
+    python -m chaos.scenario --write-schema
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import json
+import math
+import re
+import reprlib
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, NamedTuple
+
+import jsonschema
+import yaml
+
+__all__ = [
+    "Problem",
+    "ScenarioError",
+    "RoleSpec",
+    "NemesisStep",
+    "Scenario",
+    "parse_duration",
+    "load_scenario",
+    "load_scenario_text",
+    "validate_text",
+    "schema_json",
+    "SCHEMA",
+    "SCHEMA_PATH",
+    "ROLE_KINDS",
+    "FAULTS",
+    "SIGNAL_FAULTS",
+    "CHECKERS",
+    "EVENT_KINDS",
+]
+
+# --------------------------------------------------------------------------------------------
+# Vocabulary
+# --------------------------------------------------------------------------------------------
+
+#: Role kinds implemented by ``chaos/roles`` (SPEC §16.1 names more; they are rejected for now).
+ROLE_KINDS = ("gateway", "cli", "lock_holder")
+#: Nemesis faults implemented (SPEC §16.2 names more; they are rejected for now).
+FAULTS = ("delete_sidecars", "kill", "terminate", "stop", "cont")
+#: Faults that send a signal to the instances of a role (they take ``role`` and ``index``).
+SIGNAL_FAULTS = ("kill", "terminate", "stop", "cont")
+#: Checkers that may appear under ``expect`` (SPEC §16.3).
+CHECKERS = (
+    "no_lost_writes",
+    "stale_wal_refusal",
+    "integrity",
+    "retry_jitter",
+    "checkpoint_cadence",
+    "recovery",
+)
+#: Store event kinds (``hermes_state.events``) a scenario may list in ``must_observe``.
+EVENT_KINDS = ("retry", "checkpoint", "refusal", "capture", "write_gave_up")
+#: Sidecar files ``delete_sidecars`` may delete.
+SIDECARS = ("wal", "shm")
+#: Places ``no_lost_writes`` may accept an ``ok`` append in besides the final store.
+ALLOW_IN = ("capture", "spool")
+
+NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]*$"
+DURATION_PATTERN = r"^[0-9]+(\.[0-9]+)?(ms|s|m)$"
+_DURATION_RE = re.compile(r"^(?P<num>[0-9]+(?:\.[0-9]+)?)(?P<unit>ms|s|m)$")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0}
+MAX_COUNT = 32
+
+#: Path of the published JSON Schema (kept identical to :data:`SCHEMA`; a test checks it).
+SCHEMA_PATH = Path(__file__).with_name("scenario.schema.json")
+
+# --------------------------------------------------------------------------------------------
+# The published JSON Schema (draft 2020-12). Only JSON types in here (lists, not tuples) so
+# that ``json.loads(schema_json()) == SCHEMA``.
+# --------------------------------------------------------------------------------------------
+
+_DUR = "#/$defs/duration"
+
+
+def _dur(description: str, **extra: Any) -> dict:
+    return {"$ref": _DUR, "description": description, **extra}
+
+
+def _workload(kind: str, description: str, properties: dict) -> dict:
+    return {
+        "title": f"{kind} workload",
+        "description": description,
+        "type": "object",
+        "additionalProperties": False,
+        "properties": properties,
+    }
+
+
+def _step_then(fault: str, properties: dict, required: list[str]) -> dict:
+    then: dict = {
+        "title": f"{fault} step",
+        "additionalProperties": False,
+        "properties": {"at": True, "after": True, "fault": True, **properties},
+    }
+    if required:
+        then["required"] = required
+    return {
+        "if": {"properties": {"fault": {"const": fault}}, "required": ["fault"]},
+        "then": then,
+    }
+
+
+def _checker(
+    name: str, description: str, properties: dict, required: tuple[str, ...] = ()
+) -> dict:
+    out: dict = {
+        "title": f"{name} parameters",
+        "description": description,
+        "type": "object",
+        "additionalProperties": False,
+        "properties": properties,
+    }
+    if required:
+        out["required"] = list(required)
+    return out
+
+
+_SIGNAL_STEP_PROPS = {
+    "role": {
+        "type": "string",
+        "description": "The role whose instances receive the signal (must name a role).",
+    },
+    "index": {
+        "type": "integer",
+        "minimum": 0,
+        "description": "Only this instance of the role (0-based, < the role's count); "
+        "default: every instance.",
+    },
+}
+
+SCHEMA: dict = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "title": "chaos scenario",
+    "description": "A chaos scenario for hermes-state (SPEC §16.4): roles (OS processes running a "
+    "workload against the real store), a nemesis schedule (faults) and the checkers "
+    "(invariants) that decide the verdict. Semantic rules the schema cannot express are checked "
+    "by chaos/scenario.py: times must lie before `duration`, `stop_at` after `start_at`, role "
+    "names are unique, every role reference names a role, a nemesis `index` is below the role's "
+    "`count`, each nemesis step has exactly one of `at`/`after`, `failpoints` parse, and a "
+    "`must_observe` fault is used by the nemesis.",
+    "type": "object",
+    "required": ["name", "description", "duration", "roles", "expect"],
+    "additionalProperties": False,
+    "properties": {
+        "name": {
+            "$ref": "#/$defs/name",
+            "description": "Scenario name: lowercase letters, digits, '-' and '_'; used in run "
+            "directory names.",
+        },
+        "description": {
+            "type": "string",
+            "pattern": "\\S",
+            "description": "What the scenario reproduces (non-empty).",
+        },
+        "seed": {
+            "type": "integer",
+            "minimum": 0,
+            "default": 0,
+            "description": "Seed of every random choice (workload and faults); the same seed "
+            "replays the same run. `--seed` overrides it.",
+        },
+        "duration": _dur("Length of the chaos phase (> 0)."),
+        "store": {
+            "title": "store",
+            "description": "The store the run starts from.",
+            "type": "object",
+            "additionalProperties": False,
+            "default": {"fixture": "empty"},
+            "properties": {
+                "fixture": {
+                    "title": "store fixture",
+                    "enum": ["empty"],
+                    "default": "empty",
+                    "description": "`empty`: a fresh home with no state.db.",
+                }
+            },
+        },
+        "roles": {
+            "type": "array",
+            "minItems": 1,
+            "items": {"$ref": "#/$defs/role"},
+            "description": "The processes of the run (at least one).",
+        },
+        "nemesis": {
+            "type": "array",
+            "default": [],
+            "items": {"$ref": "#/$defs/step"},
+            "description": "The fault schedule.",
+        },
+        "expect": {
+            "title": "expect",
+            "description": "Checker name -> parameters ({} for none); at least one checker.",
+            "type": "object",
+            "minProperties": 1,
+            "additionalProperties": False,
+            "properties": {
+                "no_lost_writes": _checker(
+                    "no_lost_writes",
+                    "Every ok append is in the final store (or in an allowed place); every "
+                    "failed append is absent.",
+                    {
+                        "allow_in": {
+                            "type": "array",
+                            "uniqueItems": True,
+                            "default": [],
+                            "items": {"title": "place", "enum": list(ALLOW_IN)},
+                            "description": "Where an ok append may be instead of the final store.",
+                        }
+                    },
+                ),
+                "stale_wal_refusal": _checker(
+                    "stale_wal_refusal",
+                    "After the sidecars of a live holder are deleted, the holder stops writing, "
+                    "leaves a capture, new processes refuse, and a new writer works after it "
+                    "exits.",
+                    {
+                        "holder": {
+                            "type": "string",
+                            "description": "The role holding the store when the sidecars go "
+                            "(must name a role).",
+                        }
+                    },
+                    ("holder",),
+                ),
+                "integrity": _checker(
+                    "integrity",
+                    "integrity_check, foreign_key_check, FTS integrity and message counts.",
+                    {},
+                ),
+                "retry_jitter": _checker(
+                    "retry_jitter",
+                    "Retry sleeps within [lo, hi], spread uniformly, at most max_attempts.",
+                    {
+                        "min_retries": {
+                            "type": "integer",
+                            "minimum": 0,
+                            "default": 0,
+                            "description": "Fewer retries observed than this is inconclusive.",
+                        },
+                        "max_attempts": {
+                            "type": "integer",
+                            "minimum": 1,
+                            "default": 15,
+                            "description": "At most this many attempts per write.",
+                        },
+                        "lo": {
+                            "type": "number",
+                            "minimum": 0,
+                            "default": 0.020,
+                            "description": "Lowest allowed retry sleep (seconds).",
+                        },
+                        "hi": {
+                            "type": "number",
+                            "minimum": 0,
+                            "default": 0.150,
+                            "description": "Highest allowed retry sleep (seconds, >= lo).",
+                        },
+                    },
+                ),
+                "checkpoint_cadence": _checker(
+                    "checkpoint_cadence",
+                    "A PASSIVE checkpoint after every `every`-th write of each writer.",
+                    {
+                        "every": {
+                            "type": "integer",
+                            "minimum": 1,
+                            "default": 50,
+                            "description": "Writes between cadence checkpoints.",
+                        }
+                    },
+                ),
+                "recovery": _checker(
+                    "recovery",
+                    "After the run, doctor reports what is expected and a fresh writer writes.",
+                    {},
+                ),
+            },
+        },
+        "must_observe": {
+            "type": "array",
+            "default": [],
+            "items": {"title": "observable", "enum": list(FAULTS) + list(EVENT_KINDS)},
+            "description": "Faults (used by this scenario's nemesis) or store events that must "
+            "happen, else the verdict is INCONCLUSIVE.",
+        },
+    },
+    "$defs": {
+        "name": {
+            "title": "name",
+            "type": "string",
+            "pattern": NAME_PATTERN,
+        },
+        "duration": {
+            "title": "duration",
+            "description": "A time span: a number of seconds (>= 0) or a string 'Ns', 'Nms' or "
+            "'Nm' (e.g. '10s', '500ms', '1.5s', '2m').",
+            "anyOf": [
+                {"type": "number", "minimum": 0},
+                {"type": "string", "pattern": DURATION_PATTERN},
+            ],
+        },
+        "role": {
+            "title": "role",
+            "description": "A role: `count` OS processes of one kind (SPEC §16.1).",
+            "type": "object",
+            "required": ["name", "kind"],
+            "additionalProperties": False,
+            "properties": {
+                "name": {
+                    "$ref": "#/$defs/name",
+                    "description": "Unique among roles; instances are named <name>-<index>.",
+                },
+                "kind": {
+                    "title": "role kind",
+                    "enum": list(ROLE_KINDS),
+                    "description": "gateway: long-lived, many sessions, appends at a rate; cli: "
+                    "short-lived burst; lock_holder: holds BEGIN IMMEDIATE periodically.",
+                },
+                "count": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": MAX_COUNT,
+                    "default": 1,
+                    "description": "Number of instances.",
+                },
+                "start_at": _dur("When the instances start (< duration).", default=0),
+                "stop_at": _dur(
+                    "When the instances are stopped (> start_at, <= duration); default: they "
+                    "run until the end of the chaos phase (cli: until their burst is done)."
+                ),
+                "workload": {
+                    "type": "object",
+                    "description": "Workload parameters; the keys depend on `kind`.",
+                },
+                "failpoints": {
+                    "type": "string",
+                    "description": "HERMES_STATE_FAILPOINTS for the instances, e.g. "
+                    "'write.before_commit=crash@3' (SPEC §4 failpoints).",
+                },
+            },
+            "allOf": [
+                {
+                    "if": {"properties": {"kind": {"const": kind}}, "required": ["kind"]},
+                    "then": {"properties": {"workload": {"$ref": f"#/$defs/{kind}_workload"}}},
+                }
+                for kind in ROLE_KINDS
+            ],
+        },
+        "gateway_workload": _workload(
+            "gateway",
+            "Long-lived sessions receiving user/assistant/tool messages.",
+            {
+                "appends_per_s": {
+                    "type": "number",
+                    "minimum": 0,
+                    "default": 20,
+                    "description": "Appends per second per instance; 0 = as fast as possible.",
+                },
+                "sessions": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": 100,
+                    "default": 3,
+                    "description": "Concurrent sessions per instance.",
+                },
+                "message_bytes": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": 1_000_000,
+                    "default": 200,
+                    "description": "Size of each message's content.",
+                },
+                "tool_call_share": {
+                    "type": "number",
+                    "minimum": 0,
+                    "maximum": 1,
+                    "default": 0.2,
+                    "description": "Share of appends that are tool calls/results.",
+                },
+                "split_every": {
+                    "type": "integer",
+                    "minimum": 0,
+                    "default": 0,
+                    "description": "Messages before a compression split ends the session and "
+                    "starts a child (parent_session_id); 0 = never.",
+                },
+            },
+        ),
+        "cli_workload": _workload(
+            "cli",
+            "Open, create one session, append a burst, set a title, search, close.",
+            {
+                "burst": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": 10_000,
+                    "default": 20,
+                    "description": "Messages appended by each instance.",
+                },
+                "appends_per_s": {
+                    "type": "number",
+                    "minimum": 0,
+                    "default": 0,
+                    "description": "Rate of the burst; 0 = as fast as possible.",
+                },
+                "title": {
+                    "type": "boolean",
+                    "default": True,
+                    "description": "Set a session title after the burst.",
+                },
+            },
+        ),
+        "lock_holder_workload": _workload(
+            "lock_holder",
+            "Holds BEGIN IMMEDIATE for `hold` every `every`, first at `first_at`.",
+            {
+                "hold": _dur("How long the write lock is held (> 0).", default=0.5),
+                "every": _dur("Period between lock acquisitions (> 0).", default=2),
+                "first_at": _dur(
+                    "Delay before the first acquisition, from the instance's start.", default=1
+                ),
+            },
+        ),
+        "after": {
+            "title": "after trigger",
+            "description": "Fire after the role's `ok`-th successful operation `op` (all "
+            "instances together).",
+            "type": "object",
+            "required": ["role", "ok"],
+            "additionalProperties": False,
+            "properties": {
+                "role": {"type": "string", "description": "The role counted (must name a role)."},
+                "ok": {"type": "integer", "minimum": 1, "description": "The count to reach."},
+                "op": {
+                    "type": "string",
+                    "pattern": "\\S",
+                    "default": "append",
+                    "description": "The operation counted.",
+                },
+            },
+        },
+        "step": {
+            "title": "nemesis step",
+            "description": "One fault, scheduled with exactly one of `at` or `after`; the other "
+            "keys depend on `fault`.",
+            "type": "object",
+            "required": ["fault"],
+            "properties": {
+                "at": _dur("Time offset from the start of the chaos phase (< duration)."),
+                "after": {"$ref": "#/$defs/after"},
+                "fault": {
+                    "title": "fault",
+                    "enum": list(FAULTS),
+                    "description": "delete_sidecars: unlink state.db-wal/-shm; kill: SIGKILL; "
+                    "terminate: SIGTERM; stop: SIGSTOP; cont: SIGCONT.",
+                },
+            },
+            "allOf": [
+                _step_then(
+                    "delete_sidecars",
+                    {
+                        "files": {
+                            "type": "array",
+                            "minItems": 1,
+                            "uniqueItems": True,
+                            "default": list(SIDECARS),
+                            "items": {"title": "sidecar", "enum": list(SIDECARS)},
+                            "description": "Which sidecars to delete.",
+                        }
+                    },
+                    [],
+                ),
+                *(_step_then(f, _SIGNAL_STEP_PROPS, ["role"]) for f in SIGNAL_FAULTS),
+            ],
+        },
+    },
+}
+
+
+def schema_json() -> str:
+    """Return :data:`SCHEMA` serialised as the published ``chaos/scenario.schema.json`` text.
+
+    Returns:
+        JSON text (2-space indent, trailing newline); ``json.loads`` of it equals :data:`SCHEMA`.
+    """
+    return json.dumps(SCHEMA, indent=2, ensure_ascii=False) + "\n"
+
+
+_VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
+
+# --------------------------------------------------------------------------------------------
+# Problems
+# --------------------------------------------------------------------------------------------
+
+
+class Problem(NamedTuple):
+    """One validation problem of a scenario file (SPEC §16.4).
+
+    Attributes:
+        file: the scenario file (or the ``source`` given to :func:`load_scenario_text`).
+        line: 1-based line of the offending YAML node, ``None`` when unknown (unreadable file).
+        field: dotted field path such as ``roles[1].kind``; ``(root)``, ``(yaml)`` or ``(file)``
+            for problems of the whole document, its syntax or the file itself.
+        message: what is wrong and what is allowed.
+    """
+
+    file: str
+    line: int | None
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        where = f"{self.file}:{self.line}" if self.line is not None else self.file
+        return f"{where}: {self.field}: {self.message}"
+
+
+class ScenarioError(Exception):
+    """A scenario file is invalid (SPEC §16.4; ``python -m chaos`` exits 2).
+
+    Attributes:
+        problems: every problem found, sorted by line; ``str(error)`` is one per line.
+    """
+
+    def __init__(self, problems: Iterable[Problem]):
+        self.problems: list[Problem] = list(problems)
+        super().__init__("\n".join(str(p) for p in self.problems))
+
+    def __str__(self) -> str:
+        return "\n".join(str(p) for p in self.problems)
+
+
+# --------------------------------------------------------------------------------------------
+# Durations
+# --------------------------------------------------------------------------------------------
+
+
+def parse_duration(value: Any) -> float:
+    """Parse a scenario duration into float seconds (SPEC §16.4).
+
+    Args:
+        value: a non-negative int/float of seconds, or a string ``"<N>s"``, ``"<N>ms"`` or
+            ``"<N>m"`` where N is a decimal number (``"10s"``, ``"500ms"``, ``"1.5s"``, ``"2m"``).
+
+    Returns:
+        The duration in seconds, e.g. ``parse_duration("500ms") == 0.5``.
+
+    Raises:
+        ValueError: a negative or non-finite number, a bool, a string without a known unit, or
+            any other type.
+    """
+    if isinstance(value, bool):
+        raise ValueError(f"bad duration {value!r}: a boolean is not a duration")
+    if isinstance(value, (int, float)):
+        try:
+            seconds = float(value)
+        except OverflowError:
+            raise ValueError(f"bad duration {value!r}: too large") from None
+        if not math.isfinite(seconds):
+            raise ValueError(f"bad duration {value!r}: not a finite number")
+        if seconds < 0:
+            raise ValueError(f"bad duration {value!r}: must be >= 0")
+        return seconds
+    if isinstance(value, str):
+        m = _DURATION_RE.match(value)
+        if m:
+            seconds = float(m["num"]) * _UNIT_SECONDS[m["unit"]]
+            if math.isfinite(seconds):
+                return seconds
+        raise ValueError(
+            f"bad duration {value!r}: expected a number of seconds or a string like "
+            "'10s', '500ms', '2m'"
+        )
+    raise ValueError(f"bad duration {value!r}: expected a number or a string like '10s'")
+
+
+def _fmt_s(seconds: float) -> str:
+    return f"{seconds:g}s"
+
+
+# --------------------------------------------------------------------------------------------
+# Resolved scenario
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class RoleSpec:
+    """One resolved role of a scenario (SPEC §16.1, §16.4).
+
+    Attributes:
+        name: unique role name; instances are ``<name>-<index>``.
+        kind: one of :data:`ROLE_KINDS`.
+        count: number of instances (1..32).
+        start_at: start offset in seconds.
+        stop_at: stop offset in seconds, or ``None`` (run to the end of the chaos phase).
+        workload: every workload key of the kind, defaults filled (lock_holder durations as
+            float seconds).
+        failpoints: ``HERMES_STATE_FAILPOINTS`` spec for the instances (``""``: none).
+        line: 1-based line of the role in the file.
+    """
+
+    name: str
+    kind: str
+    count: int
+    start_at: float
+    stop_at: float | None
+    workload: dict
+    failpoints: str
+    line: int | None
+
+
+@dataclass
+class NemesisStep:
+    """One resolved nemesis step (SPEC §16.2, §16.4).
+
+    Attributes:
+        index: position in the ``nemesis`` list.
+        fault: one of :data:`FAULTS`.
+        at: time offset in seconds, or ``None`` when the step fires ``after`` an event count.
+        after: ``{"role", "ok", "op"}`` (``op`` defaults to ``"append"``) or ``None``.
+        params: every other key of the step, defaults filled: ``delete_sidecars`` ->
+            ``{"files": [...]}``; signal faults -> ``{"role": str, "index": int | None}``
+            (``None``: every instance).
+        line: 1-based line of the step in the file.
+    """
+
+    index: int
+    fault: str
+    at: float | None
+    after: dict | None
+    params: dict
+    line: int | None
+
+
+@dataclass
+class Scenario:
+    """A validated, resolved scenario (SPEC §16.4). Build with :func:`load_scenario`.
+
+    Attributes:
+        name, description, seed: as in the file (``seed`` defaults to 0).
+        duration: length of the chaos phase in seconds.
+        store: ``{"fixture": ...}`` with defaults filled.
+        roles: the roles in file order.
+        nemesis: the steps in file order.
+        expect: checker name -> parameters with defaults filled.
+        must_observe: faults/events that must happen for a conclusive verdict.
+        source: the file path (or the ``source`` given to :func:`load_scenario_text`).
+        raw: the document as parsed from YAML (no defaults).
+    """
+
+    name: str
+    description: str
+    seed: int
+    duration: float
+    store: dict
+    roles: list[RoleSpec]
+    nemesis: list[NemesisStep]
+    expect: dict[str, dict]
+    must_observe: list[str]
+    source: str
+    raw: dict = field(repr=False)
+
+    def role(self, name: str) -> RoleSpec:
+        """Return the role called ``name``.
+
+        Raises:
+            KeyError: no role has that name.
+        """
+        for r in self.roles:
+            if r.name == name:
+                return r
+        raise KeyError(name)
+
+    def with_seed(self, seed: int) -> "Scenario":
+        """Return a deep copy of this scenario with another seed (``--seed``).
+
+        Args:
+            seed: an int >= 0.
+
+        Returns:
+            A new :class:`Scenario`; ``raw["seed"]`` is updated too. ``self`` is unchanged.
+
+        Raises:
+            ValueError: ``seed`` is not an int >= 0.
+        """
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise ValueError(f"seed must be an int >= 0, got {seed!r}")
+        new = copy.deepcopy(self)
+        new.seed = seed
+        if isinstance(new.raw, dict):
+            new.raw["seed"] = seed
+        return new
+
+    def to_dict(self) -> dict:
+        """Return the resolved scenario as plain JSON data (for ``scenario.resolved.json``).
+
+        Durations are float seconds and every default is filled. The result is itself a valid
+        scenario document: ``load_scenario_text(json.dumps(s.to_dict()))`` gives an equal
+        scenario. ``source``, ``raw`` and line numbers are not included.
+
+        Returns:
+            A JSON-serialisable dict.
+        """
+        roles = []
+        for r in self.roles:
+            d: dict = {"name": r.name, "kind": r.kind, "count": r.count, "start_at": r.start_at}
+            if r.stop_at is not None:
+                d["stop_at"] = r.stop_at
+            d["workload"] = copy.deepcopy(r.workload)
+            d["failpoints"] = r.failpoints
+            roles.append(d)
+        steps = []
+        for s in self.nemesis:
+            d = {"fault": s.fault}
+            if s.at is not None:
+                d["at"] = s.at
+            if s.after is not None:
+                d["after"] = copy.deepcopy(s.after)
+            d.update({k: copy.deepcopy(v) for k, v in s.params.items() if v is not None})
+            steps.append(d)
+        return {
+            "name": self.name,
+            "description": self.description,
+            "seed": self.seed,
+            "duration": self.duration,
+            "store": copy.deepcopy(self.store),
+            "roles": roles,
+            "nemesis": steps,
+            "expect": copy.deepcopy(self.expect),
+            "must_observe": list(self.must_observe),
+        }
+
+
+# --------------------------------------------------------------------------------------------
+# Loading
+# --------------------------------------------------------------------------------------------
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Read, validate and resolve a scenario file (SPEC §16.4).
+
+    Args:
+        path: the YAML file.
+
+    Returns:
+        The resolved :class:`Scenario` (``source`` = ``str(path)``).
+
+    Raises:
+        ScenarioError: the file cannot be read or is not UTF-8, has a YAML syntax error (with
+            its line), or has any structural/semantic problem — all of them are reported.
+    """
+    source = str(path)
+    try:
+        data = Path(path).read_bytes()
+    except OSError as e:
+        raise ScenarioError([Problem(source, None, "(file)", f"cannot read: {e.strerror or e}")])
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise ScenarioError(
+            [Problem(source, line, "(file)", f"not UTF-8 text: byte {data[e.start]:#04x}")]
+        ) from None
+    return load_scenario_text(text, source)
+
+
+def load_scenario_text(text: str, source: str = "<string>") -> Scenario:
+    """Validate and resolve a scenario given as YAML text (SPEC §16.4).
+
+    Args:
+        text: the YAML document.
+        source: the name used in problems and in :attr:`Scenario.source`.
+
+    Returns:
+        The resolved :class:`Scenario`.
+
+    Raises:
+        ScenarioError: with every problem found (YAML syntax, schema, semantic), sorted by line.
+    """
+    problems, data, root = _validate(text, source)
+    if problems:
+        raise ScenarioError(problems)
+    return _build(data, root, source)
+
+
+def validate_text(text: str, source: str = "<string>") -> list[Problem]:
+    """Return every problem of a scenario given as YAML text (empty list: valid).
+
+    Same checks as :func:`load_scenario_text` (SPEC §16.4) without building the scenario;
+    never raises for bad input.
+    """
+    return _validate(text, source)[0]
+
+
+# --------------------------------------------------------------------------------------------
+# YAML node helpers (line numbers)
+# --------------------------------------------------------------------------------------------
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader without implicit timestamps: a scenario has no dates, and ``2020-13-45``
+    must be a string the schema rejects, not a constructor crash."""
+
+
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+
+_STR_TAG = "tag:yaml.org,2002:str"
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+_ROOT = "(root)"
+
+
+def _field(path: Iterable[Any]) -> str:
+    out = ""
+    for p in path:
+        if isinstance(p, int):
+            out += f"[{p}]"
+        else:
+            out += f".{p}" if out else str(p)
+    return out or _ROOT
+
+
+def _child(node: yaml.Node | None, key: Any) -> tuple[yaml.Node | None, yaml.Node] | None:
+    if isinstance(node, yaml.MappingNode) and isinstance(key, str):
+        found = None
+        for k, v in node.value:  # last one wins, as in the constructed data
+            if isinstance(k, yaml.ScalarNode) and k.tag == _STR_TAG and k.value == key:
+                found = (k, v)
+        return found
+    if isinstance(node, yaml.SequenceNode) and isinstance(key, int) and 0 <= key < len(node.value):
+        return None, node.value[key]
+    return None
+
+
+def _line_of(root: yaml.Node | None, path: Iterable[Any], key: bool = False) -> int:
+    """1-based line of the node at ``path`` (of its key node if ``key``); the deepest existing
+    ancestor's line when the path does not exist (e.g. a missing required key)."""
+    node = root
+    path = list(path)
+    for i, p in enumerate(path):
+        hit = _child(node, p)
+        if hit is None:
+            break
+        knode, node = hit
+        if key and i == len(path) - 1 and knode is not None:
+            return knode.start_mark.line + 1
+    return node.start_mark.line + 1 if node is not None else 1
+
+
+def _yaml_error_line(e: Exception, text: str) -> int:
+    mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+    if mark is not None:
+        return mark.line + 1
+    pos = getattr(e, "position", None)  # yaml.reader.ReaderError
+    if isinstance(pos, int):
+        return text[:pos].count("\n") + 1
+    return 1
+
+
+def _yaml_error_message(e: Exception) -> str:
+    if isinstance(e, yaml.MarkedYAMLError):
+        context = e.context or ""
+        if context and e.context_mark is not None and e.problem_mark is not None:
+            cm = e.context_mark
+            if (cm.line, cm.column) != (e.problem_mark.line, e.problem_mark.column):
+                context += f" (from line {cm.line + 1}, column {cm.column + 1})"
+        parts = [p for p in (context, e.problem) if p]
+        msg = "; ".join(parts) if parts else " ".join(str(e).split())
+        mark = e.problem_mark or e.context_mark
+        if mark is not None:
+            msg += f" (column {mark.column + 1})"
+        return f"YAML syntax error: {msg}"
+    return f"YAML error: {' '.join(str(e).split())}"
+
+
+def _scan_nodes(root: yaml.Node, emit) -> None:
+    """Report non-string and duplicate mapping keys (PyYAML silently keeps the last duplicate)."""
+    seen_nodes: set[int] = set()
+    stack: list[tuple[yaml.Node, list]] = [(root, [])]
+    while stack:
+        node, path = stack.pop()
+        if id(node) in seen_nodes:
+            continue
+        seen_nodes.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            keys: dict[str, int] = {}
+            for k, v in node.value:
+                if k.tag == _MERGE_TAG:
+                    continue
+                line = k.start_mark.line + 1
+                if not isinstance(k, yaml.ScalarNode):
+                    emit(path, line, "a mapping key must be a plain string, not a list or mapping")
+                    continue
+                if k.tag != _STR_TAG:
+                    kind = k.tag.rsplit(":", 1)[-1]
+                    emit(
+                        path,
+                        line,
+                        f"key {k.value!r} is not a string (YAML reads it as {kind}; quote it)",
+                    )
+                    continue
+                if k.value in keys:
+                    emit(
+                        path + [k.value],
+                        line,
+                        f"duplicate key {k.value!r} (first on line {keys[k.value]}; "
+                        "YAML keys must be unique)",
+                    )
+                keys.setdefault(k.value, line)
+                stack.append((v, path + [k.value]))
+        elif isinstance(node, yaml.SequenceNode):
+            for i, v in enumerate(node.value):
+                stack.append((v, path + [i]))
+
+
+def _sanitize(data: Any, emit_path) -> None:
+    """Drop non-string keys (already reported) and report non-finite numbers, in place."""
+    seen: set[int] = set()
+    stack: list[tuple[Any, list]] = [(data, [])]
+    while stack:
+        obj, path = stack.pop()
+        if isinstance(obj, float) and not math.isfinite(obj):
+            emit_path(path, f"{obj!r} is not a finite number")
+            continue
+        if not isinstance(obj, (dict, list)) or id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, dict):
+            for k in [k for k in obj if not isinstance(k, str)]:
+                del obj[k]
+            stack.extend((v, path + [k]) for k, v in obj.items())
+        else:
+            stack.extend((v, path + [i]) for i, v in enumerate(obj))
+
+
+# --------------------------------------------------------------------------------------------
+# Schema error -> problem
+# --------------------------------------------------------------------------------------------
+
+_TYPE_NAMES = {
+    "integer": "an integer",
+    "number": "a number",
+    "string": "a string",
+    "object": "a mapping",
+    "array": "a list",
+    "boolean": "true or false",
+    "null": "null",
+}
+_UNKNOWN_KEY_NOUN = {"expect": "checker"}
+_PLAIN_TITLES = {"chaos scenario", "role", "nemesis step"}
+
+
+def _hint(value: Any, options: Iterable[Any]) -> str:
+    """`` - did you mean 'x'?`` for a near miss among ``options``, else ``""``."""
+    if not isinstance(value, str):
+        return ""
+    close = difflib.get_close_matches(value, [o for o in options if isinstance(o, str)], n=1)
+    return f" - did you mean {close[0]!r}?" if close else ""
+
+
+_REPR = reprlib.Repr()
+_REPR.maxstring, _REPR.maxother, _REPR.maxlevel = 60, 60, 2
+_REPR.maxlist = _REPR.maxdict = _REPR.maxset = _REPR.maxtuple = 4
+
+
+def _short(value: Any) -> str:
+    """A bounded repr: YAML aliases can build huge shared structures."""
+    try:
+        r = _REPR.repr(value)
+    except Exception:  # noqa: BLE001 - a repr of untrusted YAML data must never break reporting
+        r = f"<{type(value).__name__}>"
+    return r if len(r) <= 80 else r[:77] + "..."
+
+
+def _kind_of(value: Any) -> str:
+    if value is None:
+        return "an empty value (null)"
+    if isinstance(value, bool):
+        return f"boolean {value!r}"
+    if isinstance(value, int):
+        return f"integer {_short(value)}"
+    if isinstance(value, float):
+        return f"number {_short(value)}"
+    if isinstance(value, str):
+        return f"string {_short(value)}"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    return f"{type(value).__name__} {_short(value)}"
+
+
+def _schema_problems(err: jsonschema.ValidationError) -> list[tuple[list, int | None, str, bool]]:
+    """Translate one jsonschema error into ``(path, line_override, message, at_key)`` items."""
+    path = list(err.absolute_path)
+    v, inst = err.validator, err.instance
+    schema = err.schema if isinstance(err.schema, dict) else {}
+    title = schema.get("title")
+    if v == "additionalProperties" and isinstance(inst, dict):
+        allowed = list(schema.get("properties", {}))
+        noun = _UNKNOWN_KEY_NOUN.get(title, "key")
+        where = f" in {title}" if title and noun == "key" and title not in _PLAIN_TITLES else ""
+        allowed_s = ", ".join(allowed) if allowed else "none"
+        return [
+            (
+                path + [k],
+                None,
+                f"unknown {noun} {k!r}{where} (allowed: {allowed_s}){_hint(k, allowed)}",
+                True,
+            )
+            for k in inst
+            if k not in schema.get("properties", {})
+        ]
+    if v == "required" and isinstance(inst, dict):
+        missing = [k for k in err.validator_value if k not in inst]
+        return [(path + [k], None, f"missing required key {k!r}", False) for k in missing]
+    if v == "anyOf" and title == "duration":
+        msg = (
+            f"bad duration {_short(inst)}: expected a number of seconds >= 0 or a string like "
+            "'10s', '500ms', '1.5s', '2m'"
+        )
+        return [(path, None, msg, False)]
+    if v == "type":
+        types = err.validator_value
+        types = types if isinstance(types, list) else [types]
+        want = " or ".join(_TYPE_NAMES.get(t, t) for t in types)
+        msg = f"expected {want}, got {_kind_of(inst)}"
+        if inst is None and "object" in types:
+            msg += " (write {} for no parameters)"
+        return [(path, None, msg, False)]
+    if v == "enum":
+        allowed = ", ".join(str(x) for x in err.validator_value)
+        if title:
+            hint = _hint(inst, err.validator_value)
+            msg = f"unknown {title} {_short(inst)} (allowed: {allowed}){hint}"
+            return [(path, None, msg, False)]
+        return [(path, None, f"{_short(inst)} is not one of: {allowed}", False)]
+    if v == "pattern":
+        if title == "name":
+            msg = (
+                f"bad name {_short(inst)}: use lowercase letters, digits, '-' and '_', "
+                "starting with a letter or digit"
+            )
+        elif err.validator_value == "\\S":
+            msg = "must not be empty or blank"
+        else:
+            msg = f"{_short(inst)} does not match {err.validator_value}"
+        return [(path, None, msg, False)]
+    if v == "minimum":
+        return [(path, None, f"must be >= {err.validator_value}, got {_short(inst)}", False)]
+    if v == "maximum":
+        return [(path, None, f"must be <= {err.validator_value}, got {_short(inst)}", False)]
+    if v == "minItems":
+        n = err.validator_value
+        return [(path, None, f"must have at least {n} item{'s' if n != 1 else ''}", False)]
+    if v == "minProperties":
+        if title == "expect":
+            msg = f"name at least one checker (allowed: {', '.join(CHECKERS)})"
+        else:
+            msg = f"must have at least {err.validator_value} key(s)"
+        return [(path, None, msg, False)]
+    if v == "uniqueItems" and isinstance(inst, list):
+        dups = list(dict.fromkeys(_short(x) for i, x in enumerate(inst) if x in inst[:i]))
+        return [(path, None, f"items must be unique (repeated: {', '.join(dups)})", False)]
+    return [(path, None, err.message, False)]
+
+
+# --------------------------------------------------------------------------------------------
+# Validation
+# --------------------------------------------------------------------------------------------
+
+
+def _validate(text: str, source: str) -> tuple[list[Problem], Any, yaml.Node | None]:
+    problems: list[Problem] = []
+    root: yaml.Node | None = None
+
+    def emit(path: list, line: int | None, message: str) -> None:
+        problems.append(Problem(source, line, _field(path), message))
+
+    def emit_at(path: list, message: str, key: bool = False) -> None:
+        emit(path, _line_of(root, path, key), message)
+
+    if not isinstance(text, str):
+        msg = f"expected text, got {type(text).__name__}"
+        return [Problem(source, None, "(file)", msg)], None, None
+
+    # 1. YAML syntax (composed once; the data is constructed from the same node tree).
+    loader = None
+    try:
+        try:
+            loader = _Loader(text)
+            root = loader.get_single_node()
+        except (yaml.YAMLError, RecursionError) as e:
+            line = _yaml_error_line(e, text)
+            msg = (
+                "YAML nesting too deep"
+                if isinstance(e, RecursionError)
+                else _yaml_error_message(e)
+            )
+            return [Problem(source, line, "(yaml)", msg)], None, None
+        if root is None:
+            msg = (
+                "the document is empty: expected a mapping with "
+                + ", ".join(SCHEMA["required"])
+            )
+            return [Problem(source, 1, _ROOT, msg)], None, None
+        _scan_nodes(root, emit)
+        try:
+            data = loader.construct_document(root)
+        except Exception as e:  # noqa: BLE001 - PyYAML constructors raise assorted errors
+            line = _yaml_error_line(e, text)
+            problems.append(Problem(source, line, "(yaml)", _yaml_error_message(e)))
+            return _sorted(problems), None, root
+    finally:
+        if loader is not None:
+            loader.dispose()
+
+    # 2. Structure (JSON Schema), then 3. semantics.
+    _sanitize(data, emit_at)
+    try:
+        for err in _VALIDATOR.iter_errors(data):
+            for path, line, message, at_key in _schema_problems(err):
+                emit(path, line if line is not None else _line_of(root, path, at_key), message)
+        _semantic(data, emit_at)
+    except RecursionError:
+        emit([], _line_of(root, []), "the document is nested too deeply or is recursive (aliases)")
+    return _sorted(problems), data, root
+
+
+def _sorted(problems: list[Problem]) -> list[Problem]:
+    """Deduplicate; sort by line, then by field (``roles[2]`` before ``roles[10]``)."""
+
+    def key(p: Problem) -> tuple:
+        parts = re.split(r"(\d+)", p.field)
+        natural = tuple((0, int(x), "") if x.isdigit() else (1, 0, x) for x in parts)
+        return (p.line if p.line is not None else 0, natural)
+
+    return sorted(dict.fromkeys(problems), key=key)
+
+
+def _duration_of(value: Any) -> float | None:
+    try:
+        return parse_duration(value)
+    except ValueError:
+        return None  # the schema reports it
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _semantic(data: Any, emit_at) -> None:
+    """Checks the schema cannot express (SPEC §16.4). Tolerates any structure: where the
+    structure is wrong the schema already reported it, and the check is skipped."""
+    if not isinstance(data, dict):
+        return
+    duration = _duration_of(data.get("duration"))
+    if duration is not None and duration <= 0:
+        emit_at(["duration"], f"duration must be > 0, got {_fmt_s(duration)}")
+        duration = None
+
+    # Roles: unique names, times, failpoints, lock_holder durations.
+    roles: dict[str, dict] = {}
+    role_lines: dict[str, list] = {}
+    raw_roles = data.get("roles")
+    for i, role in enumerate(raw_roles if isinstance(raw_roles, list) else []):
+        if not isinstance(role, dict):
+            continue
+        name = role.get("name")
+        if isinstance(name, str):
+            if name in roles:
+                first = role_lines[name]
+                emit_at(
+                    ["roles", i, "name"],
+                    f"duplicate role name {name!r} (already used by roles[{first[1]}])",
+                )
+            else:
+                roles[name] = role
+                role_lines[name] = ["roles", i, "name"]
+        start = _duration_of(role.get("start_at", 0))
+        if start is not None and duration is not None and start >= duration:
+            emit_at(
+                ["roles", i, "start_at"],
+                f"start_at {_fmt_s(start)} is not before duration {_fmt_s(duration)} "
+                "(a role must start before the run ends)",
+            )
+        if "stop_at" in role:
+            stop = _duration_of(role["stop_at"])
+            if stop is not None and start is not None and stop <= start:
+                emit_at(
+                    ["roles", i, "stop_at"],
+                    f"stop_at {_fmt_s(stop)} must be after start_at {_fmt_s(start)}",
+                )
+            elif stop is not None and duration is not None and stop > duration:
+                emit_at(
+                    ["roles", i, "stop_at"],
+                    f"stop_at {_fmt_s(stop)} is past duration {_fmt_s(duration)}",
+                )
+        fp = role.get("failpoints")
+        if isinstance(fp, str):
+            from hermes_state import failpoints  # lazy: keeps `import chaos.scenario` light
+
+            try:
+                failpoints.parse(fp)
+            except ValueError as e:
+                emit_at(["roles", i, "failpoints"], f"bad failpoint spec: {e}")
+        wl = role.get("workload")
+        if role.get("kind") == "lock_holder" and isinstance(wl, dict):
+            for key in ("hold", "every"):
+                if key in wl:
+                    d = _duration_of(wl[key])
+                    if d is not None and d <= 0:
+                        emit_at(
+                            ["roles", i, "workload", key], f"{key} must be > 0, got {_fmt_s(d)}"
+                        )
+
+    def role_ref(path: list, name: Any, what: str) -> dict | None:
+        if not isinstance(name, str):
+            return None
+        if name in roles:
+            return roles[name]
+        known = ", ".join(roles) if roles else "no roles defined"
+        emit_at(path, f"{what} {name!r} is not a role (roles: {known}){_hint(name, roles)}")
+        return None
+
+    # Nemesis.
+    used_faults: list[str] = []
+    raw_steps = data.get("nemesis")
+    for i, step in enumerate(raw_steps if isinstance(raw_steps, list) else []):
+        if not isinstance(step, dict):
+            continue
+        fault = step.get("fault")
+        if isinstance(fault, str) and fault in FAULTS:
+            used_faults.append(fault)
+        has_at, has_after = "at" in step, "after" in step
+        if has_at and has_after:
+            emit_at(
+                ["nemesis", i, "after"],
+                "give exactly one of 'at' or 'after', not both",
+                key=True,
+            )
+        elif not has_at and not has_after:
+            emit_at(
+                ["nemesis", i],
+                "missing 'at' or 'after': schedule the step at a time offset or after an "
+                "event count (exactly one)",
+            )
+        if has_at:
+            at = _duration_of(step["at"])
+            if at is not None and duration is not None and at >= duration:
+                emit_at(
+                    ["nemesis", i, "at"],
+                    f"at {_fmt_s(at)} is past duration {_fmt_s(duration)} (a fault must be "
+                    "scheduled before the end of the run)",
+                )
+        after = step.get("after")
+        if isinstance(after, dict):
+            role_ref(["nemesis", i, "after", "role"], after.get("role"), "after.role")
+        if fault in SIGNAL_FAULTS:
+            target = role_ref(["nemesis", i, "role"], step.get("role"), "role")
+            index = step.get("index")
+            if target is not None and _is_int(index) and index >= 0:
+                count = target.get("count", 1)
+                if _is_int(count) and 1 <= count <= MAX_COUNT and index >= count:
+                    emit_at(
+                        ["nemesis", i, "index"],
+                        f"index {index} is out of range: role {step['role']!r} has count "
+                        f"{count} (index 0..{count - 1})",
+                    )
+
+    # Expect.
+    expect = data.get("expect")
+    if isinstance(expect, dict):
+        swr = expect.get("stale_wal_refusal")
+        if isinstance(swr, dict):
+            role_ref(["expect", "stale_wal_refusal", "holder"], swr.get("holder"), "holder")
+        rj = expect.get("retry_jitter")
+        if isinstance(rj, dict):
+            lo, hi = rj.get("lo", 0.020), rj.get("hi", 0.150)
+            numbers = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (lo, hi))
+            if numbers and lo > hi:
+                emit_at(
+                    ["expect", "retry_jitter", "hi" if "hi" in rj else "lo"],
+                    f"lo ({lo}) must be <= hi ({hi})",
+                )
+
+    # must_observe: a fault must be one this scenario's nemesis injects.
+    observe = data.get("must_observe")
+    for i, item in enumerate(observe if isinstance(observe, list) else []):
+        if isinstance(item, str) and item in FAULTS and item not in used_faults:
+            faults = ", ".join(dict.fromkeys(used_faults)) or "none"
+            emit_at(
+                ["must_observe", i],
+                f"fault {item!r} is not in this scenario's nemesis (nemesis faults: {faults}; "
+                f"store events: {', '.join(EVENT_KINDS)})",
+            )
+
+
+# --------------------------------------------------------------------------------------------
+# Build (valid data only)
+# --------------------------------------------------------------------------------------------
+
+
+def _fill(obj_schema: dict, given: dict) -> dict:
+    """Defaults of ``obj_schema``'s properties overlaid with ``given``; durations -> float."""
+    out: dict = {}
+    for key, prop in obj_schema.get("properties", {}).items():
+        if key in given:
+            out[key] = copy.deepcopy(given[key])
+        elif isinstance(prop, dict) and "default" in prop:
+            out[key] = copy.deepcopy(prop["default"])
+        else:
+            continue
+        if isinstance(prop, dict) and prop.get("$ref") == _DUR:
+            out[key] = parse_duration(out[key])
+    return out
+
+
+def _build(data: dict, root: yaml.Node, source: str) -> Scenario:
+    defs = SCHEMA["$defs"]
+    props = SCHEMA["properties"]
+    roles = []
+    for i, r in enumerate(data["roles"]):
+        stop = r.get("stop_at")
+        roles.append(
+            RoleSpec(
+                name=r["name"],
+                kind=r["kind"],
+                count=r.get("count", 1),
+                start_at=parse_duration(r.get("start_at", 0)),
+                stop_at=parse_duration(stop) if stop is not None else None,
+                workload=_fill(defs[f"{r['kind']}_workload"], r.get("workload", {})),
+                failpoints=r.get("failpoints", ""),
+                line=_line_of(root, ["roles", i]),
+            )
+        )
+    steps = []
+    for i, s in enumerate(data.get("nemesis", [])):
+        fault = s["fault"]
+        then = next(
+            b["then"]
+            for b in defs["step"]["allOf"]
+            if b["if"]["properties"]["fault"]["const"] == fault
+        )
+        params = {
+            k: v
+            for k, v in _fill(then, s).items()
+            if k not in ("at", "after", "fault")
+        }
+        if fault in SIGNAL_FAULTS:
+            params.setdefault("index", None)
+        after = _fill(defs["after"], s["after"]) if "after" in s else None
+        steps.append(
+            NemesisStep(
+                index=i,
+                fault=fault,
+                at=parse_duration(s["at"]) if "at" in s else None,
+                after=after,
+                params=params,
+                line=_line_of(root, ["nemesis", i]),
+            )
+        )
+    expect_props = props["expect"]["properties"]
+    expect = {name: _fill(expect_props[name], params) for name, params in data["expect"].items()}
+    return Scenario(
+        name=data["name"],
+        description=data["description"],
+        seed=data.get("seed", 0),
+        duration=parse_duration(data["duration"]),
+        store=_fill(props["store"], data.get("store", {})),
+        roles=roles,
+        nemesis=steps,
+        expect=expect,
+        must_observe=list(data.get("must_observe", [])),
+        source=source,
+        raw=data,
+    )
+
+
+def _main(argv: list[str]) -> int:
+    """``python -m chaos.scenario [--write-schema | FILE...]``: write the schema or validate."""
+    if argv == ["--write-schema"]:
+        SCHEMA_PATH.write_text(schema_json(), encoding="utf-8")
+        print(f"wrote {SCHEMA_PATH}")
+        return 0
+    if not argv:
+        sys.stdout.write(schema_json())
+        return 0
+    rc = 0
+    for f in argv:
+        try:
+            load_scenario(f)
+            print(f"{f}: ok")
+        except ScenarioError as e:
+            print(e, file=sys.stderr)
+            rc = 2
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))
