@@ -1,0 +1,125 @@
+"""End-to-end: `python -m chaos run` on real processes and a real store (SPEC §16.5).
+
+These run the shipped scenarios as they are (seconds each) and small ad-hoc ones; each uses its
+own ``--out`` under tmp_path.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_chaos(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "chaos", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=180)
+
+
+def only_run_dir(out: Path) -> Path:
+    dirs = [d for d in out.iterdir() if d.is_dir()]
+    assert len(dirs) == 1, dirs
+    return dirs[0]
+
+
+@pytest.mark.slow
+def test_stale_wal_scenario_passes_every_checker(tmp_path):
+    out = tmp_path / "runs"
+    proc = run_chaos("run", str(ROOT / "scenarios" / "stale_wal.yaml"), "--out", str(out),
+                     cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run_dir = only_run_dir(out)
+    results = json.loads((run_dir / "results.json").read_text())
+    verdicts = {v["checker"]: v["status"] for v in results["verdicts"]}
+    assert verdicts == {"no_lost_writes": "PASS", "stale_wal_refusal": "PASS",
+                        "integrity": "PASS", "recovery": "PASS", "checkpoint_cadence": "PASS",
+                        "must_observe": "PASS"}
+    history = [json.loads(line) for line in (run_dir / "history.jsonl").read_text().splitlines()]
+    # The gateway was refused with the stale-WAL error and left evidence beside the store.
+    assert any(r.get("type") == "fail" and r.get("error") == "DeletedWalGenerationError"
+               and r["process"] == "gateway-0" for r in history)
+    assert any((run_dir / "home").glob("state.db.retired-wal-*/manifest.json"))
+    # Both CLIs started while the gateway lived refused to open; the late one wrote.
+    opens = {r["process"]: r["type"] for r in history
+             if r.get("op") == "open" and r.get("type") in ("ok", "fail")}
+    assert opens["cli-0"] == "fail" and opens["cli-1"] == "fail"
+    assert opens["cli-after-0"] == "ok"
+    assert (run_dir / "logs" / "gateway-0.log").exists()
+    assert "stale_wal_refusal" in proc.stdout and "PASS" in proc.stdout
+
+
+@pytest.mark.slow
+def test_contention_scenario_passes_every_checker(tmp_path):
+    out = tmp_path / "runs"
+    proc = run_chaos("run", str(ROOT / "scenarios" / "contention.yaml"), "--out", str(out),
+                     "--json", cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    results = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert all(v["status"] == "PASS" for v in results["verdicts"]), results["verdicts"]
+    writers = [p for p in results["processes"] if p["process"].startswith("writer-")]
+    assert len(writers) == 4 and all(p["exitcode"] == 0 for p in writers)
+
+
+def test_invalid_scenario_exits_2_and_runs_nothing(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\ndescription: x\nduration: 5s\nroles:\n"
+                   "  - {name: g, kind: gateway}\nnemesis:\n  - {at: 9s, fault: kill, role: g}\n"
+                   "expect: {integrity: {}}\n")
+    out = tmp_path / "runs"
+    proc = run_chaos("run", str(bad), "--out", str(out), cwd=ROOT)
+    assert proc.returncode == 2
+    assert f"{bad}:7: nemesis[0].at" in proc.stderr
+    assert not out.exists()
+
+
+def test_a_fault_that_never_fires_is_not_green(tmp_path):
+    # stale_wal_refusal needs a delete_sidecars fault; the scenario declares none, so the
+    # checker must say INCONCLUSIVE and the run must exit 1 (a run that tested nothing).
+    sc = tmp_path / "nothing.yaml"
+    sc.write_text("name: nothing\ndescription: no fault at all\nduration: 1.5s\nroles:\n"
+                  "  - {name: g, kind: gateway, workload: {appends_per_s: 20}}\n"
+                  "expect:\n  stale_wal_refusal: {holder: g}\n  no_lost_writes: {}\n")
+    out = tmp_path / "runs"
+    proc = run_chaos("run", str(sc), "--out", str(out), "--json", cwd=ROOT)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    results = json.loads(proc.stdout.strip().splitlines()[-1])
+    verdicts = {v["checker"]: v["status"] for v in results["verdicts"]}
+    assert verdicts == {"stale_wal_refusal": "INCONCLUSIVE", "no_lost_writes": "PASS"}
+
+
+def test_kill_mid_run_leaves_unknown_outcomes_as_info_and_loses_no_ack(tmp_path):
+    sc = tmp_path / "kill.yaml"
+    sc.write_text("name: kill\ndescription: SIGKILL a writer mid-run\nduration: 2s\nroles:\n"
+                  "  - {name: g, kind: gateway, workload: {appends_per_s: 0}}\n"
+                  "nemesis:\n  - {at: 1s, fault: kill, role: g}\n"
+                  "expect:\n  no_lost_writes: {}\n  integrity: {}\n")
+    out = tmp_path / "runs"
+    proc = run_chaos("run", str(sc), "--out", str(out), "--json", cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    results = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert results["processes"][0]["exitcode"] == -9
+    history = [json.loads(line)
+               for line in (only_run_dir(out) / "history.jsonl").read_text().splitlines()]
+    assert any(r["type"] == "nemesis" and r["fault"] == "kill" and r["phase"] == "done"
+               for r in history)
+
+
+def test_validate_and_list(tmp_path):
+    proc = run_chaos("validate", *map(str, sorted((ROOT / "scenarios").glob("*.yaml"))), cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    listing = run_chaos("list", str(ROOT / "scenarios"), cwd=ROOT)
+    assert "stale_wal.yaml" in listing.stdout and "contention.yaml" in listing.stdout
+
+
+def test_toolkit_failure_exits_3(tmp_path):
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    proc = run_chaos("run", str(ROOT / "scenarios" / "stale_wal.yaml"), "--out", str(blocker),
+                     cwd=ROOT)
+    assert proc.returncode == 3
+    assert "chaos toolkit error" in proc.stderr
