@@ -1,0 +1,157 @@
+"""``retry_jitter``: lock retries sleep a uniform random 20–150 ms, bounded (SPEC §16.3, §4).
+
+SPEC §16.3: "every retry sleep within [0.020, 0.150] s, at most 15 attempts per write, the sleeps
+spread like a uniform distribution (not a fixed back-off), no error reached a caller while the
+lock was held for less than the retry budget."
+
+From the ``retry`` store events (``attempt`` = the failed attempt, 1-based; ``sleep_s``):
+
+* every ``sleep_s`` in ``[lo, hi]``;
+* no ``attempt`` above ``max_attempts - 1`` (the last attempt does not sleep: it gives up);
+* no ``write_gave_up`` event (cited as evidence);
+* spread, with at least 20 sleeps: a one-sample Kolmogorov–Smirnov test against
+  Uniform(lo, hi), ``D = max |F_n - F|``, rejected when ``D > 1.36 / sqrt(n)`` (alpha 0.05); and
+  no fixed back-off: FAIL when more than half of the sleeps lie within 1 ms of one another.
+  Fewer than 20 sleeps: "too few to test the distribution", no verdict on spread;
+* no ``fail``/``info`` of a store client carrying ``WriteContentionError`` or "database is locked"
+  (an adversary's own ``hold_lock`` ops and processes of kind ``lock_holder``/``long_reader`` are
+  not store clients).
+
+Params: ``min_retries`` (0; fewer retry events ⇒ INCONCLUSIVE), ``max_attempts`` (15),
+``lo`` (0.020), ``hi`` (0.150).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+from .base import (
+    FAIL,
+    INCONCLUSIVE,
+    PASS,
+    CheckContext,
+    Verdict,
+    brief,
+    events_of,
+    role_kinds,
+    role_of,
+)
+
+NAME = "retry_jitter"
+MIN_FOR_KS = 20
+FIXED_WINDOW_S = 0.001
+ADVERSARY_KINDS = frozenset({"lock_holder", "long_reader"})
+ADVERSARY_OPS = frozenset({"hold_lock", "hold_read", "long_read"})
+
+
+def ks_uniform(samples: list[float], lo: float, hi: float) -> float:
+    """Kolmogorov–Smirnov statistic ``D = sup |F_n(x) - F(x)|`` against Uniform(lo, hi)."""
+    xs = sorted(samples)
+    n = len(xs)
+    if n == 0:
+        return 0.0
+    width = hi - lo
+    d = 0.0
+    for i, x in enumerate(xs, 1):
+        f = min(1.0, max(0.0, (x - lo) / width))
+        d = max(d, i / n - f, f - (i - 1) / n)
+    return d
+
+
+def ks_threshold(n: int) -> float:
+    """Critical value of D at alpha 0.05 (asymptotic): ``1.36 / sqrt(n)``."""
+    return 1.36 / math.sqrt(n)
+
+
+def largest_cluster(samples: list[float], width: float = FIXED_WINDOW_S) -> int:
+    """The most samples that fit in one window of ``width`` (a fixed back-off piles up there)."""
+    xs = sorted(samples)
+    best = j = 0
+    for i in range(len(xs)):
+        while xs[i] - xs[j] > width:
+            j += 1
+        best = max(best, i - j + 1)
+    return best
+
+
+def check(ctx: CheckContext, params: dict) -> Verdict:
+    min_retries = int(params.get("min_retries", 0))
+    max_attempts = int(params.get("max_attempts", 15))
+    lo = float(params.get("lo", 0.020))
+    hi = float(params.get("hi", 0.150))
+    retries = events_of(ctx.history, "retry")
+    gave_up = events_of(ctx.history, "write_gave_up")
+    sleeps = [float(r["sleep_s"]) for r in retries if r.get("sleep_s") is not None]
+    attempts = [int(r["attempt"]) for r in retries if r.get("attempt") is not None]
+    per_proc = Counter(r.get("process") for r in retries)
+    fig: dict = {"retries": len(retries), "sleeps": len(sleeps),
+                 "min_sleep_s": min(sleeps) if sleeps else None,
+                 "max_sleep_s": max(sleeps) if sleeps else None,
+                 "mean_sleep_s": (sum(sleeps) / len(sleeps)) if sleeps else None,
+                 "max_attempt": max(attempts) if attempts else None,
+                 "write_gave_up": len(gave_up),
+                 "processes_with_retries": dict(per_proc), "bounds_s": [lo, hi]}
+    problems: list[str] = []
+    evidence: list = []
+
+    out = [r for r in retries if r.get("sleep_s") is not None
+           and not (lo <= float(r["sleep_s"]) <= hi)]
+    if out:
+        problems.append(f"{len(out)} sleep(s) outside [{lo}, {hi}] s")
+        evidence.extend(brief(r) for r in out[:5])
+    fig["sleeps_out_of_range"] = len(out)
+
+    too_many = [r for r in retries if r.get("attempt") is not None
+                and int(r["attempt"]) > max_attempts - 1]
+    if too_many:
+        problems.append(f"{len(too_many)} retry(ies) beyond attempt {max_attempts - 1} "
+                        f"(at most {max_attempts} attempts per write)")
+        evidence.extend(brief(r) for r in too_many[:5])
+    if gave_up:
+        problems.append(f"{len(gave_up)} write(s) gave up after the retry budget")
+        evidence.extend(brief(r) for r in gave_up[:5])
+
+    if len(sleeps) >= MIN_FOR_KS:
+        d = ks_uniform(sleeps, lo, hi)
+        thr = ks_threshold(len(sleeps))
+        fig["ks_d"] = round(d, 4)
+        fig["ks_threshold"] = round(thr, 4)
+        if d > thr:
+            problems.append(f"sleeps not uniform on [{lo}, {hi}]: KS D={d:.3f} > {thr:.3f}")
+        cluster = largest_cluster(sleeps)
+        fig["largest_1ms_cluster"] = cluster
+        if cluster * 2 > len(sleeps):
+            problems.append(f"fixed back-off: {cluster} of {len(sleeps)} sleeps within 1 ms")
+    else:
+        fig["distribution"] = f"too few to test the distribution ({len(sleeps)} < {MIN_FOR_KS})"
+
+    kinds = role_kinds(ctx.scenario)
+    reached = []
+    for r in ctx.history:
+        if r.get("type") not in ("fail", "info") or r.get("synthesized"):
+            continue
+        if r.get("op") in ADVERSARY_OPS or kinds.get(role_of(r.get("process"))) in ADVERSARY_KINDS:
+            continue
+        if r.get("error") == "WriteContentionError" or \
+                "database is locked" in str(r.get("message", "")).lower():
+            reached.append(r)
+    fig["lock_errors_reaching_callers"] = len(reached)
+    if reached:
+        problems.append(f"{len(reached)} lock error(s) reached a caller")
+        evidence.extend(brief(r) for r in reached[:5])
+
+    mean = fig["mean_sleep_s"]
+    summary = (f"{len(retries)} retries in {len(per_proc)} process(es)"
+               + (f", sleeps {fig['min_sleep_s'] * 1000:.0f}–{fig['max_sleep_s'] * 1000:.0f} ms "
+                  f"(mean {mean * 1000:.0f})" if sleeps else "")
+               + (f", KS D={fig['ks_d']} (≤ {fig['ks_threshold']})" if "ks_d" in fig else
+                  ", too few to test the distribution")
+               + f", max attempt {fig['max_attempt']}, {len(reached)} lock errors to callers")
+    if problems:
+        return Verdict(NAME, FAIL, "; ".join(problems), fig, evidence)
+    if len(retries) < min_retries:
+        return Verdict(NAME, INCONCLUSIVE,
+                       f"only {len(retries)} retry event(s) < min_retries {min_retries}: the "
+                       "run never produced enough lock contention; " + summary, fig, evidence)
+    return Verdict(NAME, PASS, summary, fig, evidence)

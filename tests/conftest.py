@@ -1,0 +1,139 @@
+"""Shared fixtures for the store tests: real child processes, event capture, failpoint env.
+
+Children are real OS processes (``sys.executable`` running a script from ``tests/helpers``);
+every one started through :func:`spawn` is SIGKILLed and reaped at teardown if still alive.
+Timeouts below are hang guards only (a stuck child fails the test instead of hanging the run),
+never assertions about speed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from hermes_state import events, failpoints
+
+HELPERS = Path(__file__).resolve().parent / "helpers"
+REPO = Path(__file__).resolve().parent.parent
+HANG_GUARD_S = 90.0
+
+
+class Child:
+    """A helper script in a subprocess with line-oriented stdin/stdout."""
+
+    def __init__(self, script: str, *args: str, env_extra: dict | None = None):
+        env = {k: v for k, v in os.environ.items() if k != failpoints.ENV_VAR}
+        env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+        env.update(env_extra or {})
+        self.proc = subprocess.Popen(
+            [sys.executable, str(HELPERS / script), *map(str, args)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True, env=env, cwd=str(REPO))
+        self.pid = self.proc.pid
+        self._lines: queue.Queue = queue.Queue()
+        self._reader = threading.Thread(target=self._pump, daemon=True)
+        self._reader.start()
+
+    def _pump(self) -> None:
+        for line in self.proc.stdout:
+            self._lines.put(line.rstrip("\n"))
+        self._lines.put(None)  # EOF
+
+    def readline(self, timeout: float = HANG_GUARD_S) -> str | None:
+        """The next stdout line, or None at EOF."""
+        try:
+            return self._lines.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError(
+                f"child {self.pid} produced no output within the hang guard; "
+                f"stderr so far unavailable while it runs") from None
+
+    def read_all(self) -> list[str]:
+        """Every remaining stdout line until EOF."""
+        out = []
+        while (line := self.readline()) is not None:
+            out.append(line)
+        return out
+
+    def send(self, text: str) -> None:
+        self.proc.stdin.write(text + "\n")
+        self.proc.stdin.flush()
+
+    def call(self, op: str, **kw) -> dict:
+        """store_child.py protocol: send one command, return the decoded reply."""
+        self.send(json.dumps({"op": op, **kw}))
+        line = self.readline()
+        if line is None:
+            self.proc.wait(timeout=HANG_GUARD_S)
+            raise AssertionError(f"child {self.pid} exited ({self.proc.returncode}) during {op}: "
+                                 f"{self.proc.stderr.read()}")
+        return json.loads(line)
+
+    def ok(self, op: str, **kw) -> dict:
+        reply = self.call(op, **kw)
+        assert reply["ok"], f"{op} failed in child {self.pid}: {reply}"
+        return reply
+
+    def wait(self) -> int:
+        return self.proc.wait(timeout=HANG_GUARD_S)
+
+    def stderr(self) -> str:
+        return self.proc.stderr.read() if self.proc.poll() is not None else ""
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            os.kill(self.pid, signal.SIGKILL)
+        self.proc.wait(timeout=HANG_GUARD_S)
+
+
+@pytest.fixture
+def spawn():
+    """Factory ``spawn(script, *args, env_extra=None) -> Child``; leftovers are SIGKILLed."""
+    children: list[Child] = []
+
+    def _spawn(script: str, *args, env_extra: dict | None = None) -> Child:
+        child = Child(script, *args, env_extra=env_extra)
+        children.append(child)
+        return child
+
+    yield _spawn
+    for child in children:
+        try:
+            child.kill()
+        except Exception:  # noqa: BLE001 - teardown must reap every child
+            pass
+        for stream in (child.proc.stdin, child.proc.stdout, child.proc.stderr):
+            try:
+                stream.close()
+            except Exception:  # noqa: BLE001
+                pass
+
+
+@pytest.fixture
+def event_log():
+    """Events the store emits in this process during the test (a list of dicts)."""
+    seen: list[dict] = []
+    events.add_listener(seen.append)
+    yield seen
+    events.remove_listener(seen.append)
+
+
+@pytest.fixture
+def armed(monkeypatch):
+    """``armed(spec)`` sets HERMES_STATE_FAILPOINTS in this process and reloads; reset after."""
+
+    def _arm(spec: str) -> None:
+        monkeypatch.setenv(failpoints.ENV_VAR, spec)
+        failpoints.reload()
+
+    yield _arm
+    os.environ.pop(failpoints.ENV_VAR, None)
+    failpoints.reload()
