@@ -18,16 +18,21 @@ from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 from .connection import StoreConnection
+from .lifecycle import LifecycleMixin
 from .messages import MessagesMixin
 from .paths import default_db_path
+from .search import SearchMixin
 from .sessions import SessionsMixin
 from .spool import divert_to_spool as _divert
 from .text import clean_text
+from .titles import TitlesMixin
+from .usage import UsageMixin
 
 T = TypeVar("T")
 
 
-class SessionDB(SessionsMixin, MessagesMixin):
+class SessionDB(SessionsMixin, MessagesMixin, TitlesMixin, UsageMixin, LifecycleMixin,
+                SearchMixin):
     """One profile's session store: ``state.db`` in WAL mode, safe across threads and processes.
 
     Args:
