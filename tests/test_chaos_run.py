@@ -123,3 +123,15 @@ def test_toolkit_failure_exits_3(tmp_path):
                      cwd=ROOT)
     assert proc.returncode == 3
     assert "chaos toolkit error" in proc.stderr
+
+
+@pytest.mark.slow
+def test_lock_stall_scenario_exercises_the_jittered_retry(tmp_path):
+    out = tmp_path / "runs"
+    proc = run_chaos("run", str(ROOT / "scenarios" / "lock_stall.yaml"), "--out", str(out),
+                     "--json", cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    results = json.loads(proc.stdout.strip().splitlines()[-1])
+    jitter = next(v for v in results["verdicts"] if v["checker"] == "retry_jitter")
+    assert jitter["status"] == "PASS"
+    assert jitter["figures"]["retries"] >= 20

@@ -1,0 +1,257 @@
+"""``doctor``: what is wrong with one store and what to do about it (SPEC §9).
+
+Order matters. FIRST the processes that hold a retired WAL generation (§10.4): if any, doctor
+names them and stops, because even a read-only open would be one more opener of the new
+generation. Otherwise it reports health and statistics read through ``mode=ro`` connections; it
+never creates a store and never opens a writable connection, except ``--fix`` which may run a
+PASSIVE checkpoint of a large WAL or rebuild a corrupt FTS index, and only when no other process
+holds the store. It never deletes a WAL and never kills a process.
+
+Decision (not in SPEC): a ``mode=ro`` open of a WAL store whose ``-wal``/``-shm`` are absent makes
+SQLite create empty ones; doctor leaves them (deleting sidecars is the hazard this product exists
+to prevent, and they are harmless).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import holders
+from .connection import wal_reset_exposure
+from .schema import FTS_TABLES, SCHEMA_VERSION
+
+OK, WARN, ISSUE = "ok", "warn", "issue"
+WAL_WARN_BYTES = 50 * 1024 * 1024
+
+#: Evidence files beside the store (SPEC §1) and what the operator should do with each.
+EVIDENCE = (
+    (".retired-wal-", "evidence of a WAL generation a process held after its -wal was deleted or "
+                      "replaced; inspect with `sessions recover --source DIR/state.db "
+                      "--inspect-only`; merging it is your decision; keep or archive it"),
+    (".pre-update-emergency-", "snapshot taken before an update; restore it with `backup restore` "
+                               "only if the update damaged the store; otherwise it can be archived"),
+    (".corrupt.", "a damaged store moved aside; try `sessions recover --source FILE --output "
+                  "NEW.db --allow-partial` to salvage rows from it"),
+    (".malformed-backup", "forensic copy taken before a repair; keep it until the repaired store "
+                          "has been checked"),
+)
+
+
+@dataclass
+class Finding:
+    """One line of the report: ``level`` in ok/warn/issue, a title and optional detail lines."""
+
+    level: str
+    title: str
+    detail: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {"level": self.level, "title": self.title, "detail": self.detail}
+
+
+@dataclass
+class DoctorReport:
+    """All findings; ``exit_code`` is 1 when any finding needs action (level issue)."""
+
+    db_path: str
+    findings: list[Finding] = field(default_factory=list)
+    stopped_early: bool = False
+    stats: dict = field(default_factory=dict)
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if any(f.level == ISSUE for f in self.findings) else 0
+
+    def add(self, level: str, title: str, *detail: str) -> None:
+        self.findings.append(Finding(level, title, list(detail)))
+
+    def to_dict(self) -> dict:
+        return {"db": self.db_path, "exit_code": self.exit_code, "stopped_early": self.stopped_early,
+                "findings": [f.to_dict() for f in self.findings], "stats": self.stats}
+
+    def render(self) -> str:
+        """Human text: one ``[level] title`` line per finding, details indented."""
+        lines = [f"doctor: {self.db_path}"]
+        for f in self.findings:
+            lines.append(f"[{f.level}] {f.title}")
+            lines.extend(f"    {d}" for d in f.detail)
+        return "\n".join(lines)
+
+
+def _size(path: Path) -> int | None:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return None
+
+
+def _ro_connect(db_path: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(f"file:{db_path.as_posix()}?mode=ro", uri=True, timeout=1.0,
+                           isolation_level=None)
+    conn.row_factory = sqlite3.Row
+    return conn
+
+
+def run_doctor(db_path: str | os.PathLike, *, fix: bool = False) -> DoctorReport:
+    """Check one store (SPEC §9).
+
+    Args:
+        db_path: ``state.db`` path (need not exist: doctor never creates it).
+        fix: also do the safe repairs of §9.3 when no other process holds the store.
+    Returns:
+        A :class:`DoctorReport`; ``exit_code`` 1 when something needs action.
+    """
+    db = Path(db_path).absolute()
+    report = DoctorReport(str(db))
+    scan = holders.scan(db)
+    retired = scan.retired_holders
+    if retired:
+        report.stopped_early = True
+        report.add(ISSUE, f"{len(retired)} process(es) still hold a retired WAL generation",
+                   *[f"PID {h.pid} ({h.command})" for h in retired],
+                   "fix: stop every one of them (gateway stop, quit the desktop app, pause cron); "
+                   "do NOT delete the WAL yourself; then run doctor again.",
+                   "doctor stops here: even a read-only open would be one more opener of the new "
+                   "generation.")
+        return report
+    if not db.exists():
+        report.add(WARN, f"no session store at {db} yet (it is created on first use)")
+        _exposure(report)
+        return report
+    db_size, wal_size = _size(db), _size(Path(f"{db}-wal"))
+    report.stats.update(db_bytes=db_size, wal_bytes=wal_size)
+    report.add(OK, f"files: state.db {db_size} bytes, state.db-wal "
+                   f"{'absent' if wal_size is None else f'{wal_size} bytes'}")
+    if wal_size is not None and wal_size > WAL_WARN_BYTES:
+        report.add(WARN, f"the WAL is {wal_size // (1024 * 1024)} MB (normal while a gateway runs; "
+                         "it shrinks after checkpoints once long readers finish)",
+                   "fix (optional): `doctor --fix` runs a PASSIVE checkpoint when nothing else "
+                   "holds the store")
+    try:
+        conn = _ro_connect(db)
+    except sqlite3.Error as exc:
+        report.add(ISSUE, f"cannot open the store read-only: {exc}",
+                   "fix: `sessions recover --source STATE.DB --inspect-only` shows what is "
+                   "readable")
+        return report
+    try:
+        _health(conn, report)
+    finally:
+        conn.close()
+    if scan.holders:
+        report.add(OK, f"{len(scan.holders)} process(es) hold the store",
+                   *[h.line() for h in scan.holders])
+    else:
+        report.add(OK, "no other process holds the store")
+    if not scan.complete:
+        report.add(WARN, "cannot prove the store is quiet: some processes of this user could not "
+                         "be inspected", *[f"PID {p}" for p in scan.unreadable])
+    _evidence(db, report)
+    _exposure(report)
+    if fix:
+        _fix(db, report, scan)
+    return report
+
+
+def _health(conn: sqlite3.Connection, report: DoctorReport) -> None:
+    try:
+        mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
+        pages = conn.execute("PRAGMA page_count").fetchone()[0]
+        free = conn.execute("PRAGMA freelist_count").fetchone()[0]
+        report.stats.update(journal_mode=mode, page_count=pages, freelist_count=free)
+        report.add(OK if mode == "wal" else WARN, f"journal_mode={mode}, {pages} pages, "
+                                                  f"{free} free")
+        rows = conn.execute("SELECT version FROM schema_version").fetchall()
+        version = rows[0][0] if rows else None
+        report.stats["schema_version"] = version
+        if version == SCHEMA_VERSION:
+            report.add(OK, f"schema version {version} (this code: {SCHEMA_VERSION})")
+        elif version is not None and version > SCHEMA_VERSION:
+            report.add(WARN, f"schema version {version} is newer than this code ({SCHEMA_VERSION})",
+                       "an older program is reading a newer store; it adds no downgrade")
+        else:
+            report.add(WARN, f"schema version {version} (this code: {SCHEMA_VERSION}); it is "
+                             "migrated on the next writable open")
+        sessions = conn.execute("SELECT count(*) FROM sessions").fetchone()[0]
+        messages = conn.execute("SELECT count(*) FROM messages").fetchone()[0]
+        report.stats.update(sessions=sessions, messages=messages)
+        report.add(OK, f"{sessions} sessions, {messages} messages")
+        names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+        fts = [t for t in FTS_TABLES if t in names]
+        report.stats["fts_tables"] = fts
+        report.add(OK if "messages_fts" in fts else ISSUE, f"FTS tables: {', '.join(fts) or 'none'}")
+        meta = dict(conn.execute("SELECT key, value FROM state_meta WHERE key IN "
+                                 "('fts_rebuild_high_water', 'fts_rebuild_progress', 'fts_stale')")
+                    .fetchall()) if "state_meta" in names else {}
+        if "fts_rebuild_high_water" in meta:
+            report.add(WARN, f"FTS rebuild pending: indexed up to id "
+                             f"{meta.get('fts_rebuild_progress', 0)} of {meta['fts_rebuild_high_water']}",
+                       "search still finds every message (the rest is scanned); "
+                       "`sessions optimize-storage` resumes it")
+        report.stats["fts_stale"] = bool(meta.get("fts_stale"))
+        if meta.get("fts_stale"):
+            report.add(ISSUE, "the search index was found corrupt and is switched off",
+                       "fix: `doctor --fix` (or `sessions optimize-storage`) rebuilds it when "
+                       "nothing else holds the store; messages are intact")
+        check = [r[0] for r in conn.execute("PRAGMA quick_check").fetchall()]
+        if check == ["ok"]:
+            report.add(OK, "quick_check ok")
+        else:
+            report.add(ISSUE, "quick_check found damage", *check[:20],
+                       "fix: stop every process using the store, then `sessions recover --source "
+                       "STATE.DB --output NEW.db --allow-partial`")
+    except sqlite3.DatabaseError as exc:
+        report.add(ISSUE, f"reading the store failed: {exc}",
+                   "fix: `sessions recover --source STATE.DB --inspect-only` shows what is "
+                   "readable")
+
+
+def _evidence(db: Path, report: DoctorReport) -> None:
+    found = []
+    for entry in sorted(db.parent.iterdir()):
+        if not entry.name.startswith(db.name + ".") or entry.name.endswith(".lock"):
+            continue
+        for marker, advice in EVIDENCE:
+            if marker in entry.name:
+                found.append((entry.name, advice))
+                break
+    for name, advice in found:
+        report.add(WARN, f"evidence file {name}", advice)
+    snapshots = db.parent / "state-snapshots"
+    if snapshots.is_dir():
+        n = sum(1 for p in snapshots.iterdir() if p.is_dir())
+        report.add(OK, f"{n} snapshot(s) in {snapshots}")
+
+
+def _exposure(report: DoctorReport) -> None:
+    text = wal_reset_exposure()
+    report.stats["sqlite"] = sqlite3.sqlite_version
+    if text:
+        report.add(WARN, f"SQLite {sqlite3.sqlite_version} is exposed to the WAL-reset race", text)
+    else:
+        report.add(OK, f"SQLite {sqlite3.sqlite_version} has the WAL-reset fix")
+
+
+def _fix(db: Path, report: DoctorReport, scan: holders.HolderScan) -> None:
+    if scan.holders or not scan.complete:
+        report.add(WARN, "--fix skipped: another process holds the store (or the scan was "
+                         "incomplete); stop them first")
+        return
+    wal = _size(Path(f"{db}-wal")) or 0
+    stale = bool(report.stats.get("fts_stale"))
+    if wal <= WAL_WARN_BYTES and not stale:
+        report.add(OK, "--fix: nothing to do")
+        return
+    from .db import SessionDB
+
+    with SessionDB(db) as handle:
+        if wal > WAL_WARN_BYTES:
+            row = handle.checkpoint("PASSIVE")
+            report.add(OK, f"--fix: PASSIVE checkpoint {row}")
+        if stale and hasattr(handle, "rebuild_fts"):
+            handle.rebuild_fts()
+            report.add(OK, "--fix: FTS index rebuilt")
+
