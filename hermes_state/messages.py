@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from typing import Any
+from typing import Any, Callable
 
 from .text import clean_text, decode_json, encode_json
 
@@ -26,6 +26,55 @@ def message_row(row: sqlite3.Row) -> dict:
         if col in out:
             out[col] = decode_json(out[col])
     return out
+
+
+def build_append(session_id: str, role: str, content: str | None = None,
+                 tool_name: str | None = None, tool_calls: Any = None,
+                 tool_call_id: str | None = None, token_count: int | None = None,
+                 finish_reason: str | None = None, reasoning: str | None = None,
+                 reasoning_content: str | None = None, reasoning_details: Any = None,
+                 codex_reasoning_items: Any = None, codex_message_items: Any = None,
+                 timestamp: float | None = None, api_content: str | None = None,
+                 **extra: Any) -> Callable[[sqlite3.Connection], int]:
+    """Validate one message and return ``fn(conn) -> message id`` that inserts it and bumps the
+    session's counters; the caller runs ``fn`` inside its write transaction (``append_message``
+    alone, or with other statements, as the exactly-once spool replay does, SPEC §10.1).
+
+    Raises:
+        TypeError: an unknown keyword (before anything is written).
+    """
+    unknown = set(extra) - set(EXTRA_MESSAGE_COLUMNS)
+    if unknown:
+        raise TypeError(f"append_message() got unknown keyword(s): {', '.join(sorted(unknown))}")
+    calls_json = encode_json(tool_calls, empty_list_is_null=True)
+    n_calls = 0
+    if role != "tool" and calls_json is not None:
+        decoded = tool_calls if isinstance(tool_calls, (list, tuple)) else decode_json(calls_json)
+        n_calls = len(decoded) if isinstance(decoded, (list, tuple)) else 1
+    cols = ["session_id", "role", "content", "tool_name", "tool_calls", "tool_call_id",
+            "token_count", "finish_reason", "reasoning", "reasoning_content",
+            "reasoning_details", "codex_reasoning_items", "codex_message_items", "timestamp",
+            "api_content"]
+    vals = [session_id, role, clean_text(content), clean_text(tool_name), calls_json,
+            clean_text(tool_call_id), token_count, clean_text(finish_reason),
+            clean_text(reasoning), clean_text(reasoning_content),
+            encode_json(reasoning_details), encode_json(codex_reasoning_items),
+            encode_json(codex_message_items),
+            time.time() if timestamp is None else float(timestamp), clean_text(api_content)]
+    for key in EXTRA_MESSAGE_COLUMNS:
+        if key in extra:
+            cols.append(key)
+            vals.append(encode_json(extra[key]) if key in JSON_MESSAGE_COLUMNS
+                        else clean_text(extra[key]))
+    insert = f"INSERT INTO messages ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})"
+
+    def fn(c: sqlite3.Connection) -> int:
+        cur = c.execute(insert, vals)
+        c.execute("UPDATE sessions SET message_count = message_count + 1, "
+                  "tool_call_count = tool_call_count + ? WHERE id = ?", (n_calls, session_id))
+        return cur.lastrowid
+
+    return fn
 
 
 class MessagesMixin:
@@ -57,37 +106,14 @@ class MessagesMixin:
             DeletedWalGenerationError / StateDbReplacedError / WriteContentionError: see
             :meth:`StoreConnection.execute_write`.
         """
-        unknown = set(extra) - set(EXTRA_MESSAGE_COLUMNS)
-        if unknown:
-            raise TypeError(f"append_message() got unknown keyword(s): {', '.join(sorted(unknown))}")
-        calls_json = encode_json(tool_calls, empty_list_is_null=True)
-        n_calls = 0
-        if role != "tool" and calls_json is not None:
-            decoded = tool_calls if isinstance(tool_calls, (list, tuple)) else decode_json(calls_json)
-            n_calls = len(decoded) if isinstance(decoded, (list, tuple)) else 1
-        cols = ["session_id", "role", "content", "tool_name", "tool_calls", "tool_call_id",
-                "token_count", "finish_reason", "reasoning", "reasoning_content",
-                "reasoning_details", "codex_reasoning_items", "codex_message_items", "timestamp",
-                "api_content"]
-        vals = [session_id, role, clean_text(content), clean_text(tool_name), calls_json,
-                clean_text(tool_call_id), token_count, clean_text(finish_reason),
-                clean_text(reasoning), clean_text(reasoning_content),
-                encode_json(reasoning_details), encode_json(codex_reasoning_items),
-                encode_json(codex_message_items),
-                time.time() if timestamp is None else float(timestamp), clean_text(api_content)]
-        for key in EXTRA_MESSAGE_COLUMNS:
-            if key in extra:
-                cols.append(key)
-                vals.append(encode_json(extra[key]) if key in JSON_MESSAGE_COLUMNS
-                            else clean_text(extra[key]))
-        insert = f"INSERT INTO messages ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})"
-
-        def fn(c: sqlite3.Connection) -> int:
-            cur = c.execute(insert, vals)
-            c.execute("UPDATE sessions SET message_count = message_count + 1, "
-                      "tool_call_count = tool_call_count + ? WHERE id = ?", (n_calls, session_id))
-            return cur.lastrowid
-
+        fn = build_append(session_id, role, content=content, tool_name=tool_name,
+                          tool_calls=tool_calls, tool_call_id=tool_call_id,
+                          token_count=token_count, finish_reason=finish_reason,
+                          reasoning=reasoning, reasoning_content=reasoning_content,
+                          reasoning_details=reasoning_details,
+                          codex_reasoning_items=codex_reasoning_items,
+                          codex_message_items=codex_message_items, timestamp=timestamp,
+                          api_content=api_content, **extra)
         return self._write(fn, op="append_message")
 
     def get_messages(self, session_id: str) -> list[dict]:
@@ -118,23 +144,3 @@ class MessagesMixin:
                             item[key] = m[key]
                 out.append(item)
         return out
-
-    def get_lineage(self, session_id: str) -> list[str]:
-        """Ancestors root→``session_id`` by ``parent_session_id`` (cycle-safe, SPEC §5, §7).
-
-        Returns ``[]`` for an unknown id.
-        """
-        def fn(c: sqlite3.Connection) -> list[str]:
-            chain: list[str] = []
-            seen: set[str] = set()
-            cur: str | None = session_id
-            while cur is not None and cur not in seen and len(chain) < 10_000:
-                row = c.execute("SELECT parent_session_id FROM sessions WHERE id = ?",
-                                (cur,)).fetchone()
-                if row is None:
-                    break
-                seen.add(cur)
-                chain.append(cur)
-                cur = row[0]
-            return list(reversed(chain))
-        return self._read(fn)

@@ -56,3 +56,69 @@ def read_spool(path: str | os.PathLike) -> list[dict]:
             except ValueError:
                 continue
     return out
+
+
+IMPORTED_PREFIX = "spool_imported:"
+
+
+def replay_spool(db, *, dry_run: bool = False) -> dict:
+    """Import every spooled message of ``<home>/sessions/*.jsonl`` exactly once (SPEC §10.1).
+
+    Each record is imported in ONE write transaction together with the marker
+    ``state_meta['spool_imported:<spool_id>'] = <message id>``, so a crash at any point neither
+    loses nor duplicates a message, and re-running skips what was imported. A session that does
+    not exist is created with ``source='spool'``. Spool files are never deleted.
+
+    Args:
+        db: an open writable :class:`~hermes_state.db.SessionDB`.
+        dry_run: count only.
+    Returns:
+        ``{"files", "records", "imported", "skipped", "failed", "errors": [..]}``.
+    """
+    from .messages import build_append
+
+    spool_dir = Path(db.home) / "sessions"
+    result = {"files": 0, "records": 0, "imported": 0, "skipped": 0, "failed": 0, "errors": []}
+    if not spool_dir.is_dir():
+        return result
+    for path in sorted(spool_dir.glob("*.jsonl")):
+        result["files"] += 1
+        for rec in read_spool(path):
+            result["records"] += 1
+            spool_id = rec.get("spool_id")
+            msg = rec.get("message")
+            sid = rec.get("session_id")
+            if not spool_id or not isinstance(msg, dict) or not sid:
+                result["failed"] += 1
+                result["errors"].append(f"{path.name}: malformed record")
+                continue
+            key = IMPORTED_PREFIX + spool_id
+            if db.get_meta(key) is not None:
+                result["skipped"] += 1
+                continue
+            if dry_run:
+                result["imported"] += 1
+                continue
+            fields = dict(msg)
+            role = fields.pop("role", "user")
+            try:
+                insert = build_append(sid, role, **fields)
+            except TypeError as exc:
+                result["failed"] += 1
+                result["errors"].append(f"{path.name} {spool_id}: {exc}")
+                continue
+
+            def fn(c, insert=insert, key=key, sid=sid):
+                if c.execute("SELECT 1 FROM state_meta WHERE key = ?", (key,)).fetchone():
+                    return None  # another replayer won the race
+                c.execute("INSERT INTO sessions(id, source, started_at) VALUES (?, 'spool', ?) "
+                          "ON CONFLICT(id) DO NOTHING", (sid, time.time()))
+                mid = insert(c)
+                c.execute("INSERT INTO state_meta(key, value) VALUES (?, ?)", (key, str(mid)))
+                return mid
+
+            if db._write(fn, op="replay_spool") is None:
+                result["skipped"] += 1
+            else:
+                result["imported"] += 1
+    return result

@@ -1,0 +1,379 @@
+"""``hermes-state`` / ``python -m hermes_state``: the operator's command line (SPEC §15).
+
+Argument parsing and printing only; the work is done by the store's modules. Human output by
+default, ``--json`` where a machine reads it. Errors go to stderr in one or two lines that end
+with the next step. Exit codes: 0 ok, 1 refusal or failure (or doctor found an issue), 2 usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sqlite3
+import sys
+from pathlib import Path
+from typing import Any
+
+from .errors import HermesStateError
+from .paths import default_db_path
+
+EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+
+
+class CliError(Exception):
+    """A failure to print as ``error: <message>`` (+ a ``next:`` line) with exit code 1."""
+
+    def __init__(self, message: str, next_step: str = "") -> None:
+        super().__init__(message)
+        self.next_step = next_step
+
+
+def _print_json(obj: Any) -> None:
+    print(json.dumps(obj, indent=2, ensure_ascii=False, default=str))
+
+
+def _db_path(args: argparse.Namespace) -> Path:
+    return default_db_path(args.home, args.profile)
+
+
+def _open_ro(args: argparse.Namespace):
+    from .db import SessionDB
+
+    path = _db_path(args)
+    if not path.exists():
+        raise CliError(f"no session store at {path}",
+                       "check --home/--profile (or HERMES_HOME); the store is created on first use")
+    return SessionDB(path, read_only=True)
+
+
+def _open_rw(args: argparse.Namespace):
+    from .db import SessionDB
+
+    return SessionDB(_db_path(args))
+
+
+# --------------------------------------------------------------------------- doctor / backup
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from .doctor import run_doctor
+
+    report = run_doctor(_db_path(args), fix=args.fix)
+    if args.json:
+        _print_json(report.to_dict())
+    else:
+        print(report.render())
+    return report.exit_code
+
+
+def cmd_backup(args: argparse.Namespace) -> int:
+    from . import snapshots
+
+    path = _db_path(args)
+    if args.action == "list":
+        items = snapshots.list_snapshots(path)
+        if args.json:
+            _print_json(items)
+        else:
+            for item in items:
+                print(f"{item.get('id')}  verified={item.get('verified')}  "
+                      f"sessions={item.get('sessions')}  messages={item.get('messages')}")
+            if not items:
+                print("no snapshots")
+        return EXIT_OK
+    if args.action == "restore":
+        if not args.id:
+            raise CliError("backup restore needs a snapshot id", "list them with `backup list`")
+        result = snapshots.restore_snapshot(path, args.id)
+        _print_json(result) if args.json else print(f"restored {args.id} into {path}")
+        return EXIT_OK
+    if not path.exists():
+        raise CliError(f"no session store at {path}", "nothing to back up")
+    result = snapshots.create_snapshot(path, reason=args.reason)
+    if args.json:
+        _print_json(result)
+    else:
+        print(f"snapshot {result.get('path') or result.get('id')}: "
+              f"verified={result.get('verified')}")
+    return EXIT_OK if result.get("verified", True) else EXIT_FAIL
+
+
+# --------------------------------------------------------------------------- sessions
+
+def cmd_list(args: argparse.Namespace) -> int:
+    with _open_ro(args) as db:
+        rows = db.list_sessions(source=args.source, limit=args.limit, offset=args.offset)
+    if args.json:
+        _print_json(rows)
+        return EXIT_OK
+    for r in rows:
+        title = r.get("title") or ""
+        print(f"{r['id']}  {r['source']:<9} {r.get('message_count', 0):>5} msgs  "
+              f"{title[:30]:<30}  {r.get('preview') or ''}")
+    if not rows:
+        print("no sessions")
+    return EXIT_OK
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    with _open_ro(args) as db:
+        data = db.export_session(args.id)
+    if data is None:
+        raise CliError(f"no session {args.id!r}", "list them with `sessions list`")
+    if args.json:
+        _print_json(data)
+    else:
+        print(_markdown(data))
+    return EXIT_OK
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    with _open_ro(args) as db:
+        hits = db.search_messages(args.query, source_filter=[args.source] if args.source else None,
+                                  role_filter=[args.role] if args.role else None,
+                                  limit=args.limit, offset=args.offset)
+    if args.json:
+        _print_json(hits)
+        return EXIT_OK
+    for h in hits:
+        print(f"{h['session_id']}  #{h['id']}  {h['role']}: {h['snippet']}")
+    if not hits:
+        print("no matches")
+    return EXIT_OK
+
+
+def _markdown(data: dict) -> str:
+    lines = [f"# {data.get('title') or data['id']}", "",
+             f"session `{data['id']}` · source {data.get('source')} · model {data.get('model')}", ""]
+    for m in data.get("messages", []):
+        lines.append(f"**{m['role']}**: {m.get('content') or ''}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    with _open_ro(args) as db:
+        if args.id:
+            data = db.export_session(args.id)
+            if data is None:
+                raise CliError(f"no session {args.id!r}", "list them with `sessions list`")
+            items = [data]
+        else:
+            items = db.iter_export(source=args.source)
+        out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
+        try:
+            if args.format == "jsonl":
+                for item in items:
+                    out.write(json.dumps(item, ensure_ascii=False, default=str) + "\n")
+            elif args.format == "md":
+                for item in items:
+                    out.write(_markdown(item) + "\n")
+            else:
+                out.write(json.dumps(list(items), indent=2, ensure_ascii=False, default=str) + "\n")
+        finally:
+            if out is not sys.stdout:
+                out.close()
+    return EXIT_OK
+
+
+def cmd_prune(args: argparse.Namespace) -> int:
+    from . import maintenance
+
+    path = _db_path(args)
+    owner = maintenance.gateway_owner_pid(path) if path.exists() else None
+    decision = maintenance.check_gate(path, "prune", force=args.force, dry_run=args.dry_run,
+                                      gateway_owner_pid=owner)
+    with _open_ro(args) as ro:
+        preview = ro.prune_candidates(older_than_days=args.older_than, source=args.source) \
+            if hasattr(ro, "prune_candidates") else None
+    if preview is not None:
+        print(f"{len(preview)} ended session(s) older than {args.older_than:g} days"
+              + (f" from {args.source}" if args.source else "") + " would be pruned")
+        for sid in preview[:20]:
+            print(f"  {sid}")
+    if decision.action == "dry_run":
+        return EXIT_OK
+    if decision.action == "handoff":
+        with _open_rw(args) as db:
+            rid = maintenance.request_prune(db, older_than_days=args.older_than, source=args.source)
+        print(f"the gateway (PID {decision.owner_pid}) owns the store: prune handed to it as "
+              f"request {rid}; it runs between turns and skips sessions with a turn in progress")
+        return EXIT_OK
+    if not args.yes and sys.stdin.isatty():
+        answer = input("prune them? [y/N] ")
+        if answer.strip().lower() not in ("y", "yes"):
+            print("nothing pruned")
+            return EXIT_OK
+    elif not args.yes:
+        raise CliError("prune needs confirmation", "re-run with --yes (or --dry-run to preview)")
+    with _open_rw(args) as db:
+        n = db.prune_sessions(older_than_days=args.older_than, source=args.source)
+    print(f"pruned {n} session(s)")
+    return EXIT_OK
+
+
+def cmd_optimize(args: argparse.Namespace) -> int:
+    from . import maintenance
+
+    path = _db_path(args)
+    decision = maintenance.check_gate(path, "optimize", force=args.force, dry_run=args.dry_run)
+    if decision.action == "dry_run":
+        size = sum(p.stat().st_size for p in (path, Path(f"{path}-wal")) if p.exists())
+        print(f"would optimize {path} ({size} bytes): FTS merge, PASSIVE checkpoint, VACUUM, "
+              "TRUNCATE checkpoint")
+        return EXIT_OK
+    with _open_rw(args) as db:
+        result = maintenance.optimize(db)
+    if args.json:
+        _print_json(result)
+    else:
+        print(f"optimized {path}: {result['before_bytes']} -> {result['after_bytes']} bytes")
+    return EXIT_OK
+
+
+def cmd_optimize_storage(args: argparse.Namespace) -> int:
+    from . import maintenance
+    from .fts_layout import optimize_storage
+
+    path = _db_path(args)
+    decision = maintenance.check_gate(path, "optimize-storage", force=args.force,
+                                      dry_run=args.dry_run)
+    if decision.action == "dry_run":
+        with _open_ro(args) as ro:
+            layout = ro._read(lambda c: c.execute(
+                "SELECT sql FROM sqlite_master WHERE name='messages_fts'").fetchone())
+        external = bool(layout and "content='messages'" in (layout[0] or ""))
+        print("nothing to do: already on the external-content layout" if external
+              else "would move the FTS tables to the external-content layout and rebuild them")
+        return EXIT_OK
+
+    def progress(done: int, total: int) -> None:
+        if sys.stderr.isatty():
+            print(f"\r  indexed {done}/{total}", end="", file=sys.stderr, flush=True)
+
+    with _open_rw(args) as db:
+        result = optimize_storage(db, progress=progress)
+    if sys.stderr.isatty():
+        print(file=sys.stderr)
+    _print_json(result) if args.json else print(
+        "nothing to do" if result.get("status") == "nothing to do"
+        else f"optimize-storage done: {json.dumps(result, default=str)}")
+    return EXIT_OK
+
+
+def cmd_recover(args: argparse.Namespace) -> int:
+    from .recover import recover
+
+    if not args.inspect_only and not args.output:
+        raise CliError("recover needs --inspect-only or --output NEW.db",
+                       "start with --inspect-only: it changes no file")
+    report = recover(args.source, output=args.output, inspect_only=args.inspect_only,
+                     allow_partial=args.allow_partial, report=args.report)
+    _print_json(report)
+    return EXIT_OK if report.get("recoverable") and not report.get("failed") else EXIT_FAIL
+
+
+def cmd_replay_spool(args: argparse.Namespace) -> int:
+    from .spool import replay_spool
+
+    with _open_rw(args) as db:
+        result = replay_spool(db, dry_run=args.dry_run)
+    _print_json(result) if args.json else print(
+        f"imported {result['imported']} message(s), {result['skipped']} already imported, "
+        f"{result['failed']} failed from {result['files']} spool file(s)")
+    return EXIT_OK if not result["failed"] else EXIT_FAIL
+
+
+# --------------------------------------------------------------------------- parser
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="hermes-state", description="Operate a hermes session store.")
+    p.add_argument("--home", help="HERMES_HOME to use (default: $HERMES_HOME or ~/.hermes)")
+    p.add_argument("-p", "--profile", help="named profile under <home>/profiles/<name>")
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    doc = sub.add_parser("doctor", help="check the store; exit 1 when something needs action")
+    doc.add_argument("--fix", action="store_true", help="do the safe repairs when nothing holds it")
+    doc.add_argument("--json", action="store_true")
+    doc.set_defaults(fn=cmd_doctor)
+
+    bk = sub.add_parser("backup", help="snapshot the store (or list / restore snapshots)")
+    bk.add_argument("action", nargs="?", choices=("create", "list", "restore"), default="create")
+    bk.add_argument("id", nargs="?", help="snapshot id for restore")
+    bk.add_argument("--reason", default="manual", help="snapshot reason (pre-update: emergency copy)")
+    bk.add_argument("--json", action="store_true")
+    bk.set_defaults(fn=cmd_backup)
+
+    ses = sub.add_parser("sessions", help="list, show, search, export, prune, optimize, recover")
+    ss = ses.add_subparsers(dest="sub", required=True)
+    ls = ss.add_parser("list")
+    ls.add_argument("--source")
+    ls.add_argument("--limit", type=int, default=20)
+    ls.add_argument("--offset", type=int, default=0)
+    ls.add_argument("--json", action="store_true")
+    ls.set_defaults(fn=cmd_list)
+    sh = ss.add_parser("show")
+    sh.add_argument("id")
+    sh.add_argument("--json", action="store_true")
+    sh.set_defaults(fn=cmd_show)
+    se = ss.add_parser("search")
+    se.add_argument("query")
+    se.add_argument("--source")
+    se.add_argument("--role")
+    se.add_argument("--limit", type=int, default=20)
+    se.add_argument("--offset", type=int, default=0)
+    se.add_argument("--json", action="store_true")
+    se.set_defaults(fn=cmd_search)
+    ex = ss.add_parser("export")
+    ex.add_argument("id", nargs="?")
+    ex.add_argument("--source")
+    ex.add_argument("--format", choices=("json", "jsonl", "md"), default="json")
+    ex.add_argument("--output", "-o")
+    ex.set_defaults(fn=cmd_export)
+    pr = ss.add_parser("prune", help="delete ended sessions older than --older-than days")
+    pr.add_argument("--older-than", type=float, default=90.0, metavar="DAYS")
+    pr.add_argument("--source")
+    pr.add_argument("--dry-run", action="store_true")
+    pr.add_argument("--yes", action="store_true")
+    pr.add_argument("--force", action="store_true", help="skip the live-writer gate")
+    pr.set_defaults(fn=cmd_prune)
+    for name, fn in (("optimize", cmd_optimize), ("optimize-storage", cmd_optimize_storage)):
+        op = ss.add_parser(name)
+        op.add_argument("--dry-run", action="store_true")
+        op.add_argument("--force", action="store_true", help="skip the live-writer gate")
+        op.add_argument("--json", action="store_true")
+        op.set_defaults(fn=fn)
+    rc = ss.add_parser("recover", help="inspect or salvage a damaged store (never in place)")
+    rc.add_argument("--source", required=True)
+    rc.add_argument("--inspect-only", action="store_true")
+    rc.add_argument("--output")
+    rc.add_argument("--allow-partial", action="store_true")
+    rc.add_argument("--report")
+    rc.set_defaults(fn=cmd_recover)
+    rs = ss.add_parser("replay-spool", help="import spooled (refused) messages exactly once")
+    rs.add_argument("--dry-run", action="store_true")
+    rs.add_argument("--json", action="store_true")
+    rs.set_defaults(fn=cmd_replay_spool)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``hermes-state`` console script. Returns the exit code."""
+    args = build_parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except CliError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        if exc.next_step:
+            print(f"next: {exc.next_step}", file=sys.stderr)
+        return EXIT_FAIL
+    except HermesStateError as exc:
+        print(str(exc), file=sys.stderr)
+        return EXIT_FAIL
+    except (sqlite3.Error, OSError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        print("next: run `hermes-state doctor` to see the state of the store", file=sys.stderr)
+        return EXIT_FAIL
+
+
+if __name__ == "__main__":
+    sys.exit(main())

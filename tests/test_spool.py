@@ -1,0 +1,92 @@
+"""Refused writes are diverted to the spool and replayed exactly once (SPEC §10.1)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from hermes_state import DeletedWalGenerationError, SessionDB
+from hermes_state.cli import main as cli
+from hermes_state.spool import read_spool, replay_spool
+
+
+def test_divert_then_replay_imports_each_message_once(tmp_path):
+    with SessionDB(tmp_path / "state.db") as db:
+        db.create_session("s", source="gateway")
+        path = db.divert_to_spool("s", [{"role": "user", "content": "refused one",
+                                         "platform_message_id": "p1"},
+                                        {"role": "assistant", "content": "refused two",
+                                         "tool_calls": [{"id": "c1"}]}])
+        assert path == tmp_path / "sessions" / "s.jsonl"
+        assert len(read_spool(path)) == 2
+        first = replay_spool(db)
+        second = replay_spool(db)
+        assert (first["imported"], first["skipped"]) == (2, 0)
+        assert (second["imported"], second["skipped"]) == (0, 2)
+        msgs = db.get_messages("s")
+        assert [m["content"] for m in msgs] == ["refused one", "refused two"]
+        assert db.get_session("s")["message_count"] == 2
+        assert db.get_session("s")["tool_call_count"] == 1
+    assert path.exists()  # spool files are never deleted
+
+
+def test_replay_creates_a_missing_session_and_skips_garbage(tmp_path):
+    with SessionDB(tmp_path / "state.db") as db:
+        db.divert_to_spool("ghost", [{"role": "user", "content": "x"}])
+        with open(tmp_path / "sessions" / "ghost.jsonl", "a") as fh:
+            fh.write('{"torn": \n')
+            fh.write(json.dumps({"spool_id": "z", "session_id": "ghost",
+                                 "message": {"role": "user", "bogus_field": 1}}) + "\n")
+        result = replay_spool(db)
+        assert result["imported"] == 1 and result["failed"] == 1
+        assert db.get_session("ghost")["source"] == "spool"
+
+
+@pytest.mark.parametrize("bad", ["../escape", "a/b", "", ".."])
+def test_spool_refuses_session_ids_that_escape_the_directory(tmp_path, bad):
+    with SessionDB(tmp_path / "state.db") as db:
+        with pytest.raises(ValueError):
+            db.divert_to_spool(bad, [{"role": "user", "content": "x"}])
+    assert not (tmp_path / "escape.jsonl").exists()
+
+
+def test_crash_during_replay_neither_loses_nor_duplicates(tmp_path):
+    """A replayer killed by SIGKILL right before a COMMIT: a rerun imports every record once."""
+    home = tmp_path
+    with SessionDB(home / "state.db") as db:
+        db.create_session("s", source="gateway")
+        db.divert_to_spool("s", [{"role": "user", "content": f"m{i}"} for i in range(5)])
+    code = ("import sys; from hermes_state import SessionDB; from hermes_state.spool import "
+            "replay_spool; replay_spool(SessionDB(sys.argv[1]))")
+    env = dict(os.environ, HERMES_STATE_FAILPOINTS="write.before_commit=crash@3")
+    proc = subprocess.run([sys.executable, "-c", code, str(home / "state.db")], env=env,
+                          timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+    with SessionDB(home / "state.db") as db:
+        assert len(db.get_messages("s")) == 2
+        replay_spool(db)
+        assert [m["content"] for m in db.get_messages("s")] == [f"m{i}" for i in range(5)]
+
+
+def test_refused_append_spooled_and_replayed_by_the_cli(tmp_path):
+    """The whole path: a retired writer spools, a new process replays through the CLI."""
+    db = SessionDB(tmp_path / "state.db")
+    db.create_session("s", source="gateway")
+    db.append_message("s", "user", "before")
+    os.unlink(tmp_path / "state.db-wal")
+    os.unlink(tmp_path / "state.db-shm")
+    msg = {"role": "user", "content": "after the delete"}
+    with pytest.raises(DeletedWalGenerationError):
+        db.append_message("s", **msg)
+    db.divert_to_spool("s", [msg])
+    db.close()
+    assert cli(["--home", str(tmp_path), "sessions", "replay-spool"]) == 0
+    assert cli(["--home", str(tmp_path), "sessions", "replay-spool", "--json"]) == 0
+    with SessionDB(tmp_path / "state.db") as fresh:
+        contents = [m["content"] for m in fresh.get_messages("s")]
+    assert contents.count("after the delete") == 1
