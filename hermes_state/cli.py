@@ -232,11 +232,12 @@ def cmd_optimize(args: argparse.Namespace) -> int:
 
 def cmd_optimize_storage(args: argparse.Namespace) -> int:
     from . import maintenance
-    from .fts_layout import optimize_storage
 
     path = _db_path(args)
     decision = maintenance.check_gate(path, "optimize-storage", force=args.force,
                                       dry_run=args.dry_run)
+    from .fts_layout import optimize_storage
+
     if decision.action == "dry_run":
         with _open_ro(args) as ro:
             layout = ro._read(lambda c: c.execute(

@@ -1,0 +1,110 @@
+"""Operator CLI: doctor, the live-writer gate (SPEC §9, §11, §15). Real holder processes."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import pytest
+
+from hermes_state import SessionDB
+from hermes_state.cli import main as cli
+
+
+def digest(path: Path) -> dict:
+    out = {}
+    for suffix in ("", "-wal", "-shm"):
+        p = Path(f"{path}{suffix}")
+        out[suffix] = hashlib.sha256(p.read_bytes()).hexdigest() if p.exists() else None
+    return out
+
+
+@pytest.fixture
+def store(tmp_path):
+    path = tmp_path / "state.db"
+    with SessionDB(path) as db:
+        db.create_session("old", source="cli")
+        db.append_message("old", "user", "hello there")
+        db.end_session("old", "done")
+    return path
+
+
+def test_doctor_never_creates_a_store(tmp_path, capsys):
+    code = cli(["--home", str(tmp_path / "nowhere"), "doctor"])
+    assert code == 0
+    assert not (tmp_path / "nowhere" / "state.db").exists()
+    assert "no session store" in capsys.readouterr().out
+
+
+def test_doctor_healthy_store_reports_counts_and_exposure(store, capsys):
+    assert cli(["--home", str(store.parent), "doctor"]) == 0
+    out = capsys.readouterr().out
+    assert "[ok] 1 sessions, 1 messages" in out
+    assert "quick_check ok" in out
+    assert "schema version 23" in out
+    assert "SQLite" in out
+
+
+def test_doctor_names_a_retired_holder_first_and_stops(store, spawn, capsys):
+    child = spawn("store_child.py")
+    pid = child.ok("open", path=str(store))["pid"]
+    os.unlink(f"{store}-wal")
+    os.unlink(f"{store}-shm")
+    code = cli(["--home", str(store.parent), "doctor"])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "1 process(es) still hold a retired WAL generation" in out
+    assert f"PID {pid} (" in out
+    assert "quick_check" not in out  # it stopped before any open
+    assert not Path(f"{store}-wal").exists()  # doctor did not mint a new generation
+
+
+def test_doctor_lists_holders_with_their_files(store, spawn, capsys):
+    child = spawn("store_child.py")
+    pid = child.ok("open", path=str(store))["pid"]
+    assert cli(["--home", str(store.parent), "doctor", "--json"]) == 0
+    out = capsys.readouterr().out
+    assert f"PID {pid} (" in out and "state.db, state.db-shm, state.db-wal" in out
+
+
+@pytest.mark.parametrize("command", [["optimize"], ["optimize-storage"],
+                                     ["prune", "--older-than", "0", "--yes"]])
+def test_gate_refuses_under_a_live_writer_and_changes_nothing(store, spawn, capsys, command):
+    child = spawn("store_child.py")
+    pid = child.ok("open", path=str(store))["pid"]
+    before = digest(store)
+    code = cli(["--home", str(store.parent), "sessions", *command])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert f"Refusing `sessions {command[0]}`: another process is using {store}." in err
+    assert f"PID {pid} (" in err and "state.db-wal" in err
+    assert "Nothing is lost." in err and "--force" in err
+    assert digest(store) == before
+
+
+def test_dry_run_is_never_refused(store, spawn, capsys):
+    child = spawn("store_child.py")
+    child.ok("open", path=str(store))
+    assert cli(["--home", str(store.parent), "sessions", "optimize", "--dry-run"]) == 0
+    assert "would optimize" in capsys.readouterr().out
+
+
+def test_optimize_runs_when_quiet_and_reports_sizes(store, capsys):
+    assert cli(["--home", str(store.parent), "sessions", "optimize"]) == 0
+    assert "optimized" in capsys.readouterr().out
+    with SessionDB(store) as db:
+        assert [m["content"] for m in db.get_messages("old")] == ["hello there"]
+
+
+def test_force_skips_the_gate(store, spawn, capsys):
+    child = spawn("store_child.py")
+    child.ok("open", path=str(store))
+    assert cli(["--home", str(store.parent), "sessions", "optimize", "--force"]) == 0
+
+
+def test_errors_are_short_and_name_the_next_step(tmp_path, capsys):
+    code = cli(["--home", str(tmp_path), "sessions", "show", "nope"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1
+    assert len(err) == 2 and err[0].startswith("error:") and err[1].startswith("next:")
