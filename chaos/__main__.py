@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import traceback
 from pathlib import Path
@@ -22,7 +23,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="cmd", required=True)
     run = sub.add_parser("run", help="run scenario files and check their invariants")
     run.add_argument("files", nargs="+", type=Path, help="scenario YAML files")
-    run.add_argument("--seed", type=int, default=None, help="override the scenario seed")
+    run.add_argument("--seed", type=_seed, default=None, help="override the scenario seed")
     run.add_argument("--repeat", type=int, default=1, help="run each scenario K times")
     run.add_argument("--out", type=Path, default=Path("runs"), help="where run directories go")
     run.add_argument("--json", action="store_true", help="print results.json objects on stdout")
@@ -48,9 +49,21 @@ def _load_all(files: list[Path], err: Console):
     return scenarios, bad
 
 
+def _seed(text: str) -> int:
+    value = int(text)
+    if not 0 <= value < 2**63:
+        raise argparse.ArgumentTypeError("a seed is an integer in [0, 2**63)")
+    return value
+
+
+def _on_sigterm(signum, frame):  # the runner's finally-clauses stop every role process
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     err = Console(stderr=True, soft_wrap=True)
+    signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         if args.cmd == "validate":
             scenarios, bad = _load_all(args.files, err)
@@ -84,7 +97,10 @@ def main(argv: list[str] | None = None) -> int:
                 worst = max(worst, result.exit_code)
         return worst
     except KeyboardInterrupt:
-        err.print("[red]interrupted[/]")
+        err.print("[red]interrupted: every role process was stopped[/]")
+        return EXIT_TOOLKIT
+    except OSError as exc:
+        err.print(f"[red]chaos: {exc}[/]", highlight=False)
         return EXIT_TOOLKIT
     except Exception:  # noqa: BLE001 - exit 3 means the toolkit failed, with the traceback
         err.print("[red]chaos toolkit error[/]")

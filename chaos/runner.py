@@ -24,7 +24,7 @@ from rich.console import Console
 
 from hermes_state import SessionDB
 from hermes_state.connection import wal_reset_exposure
-from hermes_state.paths import unique_sibling, utc_stamp
+from hermes_state.paths import utc_stamp
 
 from . import history as hist
 from .checkers import CheckContext, run_checkers
@@ -267,6 +267,19 @@ class Runner:
         writer.close()
         return self._check()
 
+    def abandon(self) -> None:
+        """SIGCONT then SIGKILL every role still alive (interrupted runs); reaps them."""
+        for inst in self.instances:
+            if inst.alive():
+                for sig in (signal.SIGCONT, signal.SIGKILL):
+                    try:
+                        os.kill(inst.pid, sig)
+                    except ProcessLookupError:
+                        pass
+        for inst in self.instances:
+            if inst.proc is not None and inst.proc.exitcode is None:
+                inst.proc.join(5)
+
     def _heal(self, writer: hist.HistoryWriter) -> None:
         writer.record("phase", phase="heal")
         for inst in self.instances:
@@ -358,10 +371,30 @@ def run_scenario(scenario: Scenario, *, out_dir: str | os.PathLike = "runs",
     spool), ``final/`` (the store after every role stopped) and ``results.json``.
     """
     console = console or Console()
-    out = Path(out_dir).absolute()
-    out.mkdir(parents=True, exist_ok=True)
-    run_dir = unique_sibling(out / f"{scenario.name}-{utc_stamp()}-seed{scenario.seed}")
-    run_dir.mkdir(parents=True)
-    result = Runner(scenario, run_dir, console).run()
+    run_dir = make_run_dir(Path(out_dir), scenario)
+    runner = Runner(scenario, run_dir, console)
+    try:
+        result = runner.run()
+    finally:
+        runner.abandon()  # an interrupted run leaves no role process behind (not even a stopped one)
     print_verdicts(console, result.verdicts, f"{scenario.name} (seed {scenario.seed})")
     return result
+
+
+def make_run_dir(out: Path, scenario: Scenario) -> Path:
+    """Create ``<out>/<name>-<UTCSTAMP>-seed<N>[-k]/`` atomically (two runs never share one).
+
+    Raises:
+        OSError: ``out`` cannot be created or written (the caller prints it in one line).
+    """
+    out = out.absolute()
+    out.mkdir(parents=True, exist_ok=True)
+    base = out / f"{scenario.name}-{utc_stamp()}-seed{scenario.seed}"
+    for k in range(1, 1000):
+        candidate = base if k == 1 else base.with_name(f"{base.name}-{k}")
+        try:
+            candidate.mkdir()
+            return candidate
+        except FileExistsError:
+            continue
+    raise OSError(f"could not create a fresh run directory beside {base}")

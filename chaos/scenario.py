@@ -181,6 +181,7 @@ SCHEMA: dict = {
         "seed": {
             "type": "integer",
             "minimum": 0,
+            "maximum": 2**63 - 1,
             "default": 0,
             "description": "Seed of every random choice (workload and faults); the same seed "
             "replays the same run. `--seed` overrides it.",
@@ -1130,6 +1131,11 @@ def _validate(text: str, source: str) -> tuple[list[Problem], Any, yaml.Node | N
                 + ", ".join(SCHEMA["required"])
             )
             return [Problem(source, 1, _ROOT, msg)], None, None
+        expanded = _expanded_size(root)
+        if expanded > MAX_EXPANDED_NODES:
+            msg = (f"the document expands to more than {MAX_EXPANDED_NODES} nodes through YAML "
+                   "aliases (an alias bomb?); write the values out")
+            return [Problem(source, _line_of(root, []), _ROOT, msg)], None, root
         _scan_nodes(root, emit)
         try:
             data = loader.construct_document(root)
@@ -1148,9 +1154,73 @@ def _validate(text: str, source: str) -> tuple[list[Problem], Any, yaml.Node | N
             for path, line, message, at_key in _schema_problems(err):
                 emit(path, line if line is not None else _line_of(root, path, at_key), message)
         _semantic(data, emit_at)
+        _check_durations(data, emit_at)
     except RecursionError:
         emit([], _line_of(root, []), "the document is nested too deeply or is recursive (aliases)")
     return _sorted(problems), data, root
+
+
+MAX_EXPANDED_NODES = 10_000
+MAX_DURATION_S = 7 * 24 * 3600.0
+
+
+def _expanded_size(root: yaml.Node) -> int:
+    """Nodes the document would have with every alias expanded (memoized: linear in the file)."""
+    memo: dict[int, int] = {}
+    order: list[yaml.Node] = []
+    stack = [root]
+    while stack:  # post-order without recursion
+        node = stack.pop()
+        if id(node) in memo:
+            continue
+        memo[id(node)] = -1
+        order.append(node)
+        if isinstance(node, yaml.MappingNode):
+            stack.extend(n for kv in node.value for n in kv)
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend(node.value)
+    for node in reversed(order):
+        if isinstance(node, yaml.MappingNode):
+            kids = [n for kv in node.value for n in kv]
+        elif isinstance(node, yaml.SequenceNode):
+            kids = node.value
+        else:
+            kids = []
+        memo[id(node)] = min(1 + sum(max(memo.get(id(k), 1), 1) for k in kids),
+                             MAX_EXPANDED_NODES + 1)
+    return memo[id(root)]
+
+
+def _check_durations(data: Any, emit_at) -> None:
+    """A duration that has the right shape but no usable value (``1000...0s``, beyond 7 days)."""
+    if not isinstance(data, dict):
+        return
+    spots: list[tuple[list, Any]] = [(["duration"], data.get("duration"))]
+    for i, role in enumerate(data.get("roles") or []):
+        if isinstance(role, dict):
+            for key in ("start_at", "stop_at"):
+                spots.append((["roles", i, key], role.get(key)))
+            wl = role.get("workload")
+            if isinstance(wl, dict):
+                for key in ("hold", "every", "first_at"):
+                    spots.append((["roles", i, "workload", key], wl.get(key)))
+    for i, step in enumerate(data.get("nemesis") or []):
+        if isinstance(step, dict):
+            spots.append((["nemesis", i, "at"], step.get("at")))
+    for path, value in spots:
+        if value is None or isinstance(value, bool):
+            continue
+        if isinstance(value, str) and not _DURATION_RE.match(value):
+            continue  # the schema reported the shape
+        if not isinstance(value, (str, int, float)):
+            continue
+        try:
+            seconds = parse_duration(value)
+        except ValueError as exc:
+            emit_at(path, str(exc))
+            continue
+        if seconds > MAX_DURATION_S:
+            emit_at(path, f"{_short(value)} is longer than the 7-day limit of a chaos run")
 
 
 def _sorted(problems: list[Problem]) -> list[Problem]:

@@ -601,3 +601,32 @@ def test_mutated_valid_scenario_raises_only_scenario_error(path, value, delete):
         assert e.problems
     else:
         json.dumps(s.to_dict())
+
+
+# --------------------------------------------------------------------------- found by breaking it
+
+def test_alias_bomb_is_refused_quickly_without_expanding(tmp_path):
+    lines = ["name: bomb", "description: x", "duration: 10s",
+             "x0: &f0 [wal, wal, wal, wal, wal, wal, wal, wal, wal, wal]"]
+    for i in range(1, 10):
+        lines.append(f"x{i}: &f{i} [" + ", ".join([f"*f{i - 1}"] * 10) + "]")
+    lines += ["roles: [{name: g, kind: gateway}]", "expect: {integrity: {}}"]
+    with pytest.raises(ScenarioError) as exc:
+        load_scenario_text("\n".join(lines) + "\n", "bomb.yaml")
+    assert "alias" in str(exc.value)
+
+
+def test_duration_too_large_to_use_is_a_problem_not_a_crash():
+    text = ("name: big\ndescription: x\nduration: 1" + "0" * 300 + "s\n"
+            "roles: [{name: g, kind: gateway}]\nexpect: {integrity: {}}\n")
+    with pytest.raises(ScenarioError) as exc:
+        load_scenario_text(text, "big.yaml")
+    assert exc.value.problems[0].field == "duration" and exc.value.problems[0].line == 3
+
+
+def test_seed_beyond_64_bits_is_refused():
+    text = ("name: s\ndescription: x\nseed: 1" + "0" * 100 + "\nduration: 1s\n"
+            "roles: [{name: g, kind: gateway}]\nexpect: {integrity: {}}\n")
+    with pytest.raises(ScenarioError) as exc:
+        load_scenario_text(text, "seed.yaml")
+    assert exc.value.problems[0].field == "seed"
