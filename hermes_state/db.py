@@ -63,7 +63,7 @@ class SessionDB(SessionsMixin, MessagesMixin, TitlesMixin, UsageMixin, Lifecycle
     def get_meta(self, key: str) -> str | None:
         """The ``state_meta`` value of ``key`` or None."""
         row = self._read(lambda c: c.execute(
-            "SELECT value FROM state_meta WHERE key = ?", (key,)).fetchone())
+            "SELECT value FROM state_meta WHERE key = ?", (clean_text(key),)).fetchone())
         return None if row is None else row[0]
 
     def set_meta(self, key: str, value: Any) -> None:
@@ -71,7 +71,8 @@ class SessionDB(SessionsMixin, MessagesMixin, TitlesMixin, UsageMixin, Lifecycle
         val = None if value is None else clean_text(str(value))
         self._write(lambda c: c.execute(
             "INSERT INTO state_meta(key, value) VALUES (?, ?) "
-            "ON CONFLICT(key) DO UPDATE SET value = excluded.value", (key, val)), op="set_meta")
+            "ON CONFLICT(key) DO UPDATE SET value = excluded.value", (clean_text(key), val)),
+            op="set_meta")
 
     # -- refusals are diverted, not dropped (SPEC §10.1)
     def divert_to_spool(self, session_id: str, messages: list[dict]) -> Path:

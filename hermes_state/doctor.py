@@ -21,6 +21,7 @@ from pathlib import Path
 
 from . import holders
 from .connection import wal_reset_exposure
+from .paths import sqlite_uri
 from .schema import FTS_TABLES, SCHEMA_VERSION
 
 OK, WARN, ISSUE = "ok", "warn", "issue"
@@ -89,7 +90,7 @@ def _size(path: Path) -> int | None:
 
 
 def _ro_connect(db_path: Path) -> sqlite3.Connection:
-    conn = sqlite3.connect(f"file:{db_path.as_posix()}?mode=ro", uri=True, timeout=1.0,
+    conn = sqlite3.connect(sqlite_uri(db_path, mode="ro"), uri=True, timeout=1.0,
                            isolation_level=None)
     conn.row_factory = sqlite3.Row
     return conn

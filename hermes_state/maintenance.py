@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import holders
+from .paths import sqlite_uri
 from .errors import HermesStateError
 
 GATED_COMMANDS = ("optimize", "optimize-storage", "prune")
@@ -114,7 +115,7 @@ def gateway_owner_pid(db_path: str | os.PathLike) -> int | None:
     import sqlite3
 
     try:
-        conn = sqlite3.connect(f"file:{Path(db_path).as_posix()}?mode=ro", uri=True, timeout=1.0)
+        conn = sqlite3.connect(sqlite_uri(db_path, mode="ro"), uri=True, timeout=1.0)
         try:
             row = conn.execute("SELECT value FROM state_meta WHERE key='gateway_owner'").fetchone()
         finally:

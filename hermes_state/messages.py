@@ -43,6 +43,7 @@ def build_append(session_id: str, role: str, content: str | None = None,
     Raises:
         TypeError: an unknown keyword (before anything is written).
     """
+    session_id = clean_text(session_id)
     unknown = set(extra) - set(EXTRA_MESSAGE_COLUMNS)
     if unknown:
         raise TypeError(f"append_message() got unknown keyword(s): {', '.join(sorted(unknown))}")
@@ -119,7 +120,7 @@ class MessagesMixin:
     def get_messages(self, session_id: str) -> list[dict]:
         """Every message of a session in insertion (id) order, JSON fields decoded."""
         return self._read(lambda c: [message_row(r) for r in c.execute(
-            "SELECT * FROM messages WHERE session_id = ? ORDER BY id", (session_id,))])
+            "SELECT * FROM messages WHERE session_id = ? ORDER BY id", (clean_text(session_id),))])
 
     def get_messages_as_conversation(self, session_id: str,
                                      include_ancestors: bool = False) -> list[dict]:

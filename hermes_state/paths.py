@@ -6,7 +6,9 @@ at import, so tests can point ``HERMES_HOME`` anywhere.
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 import time
 from pathlib import Path
 
@@ -80,15 +82,39 @@ def retired_wal_dir(db_path: str | os.PathLike, pid: int, stamp: str | None = No
     return db.with_name(f"{db.name}.retired-wal-{stamp or utc_stamp()}-{pid}")
 
 
+_SAFE_SPOOL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+=-]{0,150}")
+
+
 def spool_path(home: str | os.PathLike, session_id: str) -> Path:
     """``<HERMES_HOME>/sessions/<session_id>.jsonl``: where refused messages go (SPEC §10.1).
 
+    A session id that is not a plain file name (``/``, ``..``, control characters, lone
+    surrogates, over 150 characters) is spooled under ``sid-<sha256 prefix>.jsonl`` instead; the
+    id itself is inside every record, so replay never depends on the file name.
+
     Raises:
-        ValueError: the session id would escape the spool directory.
+        ValueError: an empty session id.
     """
-    if not session_id or "/" in session_id or "\\" in session_id or session_id in (".", ".."):
-        raise ValueError(f"session id {session_id!r} cannot name a spool file")
-    return Path(home) / "sessions" / f"{session_id}.jsonl"
+    if not isinstance(session_id, str) or not session_id:
+        raise ValueError("an empty session id cannot be spooled")
+    if _SAFE_SPOOL_NAME.fullmatch(session_id):
+        name = session_id
+    else:
+        digest = hashlib.sha256(session_id.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+        name = f"sid-{digest}"
+    return Path(home) / "sessions" / f"{name}.jsonl"
+
+
+def sqlite_uri(path: str | os.PathLike, **params: str) -> str:
+    """A ``file:`` URI for ``sqlite3.connect(uri=True)`` with the path percent-encoded.
+
+    ``?``, ``#`` and ``%`` in a directory name would otherwise be read as URI syntax and open
+    (or create) another file.
+    """
+    from urllib.parse import quote, urlencode
+
+    uri = "file:" + quote(Path(path).absolute().as_posix(), safe="/")
+    return uri + ("?" + urlencode(params) if params else "")
 
 
 def ensure_home(directory: Path) -> None:
@@ -99,8 +125,17 @@ def ensure_home(directory: Path) -> None:
     """
     from .errors import StorePermissionError
 
+    if directory.exists() and not directory.is_dir():
+        raise StorePermissionError(
+            f"cannot use {directory} as the session store directory: it is a file, not a "
+            "directory.",
+            "fix: point HERMES_HOME (or --home) at a directory, or move that file away")
     try:
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except (FileExistsError, NotADirectoryError) as exc:
+        raise StorePermissionError(
+            f"cannot create the session store directory {directory}: a parent is a file.",
+            "fix: point HERMES_HOME (or --home) at a directory") from exc
     except PermissionError as exc:
         raise StorePermissionError(
             f"cannot create the session store directory {directory}: permission denied.",

@@ -65,12 +65,13 @@ class SessionsMixin:
         sql = (f"INSERT INTO sessions ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))}) "
                "ON CONFLICT(id) DO NOTHING")
         self._write(lambda c: c.execute(sql, vals), op="create_session")
-        return session_id
+        return vals[0]
 
     def get_session(self, session_id: str) -> dict | None:
         """The session row as a dict, or None."""
+        sid = clean_text(session_id)
         return self._read(lambda c: session_row(
-            c.execute("SELECT * FROM sessions WHERE id = ?", (session_id,)).fetchone()))
+            c.execute("SELECT * FROM sessions WHERE id = ?", (sid,)).fetchone()))
 
     def end_session(self, session_id: str, end_reason: str) -> bool:
         """Set ``ended_at``/``end_reason`` unless already ended: the FIRST reason wins (SPEC §5).
@@ -81,7 +82,7 @@ class SessionsMixin:
         def fn(c: sqlite3.Connection) -> bool:
             cur = c.execute(
                 "UPDATE sessions SET ended_at = ?, end_reason = ? WHERE id = ? AND ended_at IS NULL",
-                (time.time(), clean_text(end_reason), session_id))
+                (time.time(), clean_text(end_reason), clean_text(session_id)))
             return cur.rowcount > 0
         return self._write(fn, op="end_session")
 
@@ -89,6 +90,6 @@ class SessionsMixin:
         """Clear ``ended_at`` and ``end_reason``; returns False for an unknown id (SPEC §5)."""
         def fn(c: sqlite3.Connection) -> bool:
             cur = c.execute("UPDATE sessions SET ended_at = NULL, end_reason = NULL WHERE id = ?",
-                            (session_id,))
+                            (clean_text(session_id),))
             return cur.rowcount > 0
         return self._write(fn, op="reopen_session")

@@ -15,6 +15,7 @@ import uuid
 from pathlib import Path
 
 from .paths import spool_path
+from .text import clean_text
 
 
 def divert_to_spool(home: str | os.PathLike, session_id: str, messages: list[dict]) -> Path:
@@ -30,12 +31,14 @@ def divert_to_spool(home: str | os.PathLike, session_id: str, messages: list[dic
         ValueError: a session id that cannot name a file.
         OSError: the spool cannot be written (the caller must keep the messages).
     """
+    session_id = clean_text(session_id)  # the file must be valid UTF-8 to be replayed
     path = spool_path(home, session_id)
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     lines = []
     for msg in messages:
         record = {"spool_id": uuid.uuid4().hex, "session_id": session_id,
-                  "spooled_at": time.time(), "message": msg}
+                  "spooled_at": time.time(),
+                  "message": {k: clean_text(v) for k, v in msg.items()}}
         lines.append(json.dumps(record, ensure_ascii=False, default=str) + "\n")
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     try:

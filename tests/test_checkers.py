@@ -982,3 +982,23 @@ def test_recovery_after_a_real_retirement(tmp_path):
     v = CHECKERS["recovery"](make_ctx(tmp_path, []), {})
     assert v.status == PASS, v.to_dict()
     assert v.figures["messages"] == 2
+
+
+def test_no_lost_writes_is_inconclusive_when_nothing_was_acknowledged(tmp_path):
+    """A run whose every append failed or is unknown proved nothing (found by breaking it)."""
+    from hermes_state import SessionDB
+
+    from chaos.checkers import CheckContext
+    from chaos.checkers.no_lost_writes import check
+
+    store = tmp_path / "final" / "state.db"
+    SessionDB(store).close()
+    history = [
+        {"t": 1.0, "process": "g-0", "type": "invoke", "op": "append", "op_id": "g-0:1",
+         "payload_id": "g-0-1"},
+        {"t": 1.1, "process": "g-0", "type": "info", "op": "append", "op_id": "g-0:1",
+         "payload_id": "g-0-1", "error": "OperationalError"},
+    ]
+    ctx = CheckContext(history=history, store_path=store, home=tmp_path / "home",
+                       run_dir=tmp_path, scenario={})
+    assert check(ctx, {}).status == "INCONCLUSIVE"

@@ -47,11 +47,21 @@ def test_replay_creates_a_missing_session_and_skips_garbage(tmp_path):
         assert db.get_session("ghost")["source"] == "spool"
 
 
-@pytest.mark.parametrize("bad", ["../escape", "a/b", "", ".."])
-def test_spool_refuses_session_ids_that_escape_the_directory(tmp_path, bad):
+def test_spool_refuses_only_an_empty_session_id(tmp_path):
     with SessionDB(tmp_path / "state.db") as db:
         with pytest.raises(ValueError):
-            db.divert_to_spool(bad, [{"role": "user", "content": "x"}])
+            db.divert_to_spool("", [{"role": "user", "content": "x"}])
+
+
+@pytest.mark.parametrize("odd", ["../escape", "a/b", "..", "a\x00b", "x" * 300, "sid-\ud83d",
+                                 "a\nb"])
+def test_any_session_id_can_be_spooled_inside_the_spool_dir_and_replayed(tmp_path, odd):
+    """Refused messages must never be dropped: an id that is not a file name is hashed."""
+    with SessionDB(tmp_path / "state.db") as db:
+        path = db.divert_to_spool(odd, [{"role": "user", "content": "kept"}])
+        assert path.parent == tmp_path / "sessions" and path.name.endswith(".jsonl")
+        assert replay_spool(db)["imported"] == 1
+        assert [m["content"] for m in db.get_messages(odd)] == ["kept"]
     assert not (tmp_path / "escape.jsonl").exists()
 
 

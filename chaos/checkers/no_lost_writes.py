@@ -19,7 +19,7 @@ FAIL when:
   more than once (``duplicated``: a write applied twice).
 
 Params: ``allow_in``: subset of ``["capture", "spool"]`` (default ``[]``).
-INCONCLUSIVE when the history has no append at all.
+INCONCLUSIVE when the history has no append at all, or none was acknowledged (``ok``).
 """
 
 from __future__ import annotations
@@ -149,4 +149,7 @@ def check(ctx: CheckContext, params: dict) -> Verdict:
         extra.append(f"{fig['spooled_missing']} spooled but not in spool")
     if extra:
         summary += "; " + ", ".join(extra)
+    if not failed and fig["ok"] == 0:
+        # Every append failed or has an unknown outcome: nothing acknowledged, nothing proven.
+        return Verdict(NAME, INCONCLUSIVE, "no append was acknowledged: " + summary, fig, evidence)
     return Verdict(NAME, FAIL if failed else PASS, summary, fig, evidence)
