@@ -35,7 +35,7 @@ from .generation import (
     identity,
     own_descriptors,
 )
-from .paths import ensure_home, utc_stamp
+from .paths import ensure_home, sqlite_uri, utc_stamp
 from .schema import SCHEMA_VERSION, TITLE_INDEX_SQL, create_schema, reconcile_columns
 
 log = logging.getLogger("hermes_state")
@@ -184,7 +184,7 @@ class StoreConnection:
     def _connect_ro(self) -> sqlite3.Connection:
         if not self.db_path.exists():
             raise sqlite3.OperationalError(f"no session store at {self.db_path}")
-        uri = f"file:{self.db_path.as_posix()}?mode=ro"
+        uri = sqlite_uri(self.db_path, mode="ro")
         conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None,
                                check_same_thread=False)
         conn.row_factory = sqlite3.Row
@@ -222,7 +222,9 @@ class StoreConnection:
             if p.exists() and not os.access(p, os.R_OK | os.W_OK):
                 raise StorePermissionError(
                     f"cannot write {p}: permission denied (mode {oct(p.stat().st_mode & 0o777)}).",
-                    f"fix: chmod u+rw {p}  (never delete the -wal: it may hold committed data)")
+                    f"fix: chmod u+rw {p}; if the mode already allows writing, the file may be "
+                    f"immutable (lsattr {p}; chattr -i {p}). Never delete the -wal: it may hold "
+                    "committed data.")
         conn = sqlite3.connect(str(self.db_path), timeout=BUSY_TIMEOUT_S, isolation_level=None,
                                check_same_thread=False)
         conn.row_factory = sqlite3.Row
@@ -270,23 +272,43 @@ class StoreConnection:
         raise AssertionError("unreachable")
 
     def _settled(self) -> bool:
-        """True when the schema is complete at version >= 23 and nothing needs writing (SPEC §3)."""
+        """True when the open has nothing to write: schema complete, version >= 23 (SPEC §3).
+
+        Read-only and cheap (a handful of catalogue queries; the declared columns are computed
+        once per process). Required: one ``schema_version`` row >= 23; every v23 non-FTS table
+        with every declared column; the generation token with its ``application_id``
+        (SPEC §10.1). At version 23 also ``messages_fts`` with its three triggers (the triggers
+        of ``messages_fts_trigram`` too when that table exists) and the unique-title index. The
+        FTS LAYOUT is not judged: a migrated store keeps its inline FTS (same table and trigger
+        names) until ``optimize-storage`` (SPEC §8), and is settled all the same. A store newer
+        than the code is settled without FTS/title-index requirements (those are its own).
+        Sets ``self._schema_version_seen`` (None when unreadable).
+        """
         c = self.conn
+        self._schema_version_seen = None
         try:
-            row = c.execute("SELECT version FROM schema_version").fetchall()
+            rows = c.execute("SELECT version FROM schema_version").fetchall()
         except sqlite3.OperationalError:
             return False
-        if len(row) != 1 or row[0][0] < SCHEMA_VERSION:
+        if len(rows) != 1 or rows[0][0] is None:
+            return False
+        version = self._schema_version_seen = int(rows[0][0])
+        if version < SCHEMA_VERSION:
             return False
         names = {r[0] for r in c.execute("SELECT name FROM sqlite_master")}
-        needed = {"sessions", "messages", "session_model_usage", "state_meta", "gateway_routing",
-                  "compression_locks", "async_delegations", "messages_fts", "messages_fts_ai",
-                  "messages_fts_ad", "messages_fts_au", "idx_sessions_title_unique"}
-        if not needed <= names:
-            return False
         from .schema import declared_columns
 
-        for table, cols in declared_columns().items():
+        declared = declared_columns()
+        needed = set(declared)
+        if version == SCHEMA_VERSION:
+            needed |= {"messages_fts", "messages_fts_ai", "messages_fts_ad", "messages_fts_au",
+                       "idx_sessions_title_unique"}
+            if "messages_fts_trigram" in names:
+                needed |= {"messages_fts_trigram_ai", "messages_fts_trigram_ad",
+                           "messages_fts_trigram_au"}
+        if not needed <= names:
+            return False
+        for table, cols in declared.items():
             live = {r[1] for r in c.execute(f"PRAGMA table_info({table})")}
             if any(name not in live for name, _ in cols):
                 return False
@@ -296,35 +318,21 @@ class StoreConnection:
         return c.execute("PRAGMA application_id").fetchone()[0] == application_id_for(tok[0])
 
     def _prepare_schema(self) -> None:
-        """Create/complete the schema in one write transaction unless settled (SPEC §2, §3)."""
+        """Create, migrate or complete the schema unless settled (SPEC §2, §3).
+
+        Settled store: no write at all (a store newer than the code only gets its once-per-process
+        warning). Otherwise :func:`hermes_state.migrations.prepare_store`: a fresh store in one
+        transaction; an older one column reconciliation, then each versioned step in its own
+        transaction with its ``migrate.v<N>.before_commit`` failpoint, then the idempotent rest.
+        The outcome is kept in ``self.migration_report`` (None when settled).
+        """
+        from . import migrations
+
+        self.migration_report = None
         if self._settled():
+            migrations.warn_if_newer(self.db_path, self._schema_version_seen)
             return
-
-        def setup(conn: sqlite3.Connection) -> None:
-            create_schema(conn)
-            reconcile_columns(conn)
-            rows = conn.execute("SELECT version FROM schema_version").fetchall()
-            if not rows:
-                conn.execute("INSERT INTO schema_version(version) VALUES (?)", (SCHEMA_VERSION,))
-            elif len(rows) > 1:
-                top = max(r[0] for r in rows)
-                conn.execute("DELETE FROM schema_version")
-                conn.execute("INSERT INTO schema_version(version) VALUES (?)", (top,))
-            elif rows[0][0] < SCHEMA_VERSION:
-                # Older stores: the versioned steps live in migrations.py (SPEC §3); here only
-                # the column reconciliation and the version bump of a column-only gap.
-                conn.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION,))
-            elif rows[0][0] > SCHEMA_VERSION:
-                log.warning("%s has schema version %s, newer than this code (%s): opened "
-                            "without downgrade", self.db_path, rows[0][0], SCHEMA_VERSION)
-            self._ensure_title_index(conn)
-            conn.execute("INSERT OR IGNORE INTO state_meta(key, value) VALUES "
-                         "('db_file_generation', ?)", (uuid.uuid4().hex,))
-            token = conn.execute(
-                "SELECT value FROM state_meta WHERE key='db_file_generation'").fetchone()[0]
-            conn.execute(f"PRAGMA application_id={application_id_for(token)}")
-
-        self.execute_write(setup, op="open", check_generation=False)
+        self.migration_report = migrations.prepare_store(self)
 
     @staticmethod
     def _ensure_title_index(conn: sqlite3.Connection) -> None:

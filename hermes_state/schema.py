@@ -8,6 +8,7 @@ scratch ``:memory:`` database) and every missing column is added with ``ALTER TA
 
 from __future__ import annotations
 
+import functools
 import logging
 import sqlite3
 
@@ -234,21 +235,98 @@ def trigram_supported(conn: sqlite3.Connection) -> bool:
         return False
 
 
+def create_tables(conn: sqlite3.Connection) -> None:
+    """Run the ``CREATE ... IF NOT EXISTS`` of every non-FTS table and index of v23 (SPEC §2).
+
+    Safe on a store of any version: an existing table is left as it is (its missing columns are
+    :func:`reconcile_columns`' job, SPEC §3). Must be called inside a write transaction
+    (``executescript`` would commit the caller's transaction, so statements go one by one).
+    The unique-title index is not here: creating it can fail on duplicates (SPEC §3), see
+    :func:`hermes_state.migrations.ensure_title_index`.
+    """
+    for stmt in _split(TABLES_SQL):
+        conn.execute(stmt)
+
+
+def create_fts(conn: sqlite3.Connection) -> list[str]:
+    """Create the v23 external-content FTS tables and their triggers where absent (SPEC §2.4).
+
+    Layout-aware: when ``messages_fts`` already exists in a legacy INLINE layout (v1-v22 stores,
+    see :mod:`hermes_state.schema_history`) nothing is created: the legacy triggers carry the same
+    names as the v23 ones, and ``sessions optimize-storage`` (:mod:`hermes_state.fts_layout`)
+    moves such a store to this layout (SPEC §3, §8). A v23 table that is missing on a store that
+    already has messages is created AND back-filled in the same transaction, honouring the
+    §2.4 rebuild gate (rows in ``(P, H]`` are left to the pending rebuild), so search never
+    silently misses old rows. ``messages_fts_trigram`` is skipped when this SQLite lacks the
+    trigram tokenizer. Must run inside a write transaction. Idempotent.
+
+    Returns:
+        Names of the FTS tables created by this call (``[]`` when everything existed).
+    """
+    from .schema_history import INLINE_LAYOUTS, live_fts_layout
+
+    if live_fts_layout(conn) in INLINE_LAYOUTS:
+        return []
+    created = []
+    plan = [("messages_fts", FTS_TABLE_SQL, FTS_TRIGGERS_SQL, "")]
+    if trigram_supported(conn):
+        plan.append(("messages_fts_trigram", TRIGRAM_TABLE_SQL, TRIGRAM_TRIGGERS_SQL,
+                     "AND role != 'tool'"))
+    for table, table_sql, triggers_sql, row_filter in plan:
+        existed = _exists(conn, table)
+        conn.execute(table_sql)
+        for stmt in _split_triggers(triggers_sql):
+            conn.execute(stmt)
+        if not existed:
+            created.append(table)
+            backfill_gated(conn, table, row_filter)
+    return created
+
+
+def backfill_gated(conn: sqlite3.Connection, table: str, row_filter: str = "") -> int:
+    """Index into the external-content ``table`` every message the §2.4 triggers would index.
+
+    Rows with ``id <= P`` or ``id > H`` (every row when no rebuild is pending) are inserted;
+    rows in ``(P, H]`` belong to the pending chunked rebuild and are left to it, so no row is
+    indexed twice. Only for a table that was just created (empty).
+
+    Args:
+        table: ``messages_fts`` or ``messages_fts_trigram``.
+        row_filter: extra ``AND ...`` condition on ``messages`` (e.g. ``AND role != 'tool'``).
+    Returns:
+        Rows inserted.
+    """
+    if not _exists(conn, "messages"):
+        return 0
+    gate = "1"
+    if _exists(conn, "state_meta"):
+        meta = dict(conn.execute(
+            "SELECT key, CAST(value AS INTEGER) FROM state_meta WHERE key IN "
+            "('fts_rebuild_high_water', 'fts_rebuild_progress')").fetchall())
+        if "fts_rebuild_high_water" in meta:
+            high = int(meta["fts_rebuild_high_water"] or 0)
+            low = int(meta.get("fts_rebuild_progress") or 0)
+            gate = f"(id > {high} OR id <= {low})"
+    cur = conn.execute(
+        f"INSERT INTO {table}(rowid, content, tool_name, tool_calls) "
+        f"SELECT id, content, tool_name, tool_calls FROM messages WHERE {gate} {row_filter}")
+    return max(cur.rowcount, 0)
+
+
 def create_schema(conn: sqlite3.Connection) -> None:
     """Run every ``CREATE ... IF NOT EXISTS`` of version 23 on ``conn`` (SPEC §2).
 
-    Must be called inside a write transaction. The unique-title index is created separately by
-    the migration code (its creation can fail on duplicates, SPEC §3). Idempotent.
+    :func:`create_tables` then :func:`create_fts`: a fresh store is born on the v23 external
+    content FTS layout. Must be called inside a write transaction. The unique-title index is
+    created separately by the migration code (its creation can fail on duplicates, SPEC §3).
+    Idempotent.
     """
-    # executescript() would COMMIT the caller's transaction: statements go one by one.
-    for stmt in _split(TABLES_SQL + FTS_TABLE_SQL):
-        conn.execute(stmt)
-    for stmt in _split_triggers(FTS_TRIGGERS_SQL):
-        conn.execute(stmt)
-    if trigram_supported(conn):
-        conn.execute(TRIGRAM_TABLE_SQL)
-        for stmt in _split_triggers(TRIGRAM_TRIGGERS_SQL):
-            conn.execute(stmt)
+    create_tables(conn)
+    create_fts(conn)
+
+
+def _exists(conn: sqlite3.Connection, name: str) -> bool:
+    return conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (name,)).fetchone() is not None
 
 
 def _split(sql: str) -> list[str]:
@@ -266,13 +344,19 @@ def declared_columns() -> dict[str, list[tuple[str, str]]]:
     """``{table: [(column, column_definition_for_ALTER), ...]}`` declared by the current DDL.
 
     Derived by running the DDL in a scratch ``:memory:`` database (SPEC §3), so the DDL text
-    stays the single source of truth.
+    stays the single source of truth. Computed once per process (the DDL is a constant); every
+    call returns a fresh copy the caller may modify.
     """
+    return {table: list(cols) for table, cols in _declared_columns_cached().items()}
+
+
+@functools.lru_cache(maxsize=1)
+def _declared_columns_cached() -> dict[str, tuple[tuple[str, str], ...]]:
     scratch = sqlite3.connect(":memory:")
     try:
         for stmt in _split(TABLES_SQL):
             scratch.execute(stmt)
-        out: dict[str, list[tuple[str, str]]] = {}
+        out: dict[str, tuple[tuple[str, str], ...]] = {}
         tables = [r[0] for r in scratch.execute(
             "SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%'")]
         for table in tables:
@@ -286,7 +370,7 @@ def declared_columns() -> dict[str, list[tuple[str, str]]]:
                 elif default is not None:
                     definition += f" DEFAULT {default}"
                 cols.append((name, definition))
-            out[table] = cols
+            out[table] = tuple(cols)
         return out
     finally:
         scratch.close()

@@ -1,0 +1,160 @@
+"""Migration v1 -> v23 of an N-message store vs ``VACUUM INTO`` of the same store (SPEC §17).
+
+SPEC §17 target: opening a version-1 store of 100 k messages with the current code (every
+versioned step of SPEC §3, including the v10 trigram back-fill and the v11 re-index of both
+inline FTS tables) takes at most 3x the time of ``VACUUM INTO`` of the same store, measured side
+by side in one run.
+
+Usage::
+
+    python benchmarks/bench_migration.py [--messages 100000] [--sessions 500] [--dir DIR]
+        [--keep] [--optimize-storage]
+
+The v1 store is built from the declared v1 schema (:mod:`hermes_state.schema_history`) in one
+transaction: a mix of user / assistant-with-tool_calls / tool / assistant rows, 60-400 characters,
+some CJK. Then, on the same files: one warm-up read of the whole store (so both timings see a
+warm page cache), ``VACUUM INTO`` a sibling file (timed), then ``SessionDB(path)`` (timed: the
+migration) and close. ``--optimize-storage`` also times the later conversion to the v23 layout
+(not part of the §17 ratio). Prints the figures and the ratio; exit code 0 when the ratio is
+within the target, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import sqlite3
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from hermes_state import SessionDB  # noqa: E402
+from hermes_state.schema_history import create_store_schema  # noqa: E402
+
+TARGET_RATIO = 3.0
+_WORDS = ("docker deploy error stack trace python rust build failed passed container kubernetes "
+          "cluster config yaml json parse timeout retry network socket database index query "
+          "migration schema version table column row commit rollback transaction lock wal "
+          "checkpoint session message agent tool terminal file read write").split()
+_CJK = ("東京", "会議", "記録", "記憶", "断裂", "問題", "复现", "讨论", "协议", "通信", "完了")
+
+
+def build_v1_store(path: Path, messages: int, sessions: int, seed: int = 1) -> None:
+    """A version-1 store with ``messages`` rows over ``sessions`` sessions (one transaction)."""
+    rng = random.Random(seed)
+    conn = sqlite3.connect(str(path), isolation_level=None)
+    try:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.execute("BEGIN")
+        create_store_schema(conn, 1)
+        conn.execute("INSERT INTO schema_version(version) VALUES (1)")
+        t0 = 1_700_000_000.0
+        sids = [f"bench{i:05d}" for i in range(sessions)]
+        conn.executemany(
+            "INSERT INTO sessions(id, source, model, started_at, message_count, input_tokens, "
+            "output_tokens) VALUES (?, 'cli', 'm', ?, 0, ?, ?)",
+            [(sid, t0 + i * 60, rng.randint(1, 9999), rng.randint(1, 9999))
+             for i, sid in enumerate(sids)])
+
+        def rows():
+            for n in range(messages):
+                sid = sids[n * sessions // messages]
+                kind = n % 4
+                words = " ".join(rng.choice(_WORDS) for _ in range(rng.randint(8, 60)))
+                if n % 9 == 0:
+                    words += " " + "".join(rng.choice(_CJK) for _ in range(rng.randint(2, 8)))
+                calls = tool_name = call_id = None
+                role = ("user", "assistant", "tool", "assistant")[kind]
+                if kind == 1:
+                    calls = json.dumps([{"id": f"c{n}", "type": "function", "function": {
+                        "name": "terminal", "arguments": json.dumps({"cmd": f"grep -r {words[:30]}"})}}])
+                elif kind == 2:
+                    tool_name, call_id = "terminal", f"c{n - 1}"
+                yield (sid, role, words, call_id, calls, tool_name, t0 + n * 0.5,
+                       rng.randint(1, 300))
+
+        conn.executemany(
+            "INSERT INTO messages(session_id, role, content, tool_call_id, tool_calls, tool_name, "
+            "timestamp, token_count) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows())
+        conn.execute("UPDATE sessions SET message_count = (SELECT COUNT(*) FROM messages m "
+                     "WHERE m.session_id = sessions.id)")
+        conn.execute("COMMIT")
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    finally:
+        conn.close()
+
+
+def _warm(path: Path) -> None:
+    with open(path, "rb") as fh:
+        while fh.read(1 << 20):
+            pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--messages", type=int, default=100_000)
+    ap.add_argument("--sessions", type=int, default=500)
+    ap.add_argument("--dir", type=Path, default=None, help="work directory (default: a temp dir)")
+    ap.add_argument("--keep", action="store_true", help="keep the work directory")
+    ap.add_argument("--optimize-storage", action="store_true",
+                    help="also time optimize-storage (v23 FTS layout) after the migration")
+    args = ap.parse_args(argv)
+    work = args.dir or Path(tempfile.mkdtemp(prefix="bench_migration_"))
+    work.mkdir(parents=True, exist_ok=True)
+    db_path = work / "state.db"
+    copy = work / "vacuum-into.db"
+    for p in (db_path, copy, Path(f"{db_path}-wal"), Path(f"{db_path}-shm")):
+        if p.exists():
+            p.unlink()
+    try:
+        t = time.perf_counter()
+        build_v1_store(db_path, args.messages, args.sessions)
+        build_s = time.perf_counter() - t
+        size = db_path.stat().st_size
+        _warm(db_path)
+
+        conn = sqlite3.connect(str(db_path), isolation_level=None)
+        t = time.perf_counter()
+        conn.execute(f"VACUUM INTO '{copy}'")
+        vacuum_s = time.perf_counter() - t
+        conn.close()
+
+        t = time.perf_counter()
+        db = SessionDB(db_path)
+        migrate_s = time.perf_counter() - t
+        report = db.connection.migration_report
+        opt = None
+        if args.optimize_storage:
+            from hermes_state.fts_layout import optimize_storage
+
+            t = time.perf_counter()
+            opt = optimize_storage(db)
+            opt["timed_s"] = round(time.perf_counter() - t, 3)
+        db.close()
+        ratio = migrate_s / vacuum_s if vacuum_s > 0 else float("inf")
+        print(f"SQLite {sqlite3.sqlite_version}, Python {sys.version.split()[0]}")
+        print(f"store: {args.messages} messages, {args.sessions} sessions, "
+              f"{size / 1e6:.1f} MB (built in {build_s:.2f}s)")
+        print(f"VACUUM INTO:              {vacuum_s:8.3f} s")
+        print(f"migration v1 -> v23:      {migrate_s:8.3f} s  "
+              f"(steps {report.steps[0]}..{report.steps[-1]}, {report.stats})")
+        print(f"ratio migration / vacuum: {ratio:8.2f}x  (target <= {TARGET_RATIO:.1f}x): "
+              f"{'OK' if ratio <= TARGET_RATIO else 'OVER TARGET'}")
+        if opt:
+            print(f"optimize-storage:         {opt['timed_s']:8.3f} s  ({opt['rows_indexed']} rows, "
+                  f"{opt['chunks']} chunks, {opt['layout_before']} -> {opt['layout_after']})")
+        return 0 if ratio <= TARGET_RATIO else 1
+    finally:
+        if not args.keep and args.dir is None:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

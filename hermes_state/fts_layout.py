@@ -1,0 +1,285 @@
+"""``optimize-storage``: move a legacy store to the v23 external-content FTS layout (SPEC §8, §2.4).
+
+Legacy stores (v1-v22, see :mod:`hermes_state.schema_history`) keep INLINE FTS5 tables: every
+message text is stored twice more (``messages_fts`` and ``messages_fts_trigram`` each hold a
+copy). Migration to version 23 does not touch them (SPEC §3: "the version advance itself does
+not rewrite FTS"); :func:`optimize_storage` does, resumably:
+
+1. **switch** (one write transaction): drop the legacy FTS tables and their triggers, create the
+   v23 external-content tables (``content='messages'``) and their gated triggers
+   (:mod:`hermes_state.schema`), and record the rebuild markers of SPEC §2.4 in ``state_meta``:
+   ``fts_rebuild_high_water`` H = ``MAX(messages.id)`` and ``fts_rebuild_progress`` P = 0.
+   From this commit on, triggers index every row with ``id <= P`` or ``id > H``;
+2. **back-fill** (one write transaction per chunk of ``chunk`` rows, 500 by default): index the
+   next rows of ``(P, H]`` into every v23 FTS table (the trigram one without ``role='tool'``
+   rows) and advance P in the SAME transaction; the transaction that reaches H deletes both keys.
+
+A crash anywhere loses nothing: the switch is atomic (the old index or the new layout, never
+half), each chunk commits together with its P, and a re-run resumes from P. A row is never
+indexed twice: the trigger gate and the back-fill range are disjoint, and a row updated or
+deleted inside ``(P, H]`` meanwhile is simply read (or not) by its chunk later. While markers
+exist, search must LIKE-scan ``(P, H]`` (SPEC §2.4, the search module's job).
+
+The optional ``messages_fts_cjk`` table (SPEC §2.4) is not part of any legacy layout and is left
+alone. Freed pages stay in the file until ``optimize`` (VACUUM) runs (SPEC §8).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable
+
+from .schema import (
+    FTS_TABLE_SQL,
+    FTS_TRIGGERS_SQL,
+    TRIGRAM_TABLE_SQL,
+    TRIGRAM_TRIGGERS_SQL,
+    _split_triggers,
+    trigram_supported,
+)
+from .schema_history import EXTERNAL_LAYOUT, INLINE_LAYOUTS, live_fts_layout
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .db import SessionDB
+
+HIGH_WATER_KEY = "fts_rebuild_high_water"
+PROGRESS_KEY = "fts_rebuild_progress"
+DEFAULT_CHUNK = 500  # SPEC §2.4: rows per write transaction
+
+#: FTS tables this module rebuilds and the row filter of each.
+_TABLES = (("messages_fts", ""), ("messages_fts_trigram", "AND role != 'tool'"))
+
+
+class StorageSpaceError(OSError):
+    """Not enough free disk for ``optimize-storage`` (checked before anything is written)."""
+
+
+def _free_bytes(directory: Path) -> int:
+    """Free bytes for an unprivileged writer in ``directory`` (tests replace this)."""
+    return shutil.disk_usage(directory).free
+
+
+def store_bytes(db_path: Path) -> int:
+    """``state.db`` + ``-wal`` sizes (0 for a missing file)."""
+    total = 0
+    for suffix in ("", "-wal"):
+        try:
+            total += os.stat(f"{db_path}{suffix}").st_size
+        except OSError:
+            pass
+    return total
+
+
+def rebuild_markers(conn: sqlite3.Connection) -> tuple[int, int] | None:
+    """``(P, H)`` while a rebuild is pending (SPEC §2.4), else None."""
+    try:
+        rows = dict(conn.execute("SELECT key, value FROM state_meta WHERE key IN (?, ?)",
+                                 (HIGH_WATER_KEY, PROGRESS_KEY)).fetchall())
+    except sqlite3.OperationalError:
+        return None
+    if HIGH_WATER_KEY not in rows:
+        return None
+    return int(rows.get(PROGRESS_KEY) or 0), int(rows[HIGH_WATER_KEY] or 0)
+
+
+def status(conn: sqlite3.Connection) -> dict:
+    """The FTS layout of a store and any pending rebuild (read-only).
+
+    Returns:
+        ``{"layout": str, "legacy": bool, "pending": (P, H) | None}``; layouts are named as in
+        :func:`hermes_state.schema_history.live_fts_layout`.
+    """
+    layout = live_fts_layout(conn)
+    return {"layout": layout, "legacy": layout in INLINE_LAYOUTS or layout == "none",
+            "pending": rebuild_markers(conn)}
+
+
+def _switch(conn: sqlite3.Connection) -> dict:
+    """Step 1: legacy FTS out, v23 tables + gated triggers in, markers set. Idempotent."""
+    layout = live_fts_layout(conn)
+    if layout == EXTERNAL_LAYOUT:
+        return {"switched": False, "layout": layout, "markers": rebuild_markers(conn)}
+    for table, _ in _TABLES:
+        for suffix in ("ai", "ad", "au"):
+            conn.execute(f"DROP TRIGGER IF EXISTS {table}_{suffix}")
+        conn.execute(f"DROP TABLE IF EXISTS {table}")
+    plan = [(FTS_TABLE_SQL, FTS_TRIGGERS_SQL)]
+    if trigram_supported(conn):
+        plan.append((TRIGRAM_TABLE_SQL, TRIGRAM_TRIGGERS_SQL))
+    for table_sql, triggers_sql in plan:
+        conn.execute(table_sql)
+        for stmt in _split_triggers(triggers_sql):
+            conn.execute(stmt)
+    high = conn.execute("SELECT COALESCE(MAX(id), 0) FROM messages").fetchone()[0]
+    markers = None
+    if high > 0:
+        conn.execute("INSERT OR REPLACE INTO state_meta(key, value) VALUES (?, ?), (?, ?)",
+                     (HIGH_WATER_KEY, str(high), PROGRESS_KEY, "0"))
+        markers = (0, high)
+    return {"switched": True, "layout": layout, "markers": markers}
+
+
+def _chunk(conn: sqlite3.Connection, size: int) -> dict:
+    """Step 2: index the next ``size`` rows of ``(P, H]``; advance P; clear the keys at H."""
+    markers = rebuild_markers(conn)
+    if markers is None:
+        return {"rows": 0, "done": True, "progress": None, "high_water": None}
+    low, high = markers
+    ids = [r[0] for r in conn.execute(
+        "SELECT id FROM messages WHERE id > ? AND id <= ? ORDER BY id LIMIT ?",
+        (low, high, size))]
+    top = ids[-1] if ids else high
+    existing = {r[0] for r in conn.execute(
+        "SELECT name FROM sqlite_master WHERE name IN ('messages_fts', 'messages_fts_trigram')")}
+    if ids:
+        for table, row_filter in _TABLES:
+            if table in existing:
+                conn.execute(
+                    f"INSERT INTO {table}(rowid, content, tool_name, tool_calls) "
+                    f"SELECT id, content, tool_name, tool_calls FROM messages "
+                    f"WHERE id > ? AND id <= ? {row_filter}", (low, top))
+    more = len(ids) == size and conn.execute(
+        "SELECT 1 FROM messages WHERE id > ? AND id <= ? LIMIT 1", (top, high)).fetchone()
+    if more:
+        conn.execute("INSERT INTO state_meta(key, value) VALUES (?, ?) "
+                     "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                     (PROGRESS_KEY, str(top)))
+    else:
+        conn.execute("DELETE FROM state_meta WHERE key IN (?, ?)", (HIGH_WATER_KEY, PROGRESS_KEY))
+    return {"rows": len(ids), "done": not more, "progress": top, "high_water": high}
+
+
+def optimize_storage(db: "SessionDB", *, chunk: int = DEFAULT_CHUNK,
+                     progress: Callable[[dict], None] | None = None) -> dict:
+    """Move ``db`` to the v23 external-content FTS layout and rebuild FTS resumably (SPEC §8).
+
+    Checks free disk first (about the store's size; proportionally less when resuming).
+    Safe to run while other processes write (each step is a normal write transaction); the
+    CLI applies the live-writer gate of SPEC §11 before calling this.
+
+    Args:
+        db: an open writable :class:`~hermes_state.db.SessionDB`.
+        chunk: rows per back-fill write transaction (SPEC §2.4: 500).
+        progress: called after every committed chunk with ``{"chunk": n, "rows_indexed": n,
+            "progress": P, "high_water": H, "done": bool}``; may raise to abort (what was
+            committed stays; a re-run resumes).
+    Returns:
+        ``{"status": "nothing to do", "layout": ...}`` when the store is on the v23 layout with
+        no pending rebuild; else ``{"status": "done", "layout_before", "layout_after",
+        "resumed": bool, "rows_indexed", "chunks", "high_water", "bytes_before", "bytes_after",
+        "seconds"}``.
+    Raises:
+        ValueError: ``chunk`` < 1.
+        StorageSpaceError: less free disk than needed; nothing was changed.
+        sqlite3.Error / store errors: from the write path; committed chunks stay, re-run resumes.
+    """
+    if chunk < 1:
+        raise ValueError(f"chunk must be >= 1, not {chunk}")
+    t0 = time.monotonic()
+    before = db._read(status)
+    if before["layout"] == EXTERNAL_LAYOUT and before["pending"] is None:
+        return {"status": "nothing to do", "layout": before["layout"]}
+    db_path = Path(db.db_path)
+    size = store_bytes(db_path)
+    need = size
+    if before["pending"] is not None:
+        low, high = before["pending"]
+        need = int(size * max(high - low, 0) / max(high, 1))
+    free = _free_bytes(db_path.parent)
+    if free < need:
+        raise StorageSpaceError(
+            f"optimize-storage needs about {need / 1e6:.1f} MB free beside {db_path} "
+            f"(the size of the store) but only {free / 1e6:.1f} MB are free; nothing was "
+            f"changed. Free some space (or move the profile) and run it again.")
+    resumed = before["layout"] == EXTERNAL_LAYOUT
+    switched = db._write(_switch, op="optimize_storage")
+    rows = chunks = 0
+    high = switched["markers"][1] if switched["markers"] else None
+    while True:
+        res = db._write(lambda c: _chunk(c, chunk), op="optimize_storage")
+        if res["high_water"] is None and res["rows"] == 0:
+            break
+        high = res["high_water"]
+        chunks += 1
+        rows += res["rows"]
+        if progress is not None:
+            progress({"chunk": chunks, "rows_indexed": rows, "progress": res["progress"],
+                      "high_water": high, "done": res["done"]})
+        if res["done"]:
+            break
+    after = db._read(status)
+    return {"status": "done", "layout_before": before["layout"], "layout_after": after["layout"],
+            "resumed": resumed, "rows_indexed": rows, "chunks": chunks, "high_water": high,
+            "bytes_before": size, "bytes_after": store_bytes(db_path),
+            "seconds": round(time.monotonic() - t0, 3)}
+
+
+def _vocab_instances(conn: sqlite3.Connection, schema_name: str, table: str) -> list[tuple]:
+    vocab = f"temp._vocab_{schema_name}_{table}"
+    conn.execute(f"DROP TABLE IF EXISTS {vocab}")
+    conn.execute(f"CREATE VIRTUAL TABLE {vocab} USING fts5vocab('{schema_name}', '{table}', "
+                 "'instance')")
+    try:
+        return sorted(tuple(r) for r in conn.execute(f"SELECT term, doc, col, offset FROM {vocab}"))
+    finally:
+        conn.execute(f"DROP TABLE {vocab}")
+
+
+def verify_fts(conn: sqlite3.Connection) -> dict[str, str]:
+    """Compare every FTS table with an index built from scratch out of ``messages``.
+
+    For each of ``messages_fts`` / ``messages_fts_trigram`` present: FTS5 ``integrity-check``,
+    then the full list of (term, rowid, column, offset) instances is compared with that of a
+    fresh inline index over the same rows (all rows; no ``role='tool'`` rows for trigram) built
+    in a ``temp`` table. Equal lists prove the index holds every row exactly once with its
+    current text (no row missing, stale or indexed twice), whatever the layout. While a rebuild
+    is pending, rows in ``(P, H]`` are expected to be absent. Cost: proportional to the store
+    (meant for tests, ``doctor --deep`` and benchmarks on small stores).
+
+    Args:
+        conn: any connection to the store (writes only to ``temp``).
+    Returns:
+        ``{table: "ok" | problem}``.
+    """
+    out: dict[str, str] = {}
+    names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+    markers = rebuild_markers(conn)
+    gate = ""
+    if markers is not None:
+        gate = f"AND (id <= {markers[0]} OR id > {markers[1]})"
+    for table, row_filter in _TABLES:
+        if table not in names:
+            continue
+        try:
+            conn.execute(f"INSERT INTO {table}({table}) VALUES('integrity-check')")
+        except sqlite3.DatabaseError as exc:
+            out[table] = f"integrity-check: {exc}"
+            continue
+        cols = [r[1] for r in conn.execute(f"PRAGMA table_info({table})")]
+        sql = next(r[0] for r in conn.execute(
+            "SELECT sql FROM sqlite_master WHERE name = ?", (table,)))
+        tokenize = ", tokenize='trigram'" if "trigram" in sql else ""
+        ref = f"_ref_{table}"
+        conn.execute(f"DROP TABLE IF EXISTS temp.{ref}")
+        conn.execute(f"CREATE VIRTUAL TABLE temp.{ref} USING fts5({', '.join(cols)}{tokenize})")
+        try:
+            conn.execute(f"INSERT INTO temp.{ref}(rowid, {', '.join(cols)}) "
+                         f"SELECT id, {', '.join(cols)} FROM messages WHERE 1 {row_filter} {gate}")
+            live = _vocab_instances(conn, "main", table)
+            want = _vocab_instances(conn, "temp", ref)
+        finally:
+            conn.execute(f"DROP TABLE IF EXISTS temp.{ref}")
+        if live == want:
+            out[table] = "ok"
+        else:
+            live_docs = {r[1] for r in live}
+            want_docs = {r[1] for r in want}
+            dup = len(live) - len(set(live))
+            out[table] = (f"index differs from messages: {len(live)} vs {len(want)} instances, "
+                          f"missing rows {sorted(want_docs - live_docs)[:10]}, extra rows "
+                          f"{sorted(live_docs - want_docs)[:10]}, duplicated instances {dup}")
+    return out

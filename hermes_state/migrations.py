@@ -1,0 +1,543 @@
+"""Schema migration at open: declarative columns, then one transaction per version (SPEC §3).
+
+Called by :meth:`hermes_state.connection.StoreConnection._prepare_schema` when the store is not
+settled. The order for an existing store below version 23:
+
+1. one write transaction (``op="open"``): create every missing non-FTS table of v23
+   (``CREATE TABLE IF NOT EXISTS``) and add every missing column
+   (:func:`hermes_state.schema.reconcile_columns`); normalise ``schema_version`` to one row;
+2. every versioned step ``current+1 .. 23``, EACH in its own ``BEGIN IMMEDIATE`` transaction
+   (``op="migrate"``) together with ``UPDATE schema_version SET version = N``; the failpoint
+   ``migrate.v<N>.before_commit`` is hit at the end of the step, right before the commit. The
+   version is re-read inside the transaction, so two processes migrating the same store at once
+   run every step exactly once; a crash inside a step rolls it back, a crash between steps
+   resumes at the next open;
+3. one write transaction (``op="open"``) for the idempotent rest: FTS tables/triggers where
+   absent (layout-aware: a legacy INLINE layout is left for ``optimize-storage``, SPEC §8), the
+   unique-title index (with the duplicate repair), the generation token and ``application_id``
+   (SPEC §10.1).
+
+A fresh store is created whole in ONE transaction at version 23 (external-content FTS). A store
+at 23 that merely misses a table or column is completed in one transaction. A store NEWER than
+the code is opened without downgrade: only missing tables and columns are added and a warning is
+logged once per process (SPEC §3); its FTS and title index are left alone.
+
+Data steps (the version table is in :mod:`hermes_state.schema_history`):
+
+* v4  unique title index; on duplicates the newest row (``started_at``, then rowid) keeps the
+  title, the others become NULL; the count is logged (never aborts the open).
+* v10 inline trigram table (``content``; ``role='tool'`` rows excluded) + back-fill.
+* v11 both FTS tables re-created inline over ``content, tool_name, tool_calls`` + re-index.
+* v16 delegated sub-agents: ``parent_session_id IS NOT NULL AND source IN ('subagent',
+  'delegate')`` => ``model_config = json_set(COALESCE(model_config, '{}'), '$._delegate_from',
+  parent_session_id)`` unless already tagged; a ``model_config`` that is not a JSON object is
+  left untouched (counted in the report).
+* v18 gateway metadata from ``<dir of state.db>/sessions/sessions.json``: accepted shapes are
+  ``{session_key: entry}``, ``{"sessions": [entry, ...] | {key: entry}}`` or ``[entry, ...]``;
+  an entry is an object with ``session_id`` (required) and any of ``display_name`` (string),
+  ``origin`` (object/array, stored as compact JSON) or ``origin_json`` (string),
+  ``expiry_finalized`` (bool or 0/1). ``display_name``/``origin_json`` are filled only where
+  NULL; ``expiry_finalized`` only goes from NULL/0 to the file's value (never 1 -> 0). Entries
+  are applied in file order (the first value for a session wins). A missing file is normal; an
+  unreadable, oversized (> 64 MiB) or malformed file, or one of another shape, is logged and
+  skipped; bad entries are skipped. The step never fails the open.
+* v20 ``session_model_usage`` seeded from each session's totals (model and billing parts, ''
+  for unknown): one row per session that has any token/call count or a cost and no usage row
+  yet (``first_seen = started_at``, ``last_seen = COALESCE(ended_at, started_at)``).
+* v22 ``session_model_usage`` rebuilt with ``task`` in the primary key (``''`` for old rows)
+  unless its key already has it.
+* v23 version advance only.
+Every other version is a column/table addition handled declaratively in step 1: its step is the
+version bump alone.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sqlite3
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from . import events, failpoints
+from .errors import WriteContentionError
+from .generation import application_id_for
+from .schema import (
+    SCHEMA_VERSION,
+    TITLE_INDEX_SQL,
+    create_fts,
+    create_schema,
+    create_tables,
+    reconcile_columns,
+    trigram_supported,
+)
+from .schema_history import FTS_LAYOUTS, USAGE_V22, infer_version, sessions_json_path
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .connection import StoreConnection
+
+log = logging.getLogger("hermes_state.migrations")
+
+SESSIONS_JSON_MAX_BYTES = 64 * 1024 * 1024
+#: How long an open keeps waiting while ANOTHER process is visibly advancing the migration.
+PATIENCE_S = 600.0
+
+_warned_newer: set[str] = set()
+
+
+@dataclass
+class MigrationReport:
+    """What one open did to the schema (``StoreConnection.migration_report``).
+
+    Attributes:
+        from_version: the version found (None for a fresh store).
+        to_version: the version after the open.
+        fresh: the store was created by this open.
+        steps: the versions whose step THIS process ran (another process may have run others).
+        added_columns: ``table.column`` added declaratively.
+        created_fts: FTS tables created (and back-filled) by the final transaction.
+        stats: per-step figures, e.g. ``{"titles_cleared": 3, "subagents_tagged": 2}``.
+        newer: the store is newer than this code.
+    """
+
+    from_version: int | None = None
+    to_version: int = SCHEMA_VERSION
+    fresh: bool = False
+    steps: list[int] = field(default_factory=list)
+    added_columns: list[str] = field(default_factory=list)
+    created_fts: list[str] = field(default_factory=list)
+    stats: dict[str, Any] = field(default_factory=dict)
+    newer: bool = False
+
+
+# ------------------------------------------------------------------------------------ helpers
+
+def read_version(conn: sqlite3.Connection) -> int | None:
+    """The stored schema version (max over rows), or None without table/row."""
+    try:
+        row = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()
+    except sqlite3.OperationalError:
+        return None
+    return None if row is None or row[0] is None else int(row[0])
+
+
+def _exists(conn: sqlite3.Connection, name: str) -> bool:
+    return conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (name,)).fetchone() is not None
+
+
+def _set_version(conn: sqlite3.Connection, version: int) -> None:
+    """Exactly one ``schema_version`` row holding ``version`` (writes only when different)."""
+    rows = [r[0] for r in conn.execute("SELECT version FROM schema_version")]
+    if rows == [version]:
+        return
+    if len(rows) == 1:
+        conn.execute("UPDATE schema_version SET version = ?", (version,))
+        return
+    conn.execute("DELETE FROM schema_version")
+    conn.execute("INSERT INTO schema_version(version) VALUES (?)", (version,))
+
+
+def ensure_title_index(conn: sqlite3.Connection) -> int:
+    """Create ``idx_sessions_title_unique``; on duplicates repair first (SPEC §3).
+
+    The newest row of each duplicated title (by ``started_at``, then rowid) keeps it, the older
+    ones get NULL; the number cleared is logged. Never raises for duplicates.
+
+    Returns:
+        Titles cleared (0 when the index existed or was created directly).
+    """
+    if _exists(conn, "idx_sessions_title_unique"):
+        return 0
+    try:
+        conn.execute(TITLE_INDEX_SQL)
+        return 0
+    except sqlite3.IntegrityError:
+        pass
+    cur = conn.execute(
+        """UPDATE sessions SET title = NULL WHERE title IS NOT NULL AND rowid NOT IN (
+               SELECT rowid FROM (SELECT rowid, ROW_NUMBER() OVER (
+                   PARTITION BY title ORDER BY started_at DESC, rowid DESC) AS rn
+               FROM sessions WHERE title IS NOT NULL) WHERE rn = 1)""")
+    cleared = max(cur.rowcount, 0)
+    log.warning("cleared %d duplicate session title(s) (the newest session keeps each title) "
+                "to create the unique title index", cleared)
+    conn.execute(TITLE_INDEX_SQL)
+    return cleared
+
+
+def _stamp_generation(conn: sqlite3.Connection) -> None:
+    """The ``db_file_generation`` token (first opener wins) and its ``application_id``."""
+    conn.execute("INSERT OR IGNORE INTO state_meta(key, value) VALUES ('db_file_generation', ?)",
+                 (uuid.uuid4().hex,))
+    token = conn.execute(
+        "SELECT value FROM state_meta WHERE key = 'db_file_generation'").fetchone()[0]
+    want = application_id_for(token)
+    if conn.execute("PRAGMA application_id").fetchone()[0] != want:
+        conn.execute(f"PRAGMA application_id={want}")
+
+
+def warn_if_newer(db_path: str | os.PathLike, version: int | None) -> bool:
+    """Log once per process and store that ``version`` is newer than this code (SPEC §3).
+
+    Returns:
+        True when the store is newer.
+    """
+    if version is None or version <= SCHEMA_VERSION:
+        return False
+    key = os.path.realpath(os.fspath(db_path))
+    if key not in _warned_newer:
+        _warned_newer.add(key)
+        log.warning("%s has schema version %s, newer than this code (%s): opened without "
+                    "downgrade; only missing tables/columns are added", db_path, version,
+                    SCHEMA_VERSION)
+    return True
+
+
+# ------------------------------------------------------------------------------------ steps
+
+@dataclass
+class _Ctx:
+    db_path: Path
+
+
+def _drop_fts(conn: sqlite3.Connection, table: str) -> None:
+    for suffix in ("ai", "ad", "au"):
+        conn.execute(f"DROP TRIGGER IF EXISTS {table}_{suffix}")
+    conn.execute(f"DROP TABLE IF EXISTS {table}")
+
+
+def _create_layout_table(conn: sqlite3.Connection, layout: str, table: str) -> None:
+    lay = FTS_LAYOUTS[layout]
+    conn.execute(dict(lay.tables)[table])
+    for name, sql in lay.triggers:
+        if name.startswith(table + "_") and name[len(table) + 1:] in ("ai", "ad", "au"):
+            conn.execute(sql)
+
+
+def _step_v4(ctx: _Ctx, conn: sqlite3.Connection) -> dict:
+    return {"titles_cleared": ensure_title_index(conn)}
+
+
+def _step_v10(ctx: _Ctx, conn: sqlite3.Connection) -> dict:
+    if not trigram_supported(conn):
+        log.info("this SQLite has no trigram tokenizer: v10 skips messages_fts_trigram "
+                 "(CJK/substring search falls back to LIKE, SPEC §6.3)")
+        return {"trigram_indexed": 0}
+    _drop_fts(conn, "messages_fts_trigram")
+    _create_layout_table(conn, "inline-v10", "messages_fts_trigram")
+    cur = conn.execute("INSERT INTO messages_fts_trigram(rowid, content) "
+                       "SELECT id, content FROM messages WHERE role != 'tool'")
+    return {"trigram_indexed": max(cur.rowcount, 0)}
+
+
+def _step_v11(ctx: _Ctx, conn: sqlite3.Connection) -> dict:
+    _drop_fts(conn, "messages_fts")
+    _drop_fts(conn, "messages_fts_trigram")
+    _create_layout_table(conn, "inline-v11", "messages_fts")
+    cur = conn.execute("INSERT INTO messages_fts(rowid, content, tool_name, tool_calls) "
+                       "SELECT id, content, tool_name, tool_calls FROM messages")
+    out = {"fts_reindexed": max(cur.rowcount, 0)}
+    if trigram_supported(conn):
+        _create_layout_table(conn, "inline-v11", "messages_fts_trigram")
+        cur = conn.execute(
+            "INSERT INTO messages_fts_trigram(rowid, content, tool_name, tool_calls) "
+            "SELECT id, content, tool_name, tool_calls FROM messages WHERE role != 'tool'")
+        out["trigram_reindexed"] = max(cur.rowcount, 0)
+    return out
+
+
+_SUBAGENT = "parent_session_id IS NOT NULL AND source IN ('subagent', 'delegate')"
+
+
+def _step_v16(ctx: _Ctx, conn: sqlite3.Connection) -> dict:
+    # CASE evaluates lazily: json_type() never sees text that is not JSON.
+    taggable = """CASE
+        WHEN model_config IS NULL THEN 1
+        WHEN json_valid(model_config) AND json_type(model_config) = 'object'
+            THEN json_type(model_config, '$._delegate_from') IS NULL
+        ELSE 0 END"""
+    cur = conn.execute(
+        f"UPDATE sessions SET model_config = json_set(COALESCE(model_config, '{{}}'), "
+        f"'$._delegate_from', parent_session_id) WHERE {_SUBAGENT} AND {taggable}")
+    skipped = conn.execute(
+        f"""SELECT COUNT(*) FROM sessions WHERE {_SUBAGENT} AND model_config IS NOT NULL AND
+            CASE WHEN json_valid(model_config) THEN json_type(model_config) != 'object'
+                 ELSE 1 END""").fetchone()[0]
+    if skipped:
+        log.warning("v16: %d delegated sub-agent session(s) have a model_config that is not a "
+                    "JSON object; left untagged", skipped)
+    return {"subagents_tagged": max(cur.rowcount, 0), "subagents_untaggable": skipped}
+
+
+def load_sessions_json(path: Path) -> list[dict]:
+    """The entries of the gateway's ``sessions.json`` (shapes in the module docstring).
+
+    Never raises: a missing file gives ``[]``; an unreadable/garbled/oversized file or an
+    unexpected shape is logged as a warning and gives ``[]``; entries that are not objects with
+    a string ``session_id`` are dropped.
+    """
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        log.warning("v18: cannot read %s (%s); gateway metadata not back-filled", path, exc)
+        return []
+    if size > SESSIONS_JSON_MAX_BYTES:
+        log.warning("v18: %s is %d bytes (> %d); gateway metadata not back-filled", path, size,
+                    SESSIONS_JSON_MAX_BYTES)
+        return []
+    try:
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        log.warning("v18: %s is not valid JSON (%s); gateway metadata not back-filled", path,
+                    exc)
+        return []
+    if isinstance(data, dict) and isinstance(data.get("sessions"), (list, dict)):
+        data = data["sessions"]
+    if isinstance(data, dict):
+        items = list(data.values())
+    elif isinstance(data, list):
+        items = data
+    else:
+        log.warning("v18: %s holds a %s, not an object or a list; gateway metadata not "
+                    "back-filled", path, type(data).__name__)
+        return []
+    return [e for e in items if isinstance(e, dict) and isinstance(e.get("session_id"), str)]
+
+
+def _entry_values(entry: dict) -> tuple[str | None, str | None, int | None]:
+    name = entry.get("display_name")
+    name = name if isinstance(name, str) and name.strip() else None
+    origin = entry.get("origin_json")
+    if not isinstance(origin, str) or not origin.strip():
+        raw = entry.get("origin")
+        origin = (json.dumps(raw, ensure_ascii=False, separators=(",", ":"))
+                  if isinstance(raw, (dict, list)) else None)
+    exp = entry.get("expiry_finalized")
+    if isinstance(exp, bool):
+        exp_val: int | None = int(exp)
+    elif isinstance(exp, int) and exp in (0, 1):
+        exp_val = exp
+    else:
+        exp_val = None
+    return name, origin, exp_val
+
+
+def _step_v18(ctx: _Ctx, conn: sqlite3.Connection) -> dict:
+    path = sessions_json_path(ctx.db_path)
+    entries = load_sessions_json(path)
+    applied = 0
+    for entry in entries:
+        name, origin, exp = _entry_values(entry)
+        if name is None and origin is None and exp is None:
+            continue
+        cur = conn.execute(
+            """UPDATE sessions SET
+                   display_name = COALESCE(display_name, ?1),
+                   origin_json = COALESCE(origin_json, ?2),
+                   expiry_finalized = CASE
+                       WHEN ?3 IS NULL THEN expiry_finalized
+                       WHEN expiry_finalized IS NULL OR expiry_finalized = 0 THEN ?3
+                       ELSE expiry_finalized END
+               WHERE id = ?4 AND (
+                   (display_name IS NULL AND ?1 IS NOT NULL)
+                   OR (origin_json IS NULL AND ?2 IS NOT NULL)
+                   OR (?3 IS NOT NULL AND expiry_finalized IS NOT ?3
+                       AND (expiry_finalized IS NULL OR expiry_finalized = 0)))""",
+            (name, origin, exp, entry["session_id"]))
+        applied += max(cur.rowcount, 0)
+    return {"gateway_entries": len(entries), "gateway_sessions_filled": applied}
+
+
+_USAGE_NUMBERS = ("api_call_count", "input_tokens", "output_tokens", "cache_read_tokens",
+                  "cache_write_tokens", "reasoning_tokens")
+
+
+def _step_v20(ctx: _Ctx, conn: sqlite3.Connection) -> dict:
+    nums = ", ".join(f"COALESCE({c}, 0)" for c in _USAGE_NUMBERS)
+    any_usage = " + ".join(f"COALESCE({c}, 0)" for c in _USAGE_NUMBERS)
+    cur = conn.execute(
+        f"""INSERT OR IGNORE INTO session_model_usage(session_id, model, billing_provider,
+                billing_base_url, billing_mode, {', '.join(_USAGE_NUMBERS)}, estimated_cost_usd,
+                actual_cost_usd, cost_status, cost_source, first_seen, last_seen)
+            SELECT id, COALESCE(model, ''), COALESCE(billing_provider, ''),
+                   COALESCE(billing_base_url, ''), COALESCE(billing_mode, ''), {nums},
+                   estimated_cost_usd, actual_cost_usd, cost_status, cost_source, started_at,
+                   COALESCE(ended_at, started_at)
+            FROM sessions s
+            WHERE ({any_usage} > 0 OR estimated_cost_usd IS NOT NULL
+                   OR actual_cost_usd IS NOT NULL)
+              AND NOT EXISTS (SELECT 1 FROM session_model_usage u WHERE u.session_id = s.id)""")
+    return {"usage_seeded": max(cur.rowcount, 0)}
+
+
+def _step_v22(ctx: _Ctx, conn: sqlite3.Connection) -> dict:
+    info = conn.execute("PRAGMA table_info(session_model_usage)").fetchall()
+    pk = [r[1] for r in sorted((r for r in info if r[5]), key=lambda r: r[5])]
+    if "task" in pk:
+        return {"usage_rebuilt": 0}
+    live = {r[1] for r in info}
+    tmp = "session_model_usage__v22"
+    conn.execute(f"DROP TABLE IF EXISTS {tmp}")
+    conn.execute(USAGE_V22.create_sql().replace(
+        "IF NOT EXISTS session_model_usage", f"IF NOT EXISTS {tmp}", 1))
+    keys = ("model", "billing_provider", "billing_base_url", "billing_mode", "task")
+    cols, exprs = [], []
+    for col in USAGE_V22.column_names:
+        if col in keys:
+            cols.append(col)
+            exprs.append(f"COALESCE({col}, '')" if col in live else "''")
+        elif col in live:
+            cols.append(col)
+            exprs.append(col)
+    cur = conn.execute(f"INSERT OR IGNORE INTO {tmp} ({', '.join(cols)}) "
+                       f"SELECT {', '.join(exprs)} FROM session_model_usage")
+    conn.execute("DROP TABLE session_model_usage")
+    conn.execute(f"ALTER TABLE {tmp} RENAME TO session_model_usage")
+    return {"usage_rebuilt": max(cur.rowcount, 0)}
+
+
+#: The data steps; every other version's step is the version bump alone (SPEC §3).
+STEPS: dict[int, Callable[[_Ctx, sqlite3.Connection], dict]] = {
+    4: _step_v4, 10: _step_v10, 11: _step_v11, 16: _step_v16, 18: _step_v18, 20: _step_v20,
+    22: _step_v22,
+}
+
+
+def run_step(conn: sqlite3.Connection, db_path: Path, version: int) -> dict:
+    """Run the data step of ``version`` (no version bump, no transaction handling).
+
+    Exposed for tests of idempotency: running a step twice changes nothing the second time.
+    """
+    fn = STEPS.get(version)
+    return fn(_Ctx(Path(db_path)), conn) if fn else {}
+
+
+# ------------------------------------------------------------------------------------ driver
+
+def _has_store_tables(conn: sqlite3.Connection) -> bool:
+    return conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name IN "
+                        "('sessions', 'messages')").fetchone() is not None
+
+
+def _finish(conn: sqlite3.Connection, version: int, report: MigrationReport) -> None:
+    """The idempotent rest (step 3 of the module docstring), inside the caller's transaction."""
+    create_tables(conn)
+    for col in reconcile_columns(conn):
+        if col not in report.added_columns:
+            report.added_columns.append(col)
+    if version <= SCHEMA_VERSION:
+        report.created_fts = create_fts(conn)
+        cleared = ensure_title_index(conn)
+        if cleared:
+            report.stats["titles_cleared"] = report.stats.get("titles_cleared", 0) + cleared
+    _stamp_generation(conn)
+
+
+def _write_patiently(store: "StoreConnection", fn: Callable[[sqlite3.Connection], Any],
+                     op: str) -> Any:
+    """``store.execute_write(fn)``, retried while another process visibly advances the schema.
+
+    A long data step (re-indexing a big store) can hold the write lock longer than the write
+    path's retry budget (SPEC §4). When that budget runs out but the stored version moved in the
+    meantime, someone is migrating: try again (up to :data:`PATIENCE_S`). Otherwise re-raise.
+    """
+    deadline = time.monotonic() + PATIENCE_S
+    seen = store.read(read_version)
+    while True:
+        try:
+            return store.execute_write(fn, op=op, check_generation=False)
+        except WriteContentionError:
+            now = store.read(read_version)
+            if now == seen or time.monotonic() > deadline:
+                raise
+            seen = now
+
+
+def prepare_store(store: "StoreConnection") -> MigrationReport:
+    """Create, migrate or complete the schema of ``store`` (SPEC §2, §3).
+
+    Args:
+        store: a writable :class:`~hermes_state.connection.StoreConnection` whose generation is
+            not yet recorded (every transaction runs with ``check_generation=False``).
+    Returns:
+        A :class:`MigrationReport`.
+    Raises:
+        WriteContentionError: the write lock could not be had (SPEC §4).
+        sqlite3.Error: anything else the DDL raised (the open fails; nothing half-done stays:
+            each transaction is atomic).
+    """
+    report = MigrationReport()
+    ctx = _Ctx(Path(store.db_path))
+
+    def base(conn: sqlite3.Connection) -> int | None:
+        report.added_columns = []
+        version = read_version(conn)
+        report.from_version = version
+        if version is None and not _has_store_tables(conn):
+            create_schema(conn)
+            _set_version(conn, SCHEMA_VERSION)
+            ensure_title_index(conn)
+            _stamp_generation(conn)
+            report.fresh = True
+            return None
+        if version is None:
+            version = infer_version(conn)  # before create_tables: judge the store as found
+            log.warning("%s has no schema_version row; its tables match version %d: "
+                        "migrating from there", store.db_path, version)
+        create_tables(conn)
+        report.added_columns = reconcile_columns(conn)
+        _set_version(conn, version)
+        if version >= SCHEMA_VERSION:
+            _finish(conn, version, report)
+            return None
+        return version
+
+    pending = _write_patiently(store, base, op="open")
+    if report.from_version is not None and report.from_version > SCHEMA_VERSION:
+        report.newer = warn_if_newer(store.db_path, report.from_version)
+    if pending is None:
+        report.to_version = max(report.from_version or SCHEMA_VERSION, SCHEMA_VERSION)
+        return report
+
+    def step(conn: sqlite3.Connection) -> tuple[int, int, dict] | None:
+        current = read_version(conn)
+        if current is None or current >= SCHEMA_VERSION:
+            return None
+        target = current + 1
+        stats = run_step(conn, ctx.db_path, target)
+        conn.execute("UPDATE schema_version SET version = ?", (target,))
+        failpoints.hit(f"migrate.v{target}.before_commit")
+        return target, current, stats
+
+    while True:
+        t0 = time.monotonic()
+        done = _write_patiently(store, step, op="migrate")
+        if done is None:
+            break
+        target, current, stats = done
+        report.steps.append(target)
+        for key, val in stats.items():
+            report.stats[key] = report.stats.get(key, 0) + val
+        seconds = time.monotonic() - t0
+        log.debug("%s: schema version %d -> %d in %.3fs %s", store.db_path, current, target,
+                  seconds, stats or "")
+        events.enabled() and events.emit("migration", step=target, from_version=current,
+                                         to_version=target, seconds=seconds, **stats)
+
+    def finish(conn: sqlite3.Connection) -> int:
+        version = read_version(conn) or SCHEMA_VERSION
+        _finish(conn, version, report)
+        return version
+
+    report.to_version = _write_patiently(store, finish, op="open")
+    if report.steps:
+        log.info("migrated %s from schema version %s to %s (steps %d..%d run here) %s",
+                 store.db_path, report.from_version, report.to_version, report.steps[0],
+                 report.steps[-1], report.stats or "")
+    return report

@@ -1,0 +1,964 @@
+"""``sessions recover``: inspect a damaged store and salvage its rows into a NEW store (SPEC §14).
+
+Nothing here opens the source with SQLite where it lies. :func:`recover` copies the source file
+and its ``-wal``/``-shm`` (and a hot ``-journal``) into a private temporary directory, checks
+that size/mtime/inode of every file are the same after the copy as before (else
+:class:`SourceChangedError`: "the source changed while it was copied; stop every process using
+it"), and works on the copy: opening the copy replays its WAL, which is how a retired-WAL
+capture directory (SPEC §10.3, ``--source DIR/state.db``) shows the generation it captured.
+
+Inspection reads every row of every canonical table (:data:`CANONICAL_TABLES`) through the
+table's own b-tree, by rowid ranges: ``SELECT rowid, * ... WHERE rowid BETWEEN a AND b`` in
+chunks of :data:`CHUNK_ROWIDS` rowids. ``COUNT(*)`` is never trusted (SQLite may answer it from
+a healthy index while the table's pages are damaged). A range that raises is bisected down to
+single rowids (``WHERE rowid = ?``, a pure seek), so every row on an undamaged page is read and
+the unreadable rowid ranges are exact up to the key range of the damaged pages. The rowids an
+index still records (a covering scan of an index of the table) give the number of rows those
+ranges held.
+
+Decisions (the SPEC leaves them open):
+
+* :func:`recover` **returns the report** for every outcome that is about the data (damage,
+  not recoverable, output failed verification: ``failed`` is True with a ``failure`` sentence)
+  and **raises** :class:`RecoverRefused` only for requests it will not start (missing source,
+  existing output, conflicting arguments) and :class:`SourceChangedError` when the source
+  changed under the copy. The CLI exits 0 iff ``recoverable and not failed``.
+* Rowid space: the scan covers ``[min, max]`` of the rowids the table, its indexes and
+  ``sqlite_sequence`` reveal. When the table's first leaf is unreadable the scan starts at
+  rowid 1 (rowids below 1 are never assigned by this product). When its last leaf is
+  unreadable and nothing else records the highest rowid, the open tail is reported as an
+  unreadable range ``[n, null]`` with a warning.
+* The output store is built as ``.<name>.recover-<pid>-<time>.partial`` beside ``output`` with
+  :class:`~hermes_state.db.SessionDB` (current schema), rows are inserted table by table in
+  chunks of :data:`INSERT_CHUNK` through the store's own write path with ``foreign_keys`` off
+  during the bulk copy; every message insert fires the FTS triggers, so the FTS index is rebuilt
+  as the rows go in. Then placeholder sessions (``source='recovered'``) are created for every
+  session id that messages/usage rows/``parent_session_id`` reference but no readable session row
+  has (with ``--allow-partial`` these are the unreadable sessions; without it they can only come
+  from dangling references already in the source, which is reported as a warning), foreign keys
+  are switched back on and the result is verified (``integrity_check`` ok, ``foreign_key_check``
+  empty, every table's count = rows inserted, FTS ``integrity-check``). Only then is it hard-linked
+  to ``output`` (which fails if ``output`` appeared meanwhile: never overwritten). It is never
+  swapped into the live store's place.
+* ``state_meta`` keys that describe the SOURCE file rather than data are not copied:
+  ``db_file_generation`` (the output has its own generation token, SPEC §10.1) and every
+  ``fts_*`` key (the output's FTS is complete). A unique-title conflict (stores older than v4
+  could hold duplicate titles) keeps the title on the newest session and NULLs the other (SPEC §3).
+* A source whose sessions or messages table is absent or yields nothing but unreadable ranges
+  is not recoverable; ``output`` is then not built.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import json
+import os
+import sqlite3
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator
+
+from . import holders
+from .errors import HermesStateError
+from .schema import SCHEMA_VERSION
+
+__all__ = [
+    "CANONICAL_TABLES",
+    "RecoverError",
+    "RecoverRefused",
+    "SourceChangedError",
+    "recover",
+]
+
+#: The tables recover reads and copies (SPEC §14), in copy order (parents before children).
+CANONICAL_TABLES = ("sessions", "messages", "session_model_usage", "state_meta",
+                    "gateway_routing", "compression_locks", "async_delegations")
+#: Rowids per range read; a failing range is bisected.
+CHUNK_ROWIDS = 512
+#: Rows per write transaction in the output store.
+INSERT_CHUNK = 500
+#: Probe queries allowed per table before the remaining damaged ranges are reported unbisected.
+PROBE_BUDGET = 2_000_000
+#: state_meta keys that describe the source file, not data (see the module docstring).
+SKIPPED_META_KEYS = ("db_file_generation",)
+SKIPPED_META_PREFIXES = ("fts_",)
+#: Sidecars copied with the source (the main file's name + suffix).
+SIDECARS = ("-wal", "-shm", "-journal")
+SOURCE_CHANGED = "the source changed while it was copied; stop every process using it"
+RECOVERED_SOURCE = "recovered"
+
+
+class RecoverError(HermesStateError):
+    """Base of the errors :func:`recover` raises. ``report`` is the report so far (or None)."""
+
+    def __init__(self, user_message: str, operator_detail: str = "", *,
+                 report: dict | None = None) -> None:
+        self.report = report
+        super().__init__(user_message, operator_detail)
+
+
+class RecoverRefused(RecoverError):
+    """The request was refused before anything was read or written (bad paths or arguments)."""
+
+
+class SourceChangedError(RecoverError):
+    """A source file changed while it was copied or inspected (SPEC §14). Nothing was written."""
+
+
+# =========================================================================== copying the source
+
+def _stat_key(path: Path) -> tuple | None:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _hash_file(path: Path) -> str | None:
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
+    except FileNotFoundError:
+        return None
+    return digest.hexdigest()
+
+
+def _source_files(source: Path) -> dict[str, Path]:
+    """``{"state.db": source, "state.db-wal": source-wal, ...}``: copy-side name → source path."""
+    files = {"state.db": source}
+    for suffix in SIDECARS:
+        files[f"state.db{suffix}"] = Path(f"{source}{suffix}")
+    return files
+
+
+def _copy_source(source: Path, dest_dir: Path,
+                 after_copy_hook: Callable[[], None] | None = None) -> dict:
+    """Copy ``source`` and its sidecars into ``dest_dir`` as ``state.db[-wal|-shm|-journal]``.
+
+    Every file is ``stat``-ed before and after the whole copy (device, inode, size, mtime,
+    ctime); any difference, or a file appearing or vanishing, refuses (SPEC §14). The bytes are
+    hashed while copied, so the caller can prove later that the source is still what was copied.
+    Only reads the source; never opens it with SQLite.
+
+    Args:
+        source: the main file.
+        dest_dir: an existing private directory.
+        after_copy_hook: called after the bytes are copied and before the second ``stat``
+            (a test seam: a real writer can change the source exactly there).
+    Returns:
+        ``{copy_name: {"path", "bytes", "sha256"} or None}`` (None = no such source file).
+    Raises:
+        SourceChangedError: a file changed while it was copied.
+        OSError: a source file cannot be read.
+    """
+    files = _source_files(source)
+    before = {name: _stat_key(path) for name, path in files.items()}
+    copied: dict[str, dict | None] = {}
+    for name, path in files.items():
+        if before[name] is None:
+            copied[name] = None
+            continue
+        digest = hashlib.sha256()
+        size = 0
+        try:
+            with open(path, "rb") as src, open(dest_dir / name, "wb") as dst:
+                for block in iter(lambda: src.read(1 << 20), b""):
+                    dst.write(block)
+                    digest.update(block)
+                    size += len(block)
+        except FileNotFoundError:
+            raise SourceChangedError(SOURCE_CHANGED, f"{path} vanished during the copy") from None
+        copied[name] = {"path": str(path), "bytes": size, "sha256": digest.hexdigest()}
+    if after_copy_hook is not None:
+        after_copy_hook()
+    changed = [str(files[name]) for name in files if _stat_key(files[name]) != before[name]]
+    changed += [str(files[name]) for name, info in copied.items()
+                if info is not None and before[name] is not None
+                and info["bytes"] != before[name][2] and str(files[name]) not in changed]
+    if changed:
+        raise SourceChangedError(SOURCE_CHANGED, f"changed during the copy: {', '.join(changed)}")
+    return copied
+
+
+def _source_unchanged(source: Path, copied: dict) -> tuple[bool, list[str]]:
+    """Re-hash the source files and compare with what was copied; returns ``(same, changed)``."""
+    changed = []
+    for name, path in _source_files(source).items():
+        info = copied.get(name)
+        now = _hash_file(path)
+        if (info is None) != (now is None) or (info is not None and info["sha256"] != now):
+            changed.append(str(path))
+    return not changed, changed
+
+
+# =========================================================================== reading rows
+
+def _q(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _is_damage(exc: BaseException) -> bool:
+    """A read error that means "this part of the file is unreadable" (not a bug of ours)."""
+    return isinstance(exc, sqlite3.DatabaseError) and not isinstance(
+        exc, (sqlite3.ProgrammingError, sqlite3.InterfaceError))
+
+
+@dataclass
+class _TableScan:
+    """What one pass over one table found."""
+
+    name: str
+    available: bool = False
+    columns: list[str] = field(default_factory=list)
+    rows: int = 0
+    error: str | None = None
+    unreadable: list[list] = field(default_factory=list)  # [[lo, hi|None], ...] merged
+    index: str | None = None
+    index_rowids: list[int] | None = None
+    lo: int | None = None
+    hi: int | None = None
+    open_tail: int | None = None  # first rowid of an unreadable tail of unknown extent
+    probes: int = 0
+    warnings: list[str] = field(default_factory=list)
+
+    def note_error(self, exc: BaseException) -> None:
+        if self.error is None:
+            self.error = str(exc)
+
+    def add_unreadable(self, lo: int, hi: int | None) -> None:
+        if self.unreadable and self.unreadable[-1][1] is not None \
+                and self.unreadable[-1][1] + 1 == lo:
+            self.unreadable[-1][1] = hi
+        else:
+            self.unreadable.append([lo, hi])
+
+    def unreadable_rows(self) -> int | None:
+        """Rows the index records inside the unreadable ranges (None without a usable index)."""
+        if not self.unreadable:
+            return 0
+        if self.index_rowids is None:
+            return None
+        ids = self.index_rowids
+        total = 0
+        for lo, hi in self.unreadable:
+            right = len(ids) if hi is None else bisect.bisect_right(ids, hi)
+            total += max(0, right - bisect.bisect_left(ids, lo))
+        return total
+
+    def unreadable_rowids(self) -> int | None:
+        if any(hi is None for _lo, hi in self.unreadable):
+            return None
+        return sum(hi - lo + 1 for lo, hi in self.unreadable)
+
+    def readable(self) -> bool:
+        """SPEC §14 "readable": the table is there and is not nothing but damage."""
+        return self.available and (self.rows > 0 or not self.unreadable)
+
+    def report(self) -> dict:
+        return {"available": self.available, "columns": self.columns, "rows": self.rows,
+                "error": self.error, "unreadable_ranges": [list(r) for r in self.unreadable],
+                "unreadable_rows": self.unreadable_rows(),
+                "unreadable_rowids": self.unreadable_rowids(),
+                "index_rows": None if self.index_rowids is None else len(self.index_rowids),
+                "rows_basis": self.index}
+
+
+def _prepare_table(conn: sqlite3.Connection, scan: _TableScan) -> None:
+    """Columns, the rowids an index records, and the rowid bounds to scan."""
+    t = _q(scan.name)
+    scan.columns = [r[1] for r in conn.execute(f"PRAGMA table_info({t})")]
+    scan.available = bool(scan.columns)
+    if not scan.available:
+        return
+    for row in conn.execute(f"PRAGMA index_list({t})").fetchall():
+        name, partial = row[1], row[4] if len(row) > 4 else 0
+        if partial:
+            continue  # a partial index does not hold every row
+        try:
+            ids = sorted(r[0] for r in conn.execute(f"SELECT rowid FROM {t} INDEXED BY {_q(name)}"))
+        except sqlite3.Error as exc:
+            scan.warnings.append(f"{scan.name}: index {name} is unreadable ({exc})")
+            continue
+        scan.index, scan.index_rowids = name, ids
+        break
+    lows: list[int] = []
+    highs: list[int] = []
+    failed_min = failed_max = False
+    try:
+        v = conn.execute(f"SELECT min(rowid) FROM {t}").fetchone()[0]
+        if v is not None:
+            lows.append(v)
+    except sqlite3.DatabaseError as exc:
+        if not _is_damage(exc):
+            raise
+        failed_min = True
+        scan.note_error(exc)
+    try:
+        v = conn.execute(f"SELECT max(rowid) FROM {t}").fetchone()[0]
+        if v is not None:
+            highs.append(v)
+    except sqlite3.DatabaseError as exc:
+        if not _is_damage(exc):
+            raise
+        failed_max = True
+        scan.note_error(exc)
+    if scan.index_rowids:
+        lows.append(scan.index_rowids[0])
+        highs.append(scan.index_rowids[-1])
+    try:
+        seq = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = ?",
+                           (scan.name,)).fetchone()
+        if seq is not None and seq[0] is not None:
+            highs.append(int(seq[0]))
+    except sqlite3.Error:
+        pass
+    if failed_min:
+        lows.append(1)
+    if failed_max and not (scan.index_rowids or any(h for h in highs)):
+        # Nothing records the highest rowid: read forward to the first damage and report the
+        # rest of the rowid space as an unreadable tail of unknown extent.
+        last = None
+        try:
+            for (rid,) in conn.execute(f"SELECT rowid FROM {t} ORDER BY rowid"):
+                last = rid
+        except sqlite3.DatabaseError as exc:
+            if not _is_damage(exc):
+                raise
+        start = (last if last is not None else (min(lows) if lows else 1) - 1)
+        highs.append(start + CHUNK_ROWIDS)
+        scan.open_tail = start + CHUNK_ROWIDS + 1
+        scan.warnings.append(
+            f"{scan.name}: the end of the table is unreadable and no index records its rowids; "
+            f"rows from rowid {scan.open_tail} up may be lost")
+    if lows or highs:
+        scan.lo = min(lows) if lows else min(highs)
+        scan.hi = max(highs) if highs else max(lows)
+        if scan.hi < scan.lo:
+            scan.hi = scan.lo
+
+
+def _iter_rows(conn: sqlite3.Connection, scan: _TableScan,
+               columns: list[str] | None = None) -> Iterator[tuple]:
+    """Yield ``(rowid, *columns)`` of every readable row of the table in rowid order.
+
+    Fills ``scan.rows``, ``scan.unreadable`` and ``scan.error``. Ranges that raise are bisected
+    down to single-rowid seeks (SPEC §14).
+    """
+    cols = columns if columns is not None else scan.columns
+    select = f"SELECT rowid, {', '.join(_q(c) for c in cols)} FROM {_q(scan.name)}"
+    if scan.lo is None:
+        return
+    a = scan.lo
+    while a <= scan.hi:
+        b = min(a + CHUNK_ROWIDS - 1, scan.hi)
+        stack = [(a, b)]
+        found = 0
+        failed = False
+        while stack:
+            lo, hi = stack.pop()
+            scan.probes += 1
+            try:
+                if lo == hi:
+                    rows = conn.execute(select + " WHERE rowid = ?", (lo,)).fetchall()
+                else:
+                    rows = conn.execute(select + " WHERE rowid BETWEEN ? AND ? ORDER BY rowid",
+                                        (lo, hi)).fetchall()
+            except sqlite3.DatabaseError as exc:
+                if not _is_damage(exc):
+                    raise
+                scan.note_error(exc)
+                failed = True
+                if lo == hi or scan.probes >= PROBE_BUDGET:
+                    if lo != hi and not any("budget" in w for w in scan.warnings):
+                        scan.warnings.append(f"{scan.name}: probe budget exhausted; damaged "
+                                             f"ranges are reported without bisecting further")
+                    scan.add_unreadable(lo, hi)
+                    continue
+                mid = (lo + hi) // 2
+                stack.append((mid + 1, hi))
+                stack.append((lo, mid))  # popped first: rows come out in rowid order
+                continue
+            scan.rows += len(rows)
+            found += len(rows)
+            yield from rows
+        a = b + 1
+        if not found and not failed and a <= scan.hi:
+            # An empty, healthy chunk: jump over a gap of unused rowids with one seek (a
+            # seek that runs into damage raises, and the fixed-width chunks go on from here).
+            scan.probes += 1
+            try:
+                nxt = conn.execute(f"SELECT rowid FROM {_q(scan.name)} WHERE rowid >= ? "
+                                   f"ORDER BY rowid LIMIT 1", (a,)).fetchone()
+            except sqlite3.DatabaseError as exc:
+                if not _is_damage(exc):
+                    raise
+                continue
+            if nxt is None:
+                a = scan.hi + 1
+            elif nxt[0] > a:
+                a = nxt[0]
+    if scan.open_tail is not None:
+        scan.add_unreadable(scan.open_tail, None)
+
+
+def _open_copy(path: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(os.fspath(path), isolation_level=None, timeout=5.0)
+    # Text that is not valid UTF-8 (damage) is read with U+FFFD instead of failing the row.
+    conn.text_factory = lambda b: b.decode("utf-8", "replace")
+    return conn
+
+
+def _header_journal_mode(path: Path) -> str | None:
+    try:
+        with open(path, "rb") as fh:
+            header = fh.read(100)
+    except OSError:
+        return None
+    if len(header) < 100 or not header.startswith(b"SQLite format 3\x00"):
+        return None
+    return {1: "delete", 2: "wal"}.get(header[18])
+
+
+def _inspect(conn: sqlite3.Connection | None, copy: Path, report: dict,
+             count_only: bool = True) -> dict[str, _TableScan]:
+    """Fill ``report`` with journal mode, schema version, per-table results and quick_check."""
+    scans = {name: _TableScan(name) for name in CANONICAL_TABLES}
+    report["journal_mode"] = _header_journal_mode(copy)
+    if conn is None:
+        return scans
+    try:
+        names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    except sqlite3.DatabaseError as exc:
+        report["errors"].append(f"the schema cannot be read: {exc}")
+        for scan in scans.values():
+            scan.error = str(exc)
+        report["integrity"] = [f"error: {exc}"]
+        return scans
+    try:
+        report["journal_mode"] = conn.execute("PRAGMA journal_mode").fetchone()[0].lower()
+    except sqlite3.DatabaseError:
+        pass
+    try:
+        row = conn.execute("SELECT max(version) FROM schema_version").fetchone()
+        report["schema_version"] = row[0] if row else None
+    except sqlite3.DatabaseError:
+        report["schema_version"] = None
+    for name, scan in scans.items():
+        if name not in names:
+            report["warnings"].append(f"table {name} is absent from the source")
+            continue
+        try:
+            _prepare_table(conn, scan)
+            for _row in _iter_rows(conn, scan):
+                pass
+        except sqlite3.DatabaseError as exc:
+            if not _is_damage(exc):
+                raise
+            scan.note_error(exc)
+            report["errors"].append(f"{name}: {exc}")
+        report["warnings"].extend(scan.warnings)
+        if scan.unreadable:
+            lost = scan.unreadable_rows()
+            ranges = ", ".join(f"{lo}-{'end' if hi is None else hi}" for lo, hi in scan.unreadable)
+            report["errors"].append(
+                f"{name}: {'an unknown number of' if lost is None else lost} row(s) unreadable "
+                f"(rowids {ranges}); {scan.rows} readable")
+    try:
+        report["integrity"] = [r[0] for r in conn.execute("PRAGMA quick_check")]
+    except sqlite3.DatabaseError as exc:
+        report["integrity"] = [f"error: {exc}"]
+    return scans
+
+
+# =========================================================================== building the output
+
+class _OutputFailed(Exception):
+    """Internal: the output could not be built or verified; the message becomes ``failure``."""
+
+
+def _meta_skipped(key: object) -> bool:
+    return isinstance(key, str) and (key in SKIPPED_META_KEYS
+                                     or key.startswith(SKIPPED_META_PREFIXES))
+
+
+def _insert_chunk(c: sqlite3.Connection, table: str, sql: str, rows: list[tuple],
+                  cols: list[str]) -> list[tuple[int, str]]:
+    """Insert ``rows`` (each ``(rowid, *values)``); returns ``[(rowid, error)]`` of rejects."""
+    c.execute("SAVEPOINT recover_chunk")
+    try:
+        c.executemany(sql, [r[1:] for r in rows])
+        c.execute("RELEASE recover_chunk")
+        return []
+    except sqlite3.IntegrityError:
+        c.execute("ROLLBACK TO recover_chunk")
+        c.execute("RELEASE recover_chunk")
+    rejected = []
+    for row in rows:
+        c.execute("SAVEPOINT recover_row")
+        try:
+            try:
+                c.execute(sql, row[1:])
+            except sqlite3.IntegrityError as exc:
+                if table == "sessions" and "sessions.title" in str(exc):
+                    _resolve_title_conflict(c, sql, row, cols)
+                else:
+                    raise
+            c.execute("RELEASE recover_row")
+        except sqlite3.IntegrityError as exc:
+            c.execute("ROLLBACK TO recover_row")
+            c.execute("RELEASE recover_row")
+            rejected.append((row[0], str(exc)))
+    return rejected
+
+
+def _resolve_title_conflict(c: sqlite3.Connection, sql: str, row: tuple, cols: list[str]) -> None:
+    """Duplicate title: the newest session keeps it, the other gets NULL (SPEC §3)."""
+    values = list(row[1:])
+    title = values[cols.index("title")]
+    started = values[cols.index("started_at")] if "started_at" in cols else None
+    other = c.execute("SELECT rowid, started_at FROM sessions WHERE title = ?", (title,)).fetchone()
+    if other is not None and started is not None and (other[1] or 0) <= started:
+        c.execute("UPDATE sessions SET title = NULL WHERE rowid = ?", (other[0],))
+    else:
+        values[cols.index("title")] = None
+    c.execute(sql, values)
+
+
+def _build_output(work: sqlite3.Connection, scans: dict[str, _TableScan], partial: Path,
+                  allow_partial: bool, report: dict) -> dict:
+    """Create the new store at ``partial`` and copy every readable row into it; verify it."""
+    from .db import SessionDB  # late: keeps `import hermes_state.recover` light
+
+    out: dict = {"inserted": {}, "placeholder_sessions": [], "skipped_state_meta": [],
+                 "dropped_columns": {}, "rejected": {}}
+    db = SessionDB(partial)
+    try:
+        conn = db.connection.conn
+        baseline = {t: conn.execute(f"SELECT count(*) FROM {_q(t)}").fetchone()[0]
+                    for t in CANONICAL_TABLES}
+        own_meta = {r[0] for r in conn.execute("SELECT key FROM state_meta")}
+        conn.execute("PRAGMA foreign_keys=OFF")
+        inserted = {t: 0 for t in CANONICAL_TABLES}
+        for table in CANONICAL_TABLES:
+            scan = scans[table]
+            if not scan.available:
+                continue
+            target = [r[1] for r in conn.execute(f"PRAGMA table_info({_q(table)})")]
+            cols = [c for c in scan.columns if c in target]
+            dropped = [c for c in scan.columns if c not in target]
+            if dropped:
+                out["dropped_columns"][table] = dropped
+                report["warnings"].append(f"{table}: source column(s) {', '.join(dropped)} do "
+                                          f"not exist in schema {SCHEMA_VERSION} and were not "
+                                          f"copied")
+            sql = (f"INSERT INTO {_q(table)} ({', '.join(_q(c) for c in cols)}) "
+                   f"VALUES ({', '.join('?' * len(cols))})")
+            key_at = cols.index("key") + 1 if table == "state_meta" and "key" in cols else None
+            copy_scan = _TableScan(table, available=True, columns=scan.columns, lo=scan.lo,
+                                   hi=scan.hi, open_tail=scan.open_tail, index=scan.index,
+                                   index_rowids=scan.index_rowids)
+            rejected: list[tuple[int, str]] = []
+            chunk: list[tuple] = []
+
+            def flush(rows: list[tuple]) -> None:
+                rejected.extend(db.connection.execute_write(
+                    lambda c: _insert_chunk(c, table, sql, rows, cols), op="recover"))
+                inserted[table] += len(rows)
+
+            for row in _iter_rows(work, copy_scan, cols):
+                if key_at is not None and (_meta_skipped(row[key_at]) or row[key_at] in own_meta):
+                    out["skipped_state_meta"].append(row[key_at])
+                    continue
+                chunk.append(row)
+                if len(chunk) >= INSERT_CHUNK:
+                    flush(chunk)
+                    chunk = []
+            if chunk:
+                flush(chunk)
+            inserted[table] -= len(rejected)
+            if copy_scan.rows != scan.rows or copy_scan.unreadable != scan.unreadable:
+                raise _OutputFailed(f"{table}: the second read of the copy differs from the "
+                                    f"inspection ({copy_scan.rows} vs {scan.rows} rows)")
+            if rejected:
+                out["rejected"][table] = [{"rowid": r, "error": e} for r, e in rejected[:100]]
+                report["warnings"].append(f"{table}: {len(rejected)} row(s) violate the current "
+                                          f"schema's constraints and were not copied "
+                                          f"(first: rowid {rejected[0][0]}: {rejected[0][1]})")
+                if not allow_partial:
+                    raise _OutputFailed(f"{len(rejected)} row(s) of {table} cannot be inserted "
+                                        f"into the new store; re-run with --allow-partial to "
+                                        f"keep every other row")
+        out["inserted"] = dict(inserted)
+        out["placeholder_sessions"] = _placeholders(db, conn)
+        if out["placeholder_sessions"]:
+            n = len(out["placeholder_sessions"])
+            report["warnings"].append(
+                f"{n} session(s) referenced by other rows have no readable session row; they "
+                f"were recreated as placeholders with source='{RECOVERED_SOURCE}'")
+        _carry_sequence(db, work)
+        conn.execute("PRAGMA foreign_keys=ON")
+        out.update(_verify_output(conn, baseline, inserted, len(out["placeholder_sessions"])))
+    finally:
+        db.close()
+    for suffix in ("-wal", "-journal"):
+        side = Path(f"{partial}{suffix}")
+        if side.exists() and side.stat().st_size > 0:
+            raise _OutputFailed(f"the new store still has a non-empty {side.name} after close")
+    return out
+
+
+def _placeholders(db, conn: sqlite3.Connection) -> list[str]:
+    """Create a ``source='recovered'`` session for every referenced but missing session id."""
+    missing = [r[0] for r in conn.execute(
+        """SELECT session_id FROM messages WHERE session_id NOT IN (SELECT id FROM sessions)
+           UNION SELECT session_id FROM session_model_usage
+                 WHERE session_id NOT IN (SELECT id FROM sessions)
+           UNION SELECT parent_session_id FROM sessions WHERE parent_session_id IS NOT NULL
+                 AND parent_session_id NOT IN (SELECT id FROM sessions)""")
+        if r[0] is not None]
+    if not missing:
+        return []
+    now = time.time()
+
+    def insert(c: sqlite3.Connection, part: list[str]) -> None:
+        for sid in part:
+            first, count = c.execute("SELECT min(timestamp), count(*) FROM messages "
+                                     "WHERE session_id = ?", (sid,)).fetchone()
+            c.execute("INSERT INTO sessions (id, source, started_at, message_count) "
+                      "VALUES (?, ?, ?, ?)",
+                      (sid, RECOVERED_SOURCE, first if first is not None else now, count))
+
+    for i in range(0, len(missing), INSERT_CHUNK):
+        part = missing[i:i + INSERT_CHUNK]
+        db.connection.execute_write(lambda c, part=part: insert(c, part), op="recover")
+    return sorted(missing)
+
+
+def _carry_sequence(db, work: sqlite3.Connection) -> None:
+    """Keep the source's AUTOINCREMENT high-water mark so lost message ids are never reused."""
+    try:
+        row = work.execute("SELECT seq FROM sqlite_sequence WHERE name='messages'").fetchone()
+    except sqlite3.Error:
+        return
+    if row is None or row[0] is None:
+        return
+    seq = int(row[0])
+
+    def fn(c: sqlite3.Connection) -> None:
+        cur = c.execute("UPDATE sqlite_sequence SET seq = max(seq, ?) WHERE name = 'messages'",
+                        (seq,))
+        if cur.rowcount == 0:
+            c.execute("INSERT INTO sqlite_sequence (name, seq) VALUES ('messages', ?)", (seq,))
+
+    db.connection.execute_write(fn, op="recover")
+
+
+def _verify_output(conn: sqlite3.Connection, baseline: dict, inserted: dict,
+                   placeholders: int) -> dict:
+    """integrity_check ok, foreign_key_check empty, counts match, FTS consistent (SPEC §14)."""
+    integrity = [r[0] for r in conn.execute("PRAGMA integrity_check")]
+    fk = [list(r) for r in conn.execute("PRAGMA foreign_key_check")]
+    counts = {t: conn.execute(f"SELECT count(*) FROM {_q(t)}").fetchone()[0]
+              for t in CANONICAL_TABLES}
+    expected = {t: baseline[t] + inserted[t] + (placeholders if t == "sessions" else 0)
+                for t in CANONICAL_TABLES}
+    fts = {}
+    for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type='table' AND sql LIKE "
+                                "'CREATE VIRTUAL TABLE%fts5%' AND name LIKE 'messages_fts%'"):
+        try:
+            conn.execute(f"INSERT INTO {_q(name)}({_q(name)}) VALUES ('integrity-check')")
+            fts[name] = "ok"
+        except sqlite3.DatabaseError as exc:
+            fts[name] = str(exc)
+    result = {"integrity_check": integrity, "foreign_key_check": fk, "counts": counts,
+              "expected_counts": expected, "fts_check": fts}
+    problems = []
+    if integrity != ["ok"]:
+        problems.append(f"integrity_check: {'; '.join(integrity[:5])}")
+    if fk:
+        problems.append(f"foreign_key_check lists {len(fk)} row(s)")
+    bad = [t for t in CANONICAL_TABLES if counts[t] != expected[t]]
+    if bad:
+        problems.append("counts differ for " + ", ".join(
+            f"{t} ({counts[t]} != {expected[t]})" for t in bad))
+    bad_fts = [n for n, v in fts.items() if v != "ok"]
+    if bad_fts:
+        problems.append(f"FTS integrity-check failed for {', '.join(bad_fts)}")
+    if problems:
+        raise _OutputFailed("the new store does not verify: " + "; ".join(problems))
+    return result
+
+
+def _remove_store(path: Path) -> None:
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        try:
+            os.unlink(f"{path}{suffix}")
+        except FileNotFoundError:
+            pass
+
+
+# =========================================================================== the entry point
+
+def _write_report(path: Path, report: dict) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(report, fh, indent=2, ensure_ascii=False, default=str)
+        fh.write("\n")
+    os.replace(tmp, path)
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    return os.path.realpath(a) == os.path.realpath(b)
+
+
+def _next_step(report: dict, source: Path) -> str:
+    if not report["recoverable"]:
+        return ("the sessions/messages tables cannot be read: restore the newest snapshot "
+                "(`backup list`, then `backup restore ID` with every process stopped) or a "
+                "state.db.pre-update-emergency-*.bak")
+    damaged = any(t["unreadable_ranges"] or t["error"] for t in report["tables"].values())
+    if report.get("output") and report["output"].get("written"):
+        return (f"check the new store, then stop every process and move it into place yourself "
+                f"(with no -wal/-shm beside it); keep {source} until you are sure")
+    if damaged:
+        return (f"`sessions recover --source {source} --output NEW.db --allow-partial` keeps "
+                f"every readable row")
+    return f"`sessions recover --source {source} --output NEW.db` copies every row"
+
+
+def recover(source: str | os.PathLike, *, output: str | os.PathLike | None = None,
+            inspect_only: bool = False, allow_partial: bool = False,
+            report: str | os.PathLike | None = None, tmp_dir: str | os.PathLike | None = None,
+            _after_copy_hook: Callable[[], None] | None = None) -> dict:
+    """Inspect a (possibly damaged) store and optionally salvage it into a new one (SPEC §14).
+
+    Args:
+        source: the store file (``state.db``, a ``*.bak``, a ``*.corrupt.*.bak``, ...), or a
+            retired-WAL capture directory / its ``state.db`` (SPEC §10.3). Its ``-wal``/``-shm``
+            beside it are part of the image. Never modified, never opened with SQLite in place.
+        output: path of a NEW store to build from every readable row; must not exist. Without
+            it (or with ``inspect_only``) nothing but the optional report is written.
+        inspect_only: only inspect (the default when ``output`` is None); may not be combined
+            with ``output``.
+        allow_partial: with ``output``: skip unreadable row ranges (and rows the current schema
+            rejects) instead of failing; keep messages of unreadable sessions under placeholder
+            sessions with ``source='recovered'``.
+        report: also write the JSON report to this file (replaced if it exists; refused if it
+            names a source or output file).
+        tmp_dir: where the private copy is made (default: the system temporary directory).
+        _after_copy_hook: test seam passed to :func:`_copy_source`.
+    Returns:
+        The report: ``operation`` ("inspect"|"recover"), ``source``, ``source_files`` ({name:
+        {path, bytes, sha256} or None}), ``journal_mode``, ``schema_version``, ``tables`` ({name:
+        {available, columns, rows, error, unreadable_ranges, unreadable_rows,
+        unreadable_rowids, index_rows, rows_basis}}), ``integrity`` (quick_check lines),
+        ``errors``, ``warnings``, ``holders`` (lines of processes holding the source),
+        ``recoverable`` (sessions and messages readable), ``source_unchanged``, ``output``
+        (None, or {path, written, counts, expected_counts, integrity_check, foreign_key_check,
+        fts_check, placeholder_sessions, skipped_state_meta, dropped_columns, rejected}),
+        ``failed`` / ``failure`` (output requested but not written, and why), ``next_step``,
+        ``sqlite``, ``created_at``.
+    Raises:
+        RecoverRefused: ``source`` missing, ``output`` (or its sidecars) exists or is the source,
+            ``output`` combined with ``inspect_only``, ``report`` names a store file.
+        SourceChangedError: the source changed while copied or inspected (message: "the source
+            changed while it was copied; stop every process using it"); nothing was written
+            except the report file. ``.report`` holds the report so far.
+        OSError: the source cannot be read or the temporary copy cannot be written.
+    """
+    src = Path(source).expanduser().absolute()
+    if src.is_dir():
+        src = src / "state.db"
+    if output is not None and inspect_only:
+        raise RecoverRefused("--inspect-only and --output exclude each other: inspect first, "
+                             "then build the new store with --output.")
+    if not src.is_file():
+        raise RecoverRefused(f"no file at {src}: nothing to recover.",
+                             "give --source the state.db (or a capture directory's state.db)")
+    out_path = Path(output).expanduser().absolute() if output is not None else None
+    if out_path is not None:
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            if os.path.lexists(f"{out_path}{suffix}"):
+                raise RecoverRefused(
+                    f"{out_path}{suffix} already exists; recover never overwrites a file.",
+                    "choose a new --output path")
+        if any(_same_file(out_path, p) for p in _source_files(src).values()):
+            raise RecoverRefused("--output must not be the source.", "choose a new --output path")
+    report_path = Path(report).expanduser().absolute() if report is not None else None
+    if report_path is not None:
+        taken = list(_source_files(src).values())
+        if out_path is not None:
+            taken += list(_source_files(out_path).values())
+        if any(_same_file(report_path, p) for p in taken) or report_path.is_dir():
+            raise RecoverRefused(f"--report {report_path} names a store file or a directory.",
+                                 "choose a separate file for the report")
+
+    rep: dict = {
+        "operation": "recover" if out_path is not None else "inspect",
+        "source": str(src),
+        "source_files": {},
+        "journal_mode": None,
+        "schema_version": None,
+        "tables": {},
+        "integrity": [],
+        "errors": [],
+        "warnings": [],
+        "holders": [],
+        "recoverable": False,
+        "source_unchanged": None,
+        "output": None,
+        "failed": False,
+        "failure": None,
+        "next_step": "",
+        "sqlite": sqlite3.sqlite_version,
+        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    _capture_note(src, rep)
+    scan_result = holders.scan(src)
+    rep["holders"] = [h.line() for h in scan_result.holders]
+    if scan_result.holders:
+        rep["warnings"].append("other processes have the source open; stop them so it cannot "
+                               "change: " + "; ".join(rep["holders"]))
+
+    def finish(exc: BaseException | None = None) -> dict:
+        if report_path is not None:
+            _write_report(report_path, rep)
+        if exc is not None:
+            raise exc
+        return rep
+
+    with tempfile.TemporaryDirectory(prefix="hermes-recover-",
+                                     dir=os.fspath(tmp_dir) if tmp_dir else None) as tmp:
+        work_dir = Path(tmp)
+        try:
+            copied = _copy_source(src, work_dir, _after_copy_hook)
+        except SourceChangedError as exc:
+            rep["errors"].append(f"{SOURCE_CHANGED} ({exc.operator_detail})")
+            rep["source_unchanged"] = False
+            rep["failed"] = True
+            rep["failure"] = SOURCE_CHANGED
+            exc.report = rep
+            return finish(exc)
+        rep["source_files"] = copied
+        copy = work_dir / "state.db"
+        conn = None
+        try:
+            conn = _open_copy(copy)
+        except sqlite3.Error as exc:
+            rep["errors"].append(f"the copy cannot be opened: {exc}")
+        try:
+            scans = _inspect(conn, copy, rep)
+            rep["tables"] = {name: s.report() for name, s in scans.items()}
+            rep["recoverable"] = scans["sessions"].readable() and scans["messages"].readable()
+            if not rep["recoverable"]:
+                rep["errors"].append("not recoverable: the sessions and messages tables must be "
+                                     "readable")
+            if out_path is not None:
+                _recover_into(conn, scans, out_path, allow_partial, rep)
+        finally:
+            if conn is not None:
+                conn.close()
+        same, changed = _source_unchanged(src, copied)
+        rep["source_unchanged"] = same
+        if not same:
+            rep["errors"].append(f"{SOURCE_CHANGED} (now different: {', '.join(changed)})")
+            if rep["output"] and rep["output"].get("partial"):
+                _remove_store(Path(rep["output"]["partial"]))
+                rep["output"]["written"] = False
+            rep["failed"] = True
+            rep["failure"] = SOURCE_CHANGED
+            if rep["output"]:
+                rep["output"].pop("partial", None)
+            return finish(SourceChangedError(SOURCE_CHANGED, ", ".join(changed), report=rep))
+        if rep["output"] and rep["output"].get("partial"):
+            _publish(Path(rep["output"].pop("partial")), out_path, rep)
+        rep["next_step"] = _next_step(rep, src)
+        return finish()
+
+
+def _capture_note(src: Path, rep: dict) -> None:
+    """Warn when the source is a retired-WAL capture that holds only the main file's header."""
+    manifest = src.parent / "manifest.json"
+    if src.name != "state.db" or not manifest.is_file():
+        return
+    try:
+        data = json.loads(manifest.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    if isinstance(data, dict) and isinstance(data.get("main"), dict):
+        rep["capture"] = {"trigger": data.get("trigger"), "pid": data.get("pid"),
+                          "captured_at": data.get("captured_at"),
+                          "main_mode": data["main"].get("mode")}
+        if data["main"].get("mode") == "header_only":
+            rep["warnings"].append(
+                "this capture holds only the 100-byte header of state.db (the file was over "
+                "512 MiB); copy its state.db-wal beside a copy of the original state.db and "
+                "recover from that")
+
+
+def _recover_into(conn: sqlite3.Connection | None, scans: dict[str, _TableScan], out_path: Path,
+                  allow_partial: bool, rep: dict) -> None:
+    """Build the output in a ``.partial`` file; record the outcome in ``rep`` (never raises)."""
+    rep["output"] = {"path": str(out_path), "written": False}
+    if conn is None or not rep["recoverable"]:
+        rep["failed"] = True
+        rep["failure"] = "not recoverable: the sessions and messages tables cannot be read"
+        return
+    damaged = {t: s for t, s in scans.items() if s.unreadable or (s.available and s.error)}
+    if damaged and not allow_partial:
+        parts = []
+        for t, s in damaged.items():
+            lost = s.unreadable_rows()
+            parts.append(f"{t}: {'an unknown number of' if lost is None else lost} row(s) "
+                         f"unreadable")
+        rep["failed"] = True
+        rep["failure"] = (f"the source is damaged ({'; '.join(parts)}); nothing was written. "
+                          f"Re-run with --allow-partial to keep every readable row.")
+        return
+    partial = out_path.with_name(f".{out_path.name}.recover-{os.getpid()}-"
+                                 f"{time.time_ns()}.partial")
+    try:
+        result = _build_output(conn, scans, partial, allow_partial, rep)
+    except _OutputFailed as exc:
+        _remove_store(partial)
+        rep["failed"] = True
+        rep["failure"] = str(exc)
+        return
+    except BaseException:
+        _remove_store(partial)
+        raise
+    rep["output"].update(result)
+    rep["output"]["partial"] = str(partial)
+
+
+def _publish(partial: Path, out_path: Path, rep: dict) -> None:
+    """Hard-link the verified new store to ``output`` (never replaces a file), drop the partial."""
+    try:
+        os.link(partial, out_path)
+    except FileExistsError:
+        _remove_store(partial)
+        rep["failed"] = True
+        rep["failure"] = f"{out_path} appeared while the new store was built; nothing replaced"
+        return
+    except OSError:
+        # No hard links on this filesystem: rename, after re-checking that nothing is there.
+        if os.path.lexists(out_path):
+            _remove_store(partial)
+            rep["failed"] = True
+            rep["failure"] = f"{out_path} appeared while the new store was built"
+            return
+        os.rename(partial, out_path)
+    else:
+        os.unlink(partial)
+    for suffix in ("-shm",):
+        try:
+            os.unlink(f"{partial}{suffix}")
+        except FileNotFoundError:
+            pass
+    rep["output"]["written"] = True

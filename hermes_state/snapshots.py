@@ -1,0 +1,711 @@
+"""Snapshots of the store: ``backup``, ``backup list``, ``backup restore ID`` (SPEC §13, §1).
+
+A snapshot is one consistent image of the store taken with the SQLite online backup API from a
+``mode=ro`` connection: ``state.db``, ``state.db-wal`` and ``state.db-shm`` are one image
+(SPEC §1), so a file copy of ``state.db`` alone would miss every commit still in the WAL, and a
+copy of the three files would tear under a live writer. The backup reads the store inside one
+read transaction (a single ``backup`` step), which is a point in time even while other processes
+keep writing; it never blocks them.
+
+Layout (SPEC §1)::
+
+    <store dir>/state-snapshots/<UTCSTAMP>-<reason>/state.db        the image (rollback journal
+    <store dir>/state-snapshots/<UTCSTAMP>-<reason>/manifest.json   mode: one self-contained file)
+    <store dir>/state.db.pre-update-emergency-<UTCSTAMP>.bak        reason "pre-update" only
+
+A snapshot is built in ``<name>.partial/`` and renamed into place when complete, so a crash never
+leaves a directory that looks finished. ``<UTCSTAMP>`` gets ``-N`` on collision.
+
+Decisions (the SPEC leaves them open):
+
+* **A failed snapshot raises.** :func:`create_snapshot` raises :class:`SnapshotFailed` (a
+  :class:`~hermes_state.errors.HermesStateError`) when the image fails ``PRAGMA quick_check`` or
+  could not be written; the directory is kept with ``"verified": false`` in its manifest and the
+  exception's ``result`` holds the same dict a success returns. Raising (rather than returning a
+  status) makes a caller that forgets to check, such as an updater calling ``pre-update``, stop
+  instead of carrying on without a backup. The CLI maps it to exit 1.
+* **Retention counts verified snapshots only** (SPEC §13: keep the newest ``keep``): only
+  directories whose manifest says ``verified: true`` are ever deleted, only after a NEW verified
+  snapshot exists, and never the one being restored. Failed snapshots, ``.partial`` leftovers and
+  anything without our manifest are never deleted.
+* **pre-update images are only named ``.bak`` once verified.** A pre-update image that fails
+  verification is kept as a failed snapshot in ``state-snapshots/<UTCSTAMP>-pre-update/`` (marked
+  failed there) and :class:`SnapshotFailed` is raised, so every ``*.pre-update-emergency-*.bak``
+  is a verified image and the keep-2 rule (newest 2 ``.bak``) can never push a good one out for a
+  bad one. No manifest is written beside the store for a ``.bak`` (no new file names there).
+* **Images are rollback-journal files** (``PRAGMA journal_mode=DELETE`` after the copy) so a
+  snapshot is one file that opens anywhere without sidecars; restore converts it back (the
+  destination of the restore is the live store's own connection, in WAL mode).
+* **Restore refuses while any process holds the store, this one included** (a ``SessionDB`` open
+  in the calling process would have its pages rewritten underneath it). An incomplete scan
+  ("cannot prove the store is quiet", SPEC §10.2) refuses too.
+* A ``mode=ro`` read of a WAL store that has no ``state.db-wal`` makes SQLite create an empty
+  ``-wal``/``-shm`` beside it (any reader does, including ``SessionDB(read_only=True)``); they hold
+  no frames and the next writer reuses them. Nothing here ever deletes a sidecar.
+"""
+
+from __future__ import annotations
+
+import calendar
+import hashlib
+import json
+import os
+import re
+import shutil
+import sqlite3
+import time
+from pathlib import Path
+from urllib.parse import quote
+
+from . import holders
+from .errors import HermesStateError
+from .paths import utc_stamp
+
+__all__ = [
+    "SNAPSHOT_DIR",
+    "DEFAULT_KEEP",
+    "PRE_UPDATE_KEEP",
+    "SnapshotError",
+    "SnapshotFailed",
+    "SnapshotNotFound",
+    "RestoreRefused",
+    "RestoreFailed",
+    "sanitize_reason",
+    "create_snapshot",
+    "list_snapshots",
+    "restore_snapshot",
+]
+
+SNAPSHOT_DIR = "state-snapshots"
+DEFAULT_KEEP = 20  # SPEC §13
+PRE_UPDATE_KEEP = 2  # SPEC §13
+PRE_UPDATE_REASON = "pre-update"
+PRE_RESTORE_REASON = "pre-restore"
+MANIFEST = "manifest.json"
+IMAGE = "state.db"
+MANIFEST_VERSION = 1
+BUSY_TIMEOUT_S = 10.0
+_REASON_MAX = 40
+_STAMP_RE = r"\d{8}T\d{6}Z"
+_BAK_RE = re.compile(rf"^state\.db\.pre-update-emergency-({_STAMP_RE})(?:-(\d+))?\.bak$")
+_DIR_RE = re.compile(rf"^({_STAMP_RE})-[a-z0-9-]+$")
+
+
+class SnapshotError(HermesStateError):
+    """A snapshot operation could not be done; the message says what to do next (SPEC §13)."""
+
+
+class SnapshotFailed(SnapshotError):
+    """The snapshot was written but failed verification, or could not be written at all.
+
+    Attributes:
+        result: the dict :func:`create_snapshot` would have returned (``verified`` is False,
+            ``path``/``dir`` name the kept, failed snapshot).
+    """
+
+    def __init__(self, user_message: str, operator_detail: str = "", *, result: dict) -> None:
+        self.result = result
+        super().__init__(user_message, operator_detail)
+
+
+class SnapshotNotFound(SnapshotError, LookupError):
+    """No snapshot with that id exists beside the store."""
+
+
+class RestoreRefused(SnapshotError):
+    """``backup restore`` refused before touching anything: the live files are byte-identical.
+
+    Raised while another process (or this one) holds the store, or when the holder scan could
+    not prove the store is quiet (SPEC §13, §10.2), or when the snapshot is not a verified,
+    unchanged image. The message contains "not restored" and one ``PID N (command): files`` line
+    per holder.
+
+    Attributes:
+        holders: ``[(pid, command, files), ...]`` seen holding the store.
+        unreadable: pids whose descriptors could not be read (the scan was incomplete).
+    """
+
+    def __init__(self, user_message: str, operator_detail: str = "", *,
+                 holders: list | None = None, unreadable: list | None = None) -> None:
+        self.holders = list(holders or [])
+        self.unreadable = list(unreadable or [])
+        super().__init__(user_message, operator_detail)
+
+
+class RestoreFailed(SnapshotError):
+    """The restore wrote the pages but the result did not verify; ``result`` says what happened.
+
+    The pre-restore snapshot named in ``result["pre_restore"]`` holds the store as it was.
+    """
+
+    def __init__(self, user_message: str, operator_detail: str = "", *, result: dict) -> None:
+        self.result = result
+        super().__init__(user_message, operator_detail)
+
+
+# --------------------------------------------------------------------------- small helpers
+
+def sanitize_reason(reason: str) -> str:
+    """Lower-case ``reason`` and reduce it to ``[a-z0-9-]`` (SPEC §13 directory names).
+
+    Runs of other characters become one ``-``; leading/trailing dashes are dropped; the result is
+    cut to 40 characters. ``"Pre Update!"`` → ``"pre-update"``.
+
+    Raises:
+        ValueError: nothing usable is left (e.g. ``"!!!"``).
+    """
+    text = re.sub(r"[^a-z0-9-]+", "-", str(reason).strip().lower())
+    text = re.sub(r"-{2,}", "-", text).strip("-")[:_REASON_MAX].strip("-")
+    if not text:
+        raise ValueError(f"snapshot reason {reason!r} has no letters or digits: use e.g. 'manual'")
+    return text
+
+
+def _iso_now() -> str:
+    t = time.time()
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int((t % 1) * 1e6):06d}Z"
+
+
+def _iso_epoch(text: str | None) -> float:
+    """Seconds since the epoch of our ``created_at`` strings (0.0 when unparsable)."""
+    if not text:
+        return 0.0
+    m = re.match(r"^(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(?:\.(\d+))?Z$", text)
+    if not m:
+        return 0.0
+    whole = calendar.timegm(tuple(int(x) for x in m.groups()[:6]) + (0, 0, 0))
+    frac = float(f"0.{m.group(7)}") if m.group(7) else 0.0
+    return whole + frac
+
+
+def _stamp_iso(stamp: str) -> str:
+    """``20250102T030405Z`` → ``2025-01-02T03:04:05Z``."""
+    return (f"{stamp[0:4]}-{stamp[4:6]}-{stamp[6:8]}T{stamp[9:11]}:{stamp[11:13]}:"
+            f"{stamp[13:15]}Z")
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _size(path: Path) -> int | None:
+    try:
+        return os.stat(path).st_size
+    except FileNotFoundError:
+        return None
+
+
+def _ro_uri(path: Path) -> str:
+    return f"file:{quote(os.fspath(path))}?mode=ro"
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _write_json(path: Path, obj: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(obj, fh, indent=2, sort_keys=True)
+        fh.write("\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def _store_sizes(db: Path) -> dict:
+    return {name: _size(Path(f"{db}{suffix}"))
+            for name, suffix in (("state.db", ""), ("state.db-wal", "-wal"),
+                                 ("state.db-shm", "-shm"))}
+
+
+def _inspect_image(image: Path) -> dict:
+    """``PRAGMA quick_check`` and the facts the manifest records, read through ``mode=ro``.
+
+    Returns:
+        ``{"quick_check": [lines], "verified": bool, "schema_version", "sessions", "messages",
+        "page_size", "page_count", "error"}``; never raises for a damaged image.
+    """
+    out: dict = {"quick_check": [], "verified": False, "schema_version": None,
+                 "sessions": None, "messages": None, "page_size": None, "page_count": None,
+                 "error": None}
+    try:
+        conn = sqlite3.connect(_ro_uri(image), uri=True, timeout=BUSY_TIMEOUT_S)
+    except sqlite3.Error as exc:
+        out["error"] = f"cannot open the image: {exc}"
+        return out
+    try:
+        try:
+            out["quick_check"] = [r[0] for r in conn.execute("PRAGMA quick_check")]
+        except sqlite3.Error as exc:
+            out["error"] = f"quick_check failed: {exc}"
+            return out
+        out["verified"] = out["quick_check"] == ["ok"]
+        out.update(_facts(conn))
+    finally:
+        conn.close()
+    return out
+
+
+def _facts(conn: sqlite3.Connection) -> dict:
+    """Page size/count, schema version and the session/message counts read through ``conn``."""
+    out = {}
+    for key, sql in (("page_size", "PRAGMA page_size"), ("page_count", "PRAGMA page_count"),
+                     ("schema_version", "SELECT max(version) FROM schema_version"),
+                     ("sessions", "SELECT count(*) FROM sessions"),
+                     ("messages", "SELECT count(*) FROM messages")):
+        try:
+            out[key] = conn.execute(sql).fetchone()[0]
+        except sqlite3.Error:
+            out[key] = None  # e.g. not a hermes store: counts stay unknown
+    return out
+
+
+def _backup_image(db: Path, dest: Path) -> None:
+    """Copy the store's consistent image into the new file ``dest`` (SPEC §13).
+
+    Source: a ``mode=ro`` connection, so this process can never write, checkpoint or recover
+    the live store. One backup step (``pages=-1``) reads every page inside one read
+    transaction: a point in time even under concurrent writers. The image is then switched to
+    ``journal_mode=DELETE`` so it is a single self-contained file.
+
+    Raises:
+        sqlite3.Error: the source cannot be read as a database.
+    """
+    src = sqlite3.connect(_ro_uri(db), uri=True, timeout=BUSY_TIMEOUT_S)
+    try:
+        dst = sqlite3.connect(os.fspath(dest), timeout=BUSY_TIMEOUT_S)
+        try:
+            src.backup(dst, pages=-1)
+        finally:
+            dst.close()
+    finally:
+        src.close()
+    conn = sqlite3.connect(os.fspath(dest), timeout=BUSY_TIMEOUT_S)
+    try:
+        conn.execute("PRAGMA journal_mode=DELETE").fetchone()
+    finally:
+        conn.close()
+    os.chmod(dest, 0o600)
+
+
+def _new_partial_dir(root: Path, stamp: str, reason: str) -> tuple[Path, Path]:
+    """Reserve ``root/<stamp>-<reason>[-N].partial``; returns ``(partial, final)``."""
+    base = f"{stamp}-{reason}"
+    n = 1
+    while True:
+        name = base if n == 1 else f"{base}-{n}"
+        final = root / name
+        partial = root / f"{name}.partial"
+        if not final.exists():
+            try:
+                partial.mkdir(mode=0o700)
+                return partial, final
+            except FileExistsError:
+                pass  # another process took it (or a crash left it): try the next name
+        n += 1
+
+
+def _publish_dir(partial: Path, final: Path) -> Path:
+    """Rename the finished ``partial`` to ``final`` (or ``final-N`` if someone took it)."""
+    candidate = final
+    n = 2
+    while True:
+        if not candidate.exists():
+            try:
+                os.rename(partial, candidate)
+                _fsync_dir(candidate.parent)
+                return candidate
+            except OSError:
+                if not candidate.exists():
+                    raise
+        candidate = final.with_name(f"{final.name}-{n}")
+        n += 1
+
+
+def _bak_path(db: Path, stamp: str) -> Path:
+    """``state.db.pre-update-emergency-<UTCSTAMP>[-N].bak`` that does not exist yet (SPEC §1)."""
+    n = 1
+    while True:
+        suffix = stamp if n == 1 else f"{stamp}-{n}"
+        cand = db.with_name(f"{db.name}.pre-update-emergency-{suffix}.bak")
+        if not cand.exists():
+            return cand
+        n += 1
+
+
+def _bak_key(name: str) -> tuple[str, int] | None:
+    m = _BAK_RE.match(name)
+    if not m or not name.startswith("state.db."):
+        return None
+    return (m.group(1), int(m.group(2) or 1))
+
+
+# --------------------------------------------------------------------------- create
+
+def create_snapshot(db_path: str | os.PathLike, reason: str = "manual", *,
+                    keep: int = DEFAULT_KEEP, _protect: frozenset = frozenset()) -> dict:
+    """Take a consistent, verified snapshot of the store (SPEC §13 ``backup [--reason R]``).
+
+    Writes ``state-snapshots/<UTCSTAMP>-<reason>/state.db`` beside the store with the online
+    backup API from a ``mode=ro`` connection, runs ``PRAGMA quick_check`` on the image and writes
+    ``manifest.json``. Then, if verified, deletes the oldest VERIFIED snapshots beyond ``keep``.
+    With ``reason="pre-update"`` the verified image goes to
+    ``state.db.pre-update-emergency-<UTCSTAMP>.bak`` beside the store instead and the newest 2
+    such files are kept.
+
+    Args:
+        db_path: the store's ``state.db``; it must exist.
+        reason: free text, sanitized to ``[a-z0-9-]`` (:func:`sanitize_reason`).
+        keep: how many verified snapshots to keep (>= 1); ignored for ``pre-update`` (always 2).
+        _protect: snapshot ids retention must not delete (used by :func:`restore_snapshot`).
+    Returns:
+        The manifest plus location: ``{"id", "kind" ("snapshot"|"pre-update"), "path" (the
+        image), "dir" (snapshot directory or None), "reason", "created_at", "source",
+        "source_sizes", "bytes", "sha256", "schema_version", "sessions", "messages",
+        "counts": {"sessions", "messages"}, "quick_check", "verified": True, "sqlite",
+        "page_size", "page_count", "pruned": [ids deleted by retention]}``.
+    Raises:
+        SnapshotError: no store at ``db_path``.
+        SnapshotFailed: the image failed ``quick_check`` or could not be written; it is kept,
+            marked failed, and nothing was pruned. ``.result`` has the dict above.
+        ValueError: ``reason`` has no usable characters, or ``keep < 1``.
+        OSError: the snapshot directory cannot be written.
+    """
+    db = Path(db_path).absolute()
+    reason = sanitize_reason(reason)
+    if keep < 1:
+        raise ValueError(f"keep must be at least 1, not {keep}")
+    if not db.is_file():
+        raise SnapshotError(f"no session store at {db}: nothing to back up.",
+                            "check --home/--profile (or HERMES_HOME)")
+    stamp = utc_stamp()
+    root = db.parent / SNAPSHOT_DIR
+    root.mkdir(mode=0o700, exist_ok=True)
+    partial, final = _new_partial_dir(root, stamp, reason)
+    image = partial / IMAGE
+    sizes = _store_sizes(db)
+    backup_error = None
+    try:
+        _backup_image(db, image)
+    except sqlite3.Error as exc:
+        backup_error = f"the online backup failed: {exc}"
+    facts = _inspect_image(image) if backup_error is None else {
+        "quick_check": [], "verified": False, "schema_version": None, "sessions": None,
+        "messages": None, "page_size": None, "page_count": None, "error": backup_error}
+    manifest = {
+        "version": MANIFEST_VERSION,
+        "kind": "snapshot",
+        "reason": reason,
+        "created_at": _iso_now(),
+        "source": str(db),
+        "source_sizes": sizes,
+        "file": IMAGE,
+        "bytes": _size(image),
+        "sha256": _sha256(image) if image.exists() else None,
+        "schema_version": facts["schema_version"],
+        "sessions": facts["sessions"],
+        "messages": facts["messages"],
+        "counts": {"sessions": facts["sessions"], "messages": facts["messages"]},
+        "quick_check": facts["quick_check"],
+        "verified": bool(facts["verified"]),
+        "error": facts["error"],
+        "sqlite": sqlite3.sqlite_version,
+        "page_size": facts["page_size"],
+        "page_count": facts["page_count"],
+    }
+    if reason == PRE_UPDATE_REASON and manifest["verified"]:
+        return _finish_pre_update(db, stamp, partial, image, manifest)
+
+    _write_json(partial / MANIFEST, manifest)
+    final = _publish_dir(partial, final)
+    result = dict(manifest, id=final.name, path=str(final / IMAGE), dir=str(final), pruned=[])
+    if not manifest["verified"]:
+        lines = "; ".join(manifest["quick_check"][:5]) or manifest["error"] or "unknown"
+        raise SnapshotFailed(
+            f"the snapshot {final} failed verification (quick_check: {lines}); it was kept and "
+            f"marked failed, and no older snapshot was removed. The store itself may be damaged: "
+            f"run `sessions recover --source {db} --inspect-only`.",
+            f"image {final / IMAGE}, sha256 {manifest['sha256']}", result=result)
+    result["pruned"] = _prune_snapshots(root, keep, set(_protect) | {final.name})
+    return result
+
+
+def _finish_pre_update(db: Path, stamp: str, partial: Path, image: Path, manifest: dict) -> dict:
+    """Move a verified pre-update image to ``state.db.pre-update-emergency-<UTCSTAMP>.bak``."""
+    while True:
+        bak = _bak_path(db, stamp)
+        try:
+            os.link(image, bak)  # never replaces an existing file
+            break
+        except FileExistsError:
+            continue
+    os.unlink(image)
+    shutil.rmtree(partial, ignore_errors=True)
+    _fsync_dir(db.parent)
+    result = dict(manifest, kind="pre-update", id=bak.name, path=str(bak), dir=None, pruned=[])
+    result["pruned"] = _prune_pre_update(db, keep=PRE_UPDATE_KEEP, protect={bak.name})
+    return result
+
+
+def _prune_snapshots(root: Path, keep: int, protect: set) -> list[str]:
+    """Delete verified snapshot directories beyond the newest ``keep`` (SPEC §13)."""
+    good = [s for s in _list_snapshot_dirs(root) if s.get("verified") is True]
+    deleted = []
+    for snap in good[keep:]:
+        if snap["id"] in protect:
+            continue
+        shutil.rmtree(snap["dir"], ignore_errors=True)
+        deleted.append(snap["id"])
+    return deleted
+
+
+def _prune_pre_update(db: Path, keep: int, protect: set) -> list[str]:
+    """Keep the newest ``keep`` ``*.pre-update-emergency-*.bak`` files (SPEC §13: 2)."""
+    baks = sorted(((k, p) for p in db.parent.iterdir()
+                   if p.name.startswith(f"{db.name}.") and (k := _bak_key(p.name)) is not None
+                   and p.is_file()), reverse=True)
+    deleted = []
+    for _key, path in baks[keep:]:
+        if path.name in protect:
+            continue
+        path.unlink()
+        deleted.append(path.name)
+    return deleted
+
+
+# --------------------------------------------------------------------------- list
+
+def _read_manifest(directory: Path) -> dict | None:
+    try:
+        data = json.loads((directory / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _list_snapshot_dirs(root: Path) -> list[dict]:
+    """Snapshot directories under ``root``, newest first; unfinished ``.partial`` ones skipped."""
+    out = []
+    if not root.is_dir():
+        return out
+    for entry in root.iterdir():
+        if not entry.is_dir() or entry.name.endswith(".partial") or not _DIR_RE.match(entry.name):
+            continue
+        manifest = _read_manifest(entry)
+        if manifest is None:
+            item = {"id": entry.name, "kind": "snapshot", "verified": False,
+                    "error": "manifest.json is missing or unreadable",
+                    "created_at": _stamp_iso(entry.name[:16])}
+        else:
+            item = dict(manifest)
+            item.setdefault("kind", "snapshot")
+        item.update(id=entry.name, dir=str(entry), path=str(entry / IMAGE))
+        out.append(item)
+    out.sort(key=lambda s: (_iso_epoch(s.get("created_at")), s["id"]), reverse=True)
+    return out
+
+
+def list_snapshots(db_path: str | os.PathLike) -> list[dict]:
+    """Every snapshot of the store, newest first (SPEC §13 ``backup list``).
+
+    Args:
+        db_path: the store's ``state.db`` (need not exist).
+    Returns:
+        One dict per snapshot: the manifest fields (``verified``, ``sessions``, ``messages``,
+        ``created_at``, ``reason``, ``sha256``, ...) plus ``id`` (the directory name), ``dir`` and
+        ``path`` (the image). Pre-update images beside the store are listed too with
+        ``kind="pre-update"``, ``id`` = the file name, ``verified=True`` (they only get that
+        name after verification) and ``sessions``/``messages`` None (not re-read). A directory
+        whose manifest is missing is listed with ``verified=False`` and an ``error``.
+    """
+    db = Path(db_path).absolute()
+    items = _list_snapshot_dirs(db.parent / SNAPSHOT_DIR)
+    if db.parent.is_dir():
+        for entry in db.parent.iterdir():
+            key = _bak_key(entry.name) if entry.name.startswith(f"{db.name}.") else None
+            if key is None or not entry.is_file():
+                continue
+            created = _stamp_iso(key[0])
+            try:  # the name has whole seconds; the mtime orders images of the same second
+                mtime = entry.stat().st_mtime
+                if 0 <= mtime - _iso_epoch(created) < 1:
+                    created = (time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(mtime))
+                               + f".{int((mtime % 1) * 1e6):06d}Z")
+            except OSError:
+                pass
+            items.append({"id": entry.name, "kind": "pre-update", "reason": PRE_UPDATE_REASON,
+                          "created_at": created, "path": str(entry), "dir": None,
+                          "bytes": _size(entry), "verified": True, "sessions": None,
+                          "messages": None})
+    items.sort(key=lambda s: (_iso_epoch(s.get("created_at")), s["id"]), reverse=True)
+    return items
+
+
+# --------------------------------------------------------------------------- restore
+
+def _locate(db: Path, snapshot_id: str) -> tuple[Path, dict | None]:
+    """``(image path, manifest or None)`` of ``snapshot_id``; raises SnapshotNotFound."""
+    sid = str(snapshot_id)
+    if not sid or "/" in sid or "\\" in sid or sid in (".", "..") or sid.endswith(".partial"):
+        raise SnapshotNotFound(f"{snapshot_id!r} is not a snapshot id; not restored.",
+                               "list them with `backup list`")
+    directory = db.parent / SNAPSHOT_DIR / sid
+    if directory.is_dir() and (directory / IMAGE).is_file():
+        return directory / IMAGE, _read_manifest(directory)
+    bak = db.parent / sid
+    if _bak_key(sid) is not None and sid.startswith(f"{db.name}.") and bak.is_file():
+        return bak, None
+    known = ", ".join(s["id"] for s in list_snapshots(db)[:5]) or "none"
+    raise SnapshotNotFound(f"no snapshot {sid!r} beside {db}; not restored.",
+                           f"newest snapshots: {known} (see `backup list`)")
+
+
+def _refuse_if_held(db: Path, snapshot_id: str) -> None:
+    """SPEC §13: refuse while any process holds the store or the scan is incomplete."""
+    scan = holders.scan(db, include_self=True)
+    if not scan.holders and scan.complete:
+        return
+    lines = [f"  {h.line()}" for h in scan.holders]
+    if scan.holders:
+        head = (f"Refusing `backup restore {snapshot_id}`: another process is using {db}; "
+                f"not restored.")
+    else:
+        head = (f"Refusing `backup restore {snapshot_id}`: cannot prove {db} is quiet; "
+                f"not restored.")
+    if scan.unreadable:
+        lines.append(f"  cannot read the open files of PID(s) "
+                     f"{', '.join(map(str, scan.unreadable))} (cannot prove the store is quiet)")
+    if any(h.pid == os.getpid() for h in scan.holders):
+        lines.append("  (that is this process: close every SessionDB it has open first)")
+    tail = ("Stop them first (gateway stop, quit the desktop app, pause cron), then re-run. "
+            "The live files were not touched.")
+    raise RestoreRefused("\n".join([head, *lines, tail]),
+                         f"holder scan complete={scan.complete}; {scan.platform_note}".rstrip("; "),
+                         holders=[h.as_tuple() for h in scan.holders], unreadable=scan.unreadable)
+
+
+def restore_snapshot(db_path: str | os.PathLike, snapshot_id: str, *,
+                     keep: int = DEFAULT_KEEP) -> dict:
+    """Write a snapshot's pages into the live store (SPEC §13 ``backup restore ID``).
+
+    Order: check the snapshot (verified manifest, unchanged sha256, ``quick_check`` ok) →
+    refuse if any process holds the store → snapshot the current store (reason
+    ``pre-restore``; retention never deletes the snapshot being restored) → scan again →
+    copy the image INTO ``state.db`` with the backup API through a normal connection to it
+    (SQLite replays or discards any ``-wal`` beside it as part of the same write, so no stale
+    frames can survive beside the restored image) → ``PRAGMA wal_checkpoint(TRUNCATE)`` →
+    ``quick_check`` → close (the last connection removes ``-wal``/``-shm``).
+
+    Args:
+        db_path: the live ``state.db`` (it may be missing: then it is created from the image).
+        snapshot_id: a directory name under ``state-snapshots/`` or a
+            ``state.db.pre-update-emergency-*.bak`` file name (see :func:`list_snapshots`).
+        keep: retention for the pre-restore snapshot (see :func:`create_snapshot`).
+    Returns:
+        ``{"restored": True, "id", "image", "db_path", "pre_restore": {"id", "path",
+        "verified"} or None, "quick_check", "verified": True, "schema_version", "sessions",
+        "messages", "sidecars": {"state.db-wal": bool, "state.db-shm": bool}, "warnings"}``.
+    Raises:
+        SnapshotNotFound: no such snapshot.
+        RestoreRefused: a process holds the store (its ``PID N (command): files`` lines are in
+            the message), the scan was incomplete, the snapshot is marked failed, changed since
+            it was taken, or fails ``quick_check``, or no copy of the current store could be
+            kept. Nothing was written to the live files.
+        RestoreFailed: the restored store failed ``quick_check`` (the pre-restore snapshot holds
+            the previous state).
+        sqlite3.Error: the backup itself failed (the live store is unchanged: the backup writes
+            in one transaction).
+    """
+    db = Path(db_path).absolute()
+    image, manifest = _locate(db, snapshot_id)
+    if manifest is not None:
+        if manifest.get("verified") is not True:
+            raise RestoreRefused(
+                f"snapshot {snapshot_id} failed verification when it was taken; not restored.",
+                f"inspect it with `sessions recover --source {image} --inspect-only`")
+        if manifest.get("sha256") and _sha256(image) != manifest["sha256"]:
+            raise RestoreRefused(
+                f"snapshot {snapshot_id} changed since it was taken (sha256 differs from its "
+                f"manifest); not restored.",
+                f"inspect it with `sessions recover --source {image} --inspect-only`")
+    facts = _inspect_image(image)
+    if not facts["verified"]:
+        lines = "; ".join(facts["quick_check"][:5]) or facts["error"] or "unknown"
+        raise RestoreRefused(f"snapshot {snapshot_id} does not pass quick_check ({lines}); "
+                             f"not restored.",
+                             f"inspect it with `sessions recover --source {image} --inspect-only`")
+    _refuse_if_held(db, snapshot_id)
+
+    warnings: list[str] = []
+    pre = None
+    if db.exists():
+        try:
+            pre = create_snapshot(db, PRE_RESTORE_REASON, keep=keep,
+                                  _protect=frozenset({str(snapshot_id)}))
+        except SnapshotFailed as exc:
+            pre = exc.result
+            if not pre.get("bytes"):
+                raise RestoreRefused(
+                    f"could not keep a copy of the current store {db} before restoring "
+                    f"({pre.get('error')}); not restored.",
+                    "move the damaged store aside yourself (with its -wal and -shm) and re-run"
+                ) from exc
+            warnings.append(f"the current store failed quick_check; its copy was kept as the "
+                            f"failed snapshot {pre['id']}")
+        _refuse_if_held(db, snapshot_id)
+
+    dst = sqlite3.connect(os.fspath(db), timeout=BUSY_TIMEOUT_S, isolation_level=None)
+    try:
+        src = sqlite3.connect(_ro_uri(image), uri=True, timeout=BUSY_TIMEOUT_S)
+        try:
+            src.backup(dst, pages=-1)
+        finally:
+            src.close()
+        mode = dst.execute("PRAGMA journal_mode").fetchone()[0]
+        if mode.lower() == "wal":
+            dst.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        after = [r[0] for r in dst.execute("PRAGMA quick_check")]
+        check = _facts(dst)
+    finally:
+        dst.close()  # the last connection: SQLite checkpoints and removes -wal/-shm
+    try:
+        os.chmod(db, 0o600)
+    except OSError:
+        pass
+    result = {
+        "restored": True,
+        "id": str(snapshot_id),
+        "image": str(image),
+        "db_path": str(db),
+        "pre_restore": None if pre is None else {
+            "id": pre["id"], "path": pre["path"], "verified": pre["verified"]},
+        "quick_check": after,
+        "verified": after == ["ok"],
+        "schema_version": check["schema_version"],
+        "sessions": check["sessions"],
+        "messages": check["messages"],
+        "sidecars": {"state.db-wal": Path(f"{db}-wal").exists(),
+                     "state.db-shm": Path(f"{db}-shm").exists()},
+        "warnings": warnings,
+    }
+    if not result["verified"]:
+        raise RestoreFailed(
+            f"restored {snapshot_id} into {db} but the result fails quick_check "
+            f"({'; '.join(after[:5])}).",
+            f"the store as it was is in the pre-restore snapshot "
+            f"{(result['pre_restore'] or {}).get('id')}", result=result)
+    return result
