@@ -1,0 +1,100 @@
+"""append_message throughput vs the same SQL issued by bare sqlite3 (SPEC §17, row 1).
+
+Both sides write to a fresh store created by SessionDB (same schema, same FTS triggers, same
+pragmas: WAL, synchronous=NORMAL, foreign_keys=ON), one transaction per message (BEGIN
+IMMEDIATE; INSERT message; UPDATE session counters; COMMIT), a PASSIVE checkpoint every 50
+writes on both sides. The runs alternate (ours, bare, ours, ...) so drift hits both; the table
+reports medians and min-max.
+
+    python benchmarks/bench_append.py [-n 5000] [--runs 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from hermes_state import SessionDB  # noqa: E402
+
+TEXT = "the quick brown fox jumps over the lazy dog while the gateway appends messages " * 3
+
+
+def fresh_store(root: Path, name: str) -> Path:
+    path = root / name / "state.db"
+    with SessionDB(path) as db:
+        db.create_session("s", source="bench")
+    return path
+
+
+def run_ours(path: Path, n: int) -> float:
+    with SessionDB(path) as db:
+        t0 = time.perf_counter()
+        for i in range(n):
+            db.append_message("s", "user" if i % 2 else "assistant", f"{i} {TEXT}")
+        return time.perf_counter() - t0
+
+
+def run_bare(path: Path, n: int) -> float:
+    conn = sqlite3.connect(str(path), timeout=1.0, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA foreign_keys=ON")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    insert = ("INSERT INTO messages (session_id, role, content, tool_name, tool_calls, "
+              "tool_call_id, token_count, finish_reason, reasoning, reasoning_content, "
+              "reasoning_details, codex_reasoning_items, codex_message_items, timestamp, "
+              "api_content) VALUES (?, ?, ?, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, "
+              "NULL, NULL, ?, NULL)")
+    update = ("UPDATE sessions SET message_count = message_count + 1, "
+              "tool_call_count = tool_call_count + ? WHERE id = ?")
+    t0 = time.perf_counter()
+    for i in range(n):
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute(insert, ("s", "user" if i % 2 else "assistant", f"{i} {TEXT}", time.time()))
+        conn.execute(update, (0, "s"))
+        conn.execute("COMMIT")
+        if (i + 1) % 50 == 0:
+            conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+    elapsed = time.perf_counter() - t0
+    conn.close()
+    return elapsed
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("-n", type=int, default=5000, help="messages per run")
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="bench-append-"))
+    ours, bare = [], []
+    try:
+        for k in range(args.runs):
+            ours.append(run_ours(fresh_store(root, f"ours{k}"), args.n))
+            bare.append(run_bare(fresh_store(root, f"bare{k}"), args.n))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    mo, mb = statistics.median(ours), statistics.median(bare)
+    result = {"what": "append_message, one process", "n": args.n, "runs": args.runs,
+              "ours_s": mo, "bare_s": mb, "ours_range_s": [min(ours), max(ours)],
+              "bare_range_s": [min(bare), max(bare)], "ratio": mo / mb, "target": 1.3,
+              "pass": mo / mb <= 1.3, "sqlite": sqlite3.sqlite_version}
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(f"append_message x{args.n}: ours {mo * 1e3:.0f} ms ({args.n / mo:.0f}/s), bare "
+              f"sqlite3 {mb * 1e3:.0f} ms ({args.n / mb:.0f}/s); ratio {mo / mb:.2f}x "
+              f"(target <= 1.3x) {'PASS' if result['pass'] else 'FAIL'}")
+    return 0 if result["pass"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
