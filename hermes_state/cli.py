@@ -183,13 +183,13 @@ def cmd_prune(args: argparse.Namespace) -> int:
     decision = maintenance.check_gate(path, "prune", force=args.force, dry_run=args.dry_run,
                                       gateway_owner_pid=owner)
     with _open_ro(args) as ro:
-        preview = ro.prune_candidates(older_than_days=args.older_than, source=args.source) \
-            if hasattr(ro, "prune_candidates") else None
-    if preview is not None:
-        print(f"{len(preview)} ended session(s) older than {args.older_than:g} days"
-              + (f" from {args.source}" if args.source else "") + " would be pruned")
-        for sid in preview[:20]:
-            print(f"  {sid}")
+        preview = ro.prune_candidates(older_than_days=args.older_than, source=args.source)
+    print(f"{len(preview)} ended session(s) older than {args.older_than:g} days"
+          + (f" from {args.source}" if args.source else "") + " would be pruned")
+    for sid in preview[:20]:
+        print(f"  {sid}")
+    if len(preview) > 20:
+        print(f"  ... and {len(preview) - 20} more")
     if decision.action == "dry_run":
         return EXIT_OK
     if decision.action == "handoff":

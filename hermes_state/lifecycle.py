@@ -231,7 +231,8 @@ class LifecycleMixin:
         return list(self.iter_export(source))
 
     # ------------------------------------------------------------------ removal
-    def prune_sessions(self, older_than_days: float = 90, source: str | None = None) -> int:
+    def prune_sessions(self, older_than_days: float = 90, source: str | None = None,
+                       exclude: set[str] | frozenset[str] = frozenset()) -> int:
         """Delete ended, unpinned sessions inactive for longer than ``older_than_days`` (SPEC §5).
 
         Last activity = the latest of ``started_at``, ``ended_at`` and the session's newest
@@ -242,25 +243,27 @@ class LifecycleMixin:
         Args:
             older_than_days: age threshold in days (fractions allowed).
             source: only sessions of this source; None = all.
+            exclude: session ids never to prune (a gateway's sessions with a turn in progress,
+                SPEC §11).
         Returns:
             The number of sessions deleted.
         """
         cutoff = time.time() - float(older_than_days) * SECONDS_PER_DAY
         src = clean_text(source)
+        skip = {clean_text(s) for s in exclude}
 
         def fn(c: sqlite3.Connection) -> int:
-            ids = [r[0] for r in c.execute(
-                """SELECT s.id FROM sessions s
-                   WHERE s.ended_at IS NOT NULL AND COALESCE(s.pinned, 0) = 0
-                     AND (? IS NULL OR s.source = ?)
-                     AND MAX(s.started_at, s.ended_at,
-                             COALESCE((SELECT MAX(m.timestamp) FROM messages m
-                                       WHERE m.session_id = s.id), s.started_at)) < ?""",
-                (src, src, cutoff))]
+            ids = [i for i in _prune_ids(c, cutoff, src) if i not in skip]
             _remove_sessions(c, ids)
             return len(ids)
 
         return self._write(fn, op="prune_sessions")
+
+    def prune_candidates(self, older_than_days: float = 90, source: str | None = None) -> list[str]:
+        """The ids ``prune_sessions`` would delete now (read-only preview, SPEC §8, §11)."""
+        cutoff = time.time() - float(older_than_days) * SECONDS_PER_DAY
+        src = clean_text(source)
+        return self._read(lambda c: _prune_ids(c, cutoff, src))
 
     def clear_messages(self, session_id: str) -> bool:
         """Delete a session's messages, keep the session, reset ``message_count`` and
@@ -297,3 +300,16 @@ class LifecycleMixin:
             return True
 
         return self._write(fn, op="delete_session")
+
+
+def _prune_ids(c: sqlite3.Connection, cutoff: float, src: str | None) -> list[str]:
+    """Ended, unpinned sessions (of ``src``) whose last activity is before ``cutoff``."""
+    return [r[0] for r in c.execute(
+        """SELECT s.id FROM sessions s
+           WHERE s.ended_at IS NOT NULL AND COALESCE(s.pinned, 0) = 0
+             AND (? IS NULL OR s.source = ?)
+             AND MAX(s.started_at, s.ended_at,
+                     COALESCE((SELECT MAX(m.timestamp) FROM messages m
+                               WHERE m.session_id = s.id), s.started_at)) < ?
+           ORDER BY s.started_at""",
+        (src, src, cutoff))]

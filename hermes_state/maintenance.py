@@ -165,8 +165,7 @@ def run_pending_requests(db, *, busy_sessions: set[str] | frozenset = frozenset(
         if req.get("command") == "prune":
             result["pruned"] = db.prune_sessions(
                 older_than_days=float(req.get("older_than_days", 90)), source=req.get("source"),
-                exclude=set(busy_sessions)) if _prune_accepts_exclude(db) else db.prune_sessions(
-                older_than_days=float(req.get("older_than_days", 90)), source=req.get("source"))
+                exclude=set(busy_sessions))
 
         def finish(c, key=key, rid=rid, result=result):
             c.execute("DELETE FROM state_meta WHERE key = ?", (key,))
@@ -175,15 +174,6 @@ def run_pending_requests(db, *, busy_sessions: set[str] | frozenset = frozenset(
         db._write(finish, op="maintenance_request")
         done.append(result)
     return done
-
-
-def _prune_accepts_exclude(db) -> bool:
-    import inspect
-
-    try:
-        return "exclude" in inspect.signature(db.prune_sessions).parameters
-    except (TypeError, ValueError, AttributeError):
-        return False
 
 
 # ---------------------------------------------------------------------------- optimize (§8)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from pathlib import Path
 
@@ -108,3 +109,33 @@ def test_errors_are_short_and_name_the_next_step(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 1
     assert len(err) == 2 and err[0].startswith("error:") and err[1].startswith("next:")
+
+
+def test_prune_under_the_owning_gateway_is_handed_to_it(store, spawn, capsys):
+    """SPEC §11: the only holder is the gateway that owns the store: preview, then hand off."""
+    with SessionDB(store) as db:  # an ended session old enough to prune
+        db._write(lambda c: c.execute("UPDATE sessions SET started_at = 0, ended_at = 1"))
+        db._write(lambda c: c.execute("UPDATE messages SET timestamp = 1"))
+    gw = spawn("gateway_owner.py", str(store))
+    ready = gw.readline()
+    assert ready.startswith("ready ")
+    code = cli(["--home", str(store.parent), "sessions", "prune", "--older-than", "1", "--yes"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert f"the gateway (PID {ready.split()[1]}) owns the store: prune handed to it" in out
+    ran = gw.readline()
+    assert ran.startswith("ran ") and json.loads(ran[4:])[0]["pruned"] == 1
+    gw.send("")  # EOF is not sent by an empty line; close stdin instead
+    gw.proc.stdin.close()
+    assert gw.wait() == 0
+    with SessionDB(store) as db:
+        assert db.get_session("old") is None
+        assert db.get_session("live") is not None
+
+
+def test_prune_under_another_holder_is_refused(store, spawn, capsys):
+    child = spawn("store_child.py")
+    child.ok("open", path=str(store))
+    assert cli(["--home", str(store.parent), "sessions", "prune", "--older-than", "0",
+                "--yes"]) == 1
+    assert "Refusing `sessions prune`" in capsys.readouterr().err

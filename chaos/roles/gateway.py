@@ -4,14 +4,16 @@ Workload (SPEC §16.1): ``appends_per_s`` (0 = as fast as possible), ``sessions`
 sessions), ``message_bytes``, ``tool_call_share``, ``split_every`` (messages per session before a
 compression split ends it and starts a child with ``parent_session_id``).
 Refused appends (stale generation) are diverted to the spool (SPEC §10.1) and recorded as
-``fail`` with ``spooled: true``. If the store cannot be opened it retries every 0.5 s.
+``fail`` with ``spooled: true``. If the store cannot be opened it retries every 0.5 s. It claims
+ownership of the store and runs queued maintenance requests (a prune handed over by
+``sessions prune``, SPEC §11) once a second, never touching its own live sessions.
 """
 
 from __future__ import annotations
 
 import time
 
-from hermes_state import SessionDB
+from hermes_state import SessionDB, maintenance
 from hermes_state.errors import StateDbReplacedError
 
 from .base import RoleContext
@@ -44,11 +46,18 @@ def run(ctx: RoleContext) -> None:
     for sid in sessions:
         ctx.op("create_session", lambda sid=sid: db.create_session(sid, source="gateway"),
                session_id=sid)
+    # The gateway owns the store: `sessions prune` hands its deletions to us (SPEC §11).
+    ctx.op("claim_owner", lambda: maintenance.claim_gateway_ownership(db))
+    next_poll = time.monotonic() + 1.0
     interval = 1.0 / rate if rate > 0 else 0.0
     next_at = time.monotonic()
     roles = ("user", "assistant", "tool")
     k = 0
     while not ctx.should_stop():
+        if time.monotonic() >= next_poll:
+            next_poll = time.monotonic() + 1.0
+            ctx.op("maintenance", lambda: len(maintenance.run_pending_requests(
+                db, busy_sessions=frozenset(sessions))))
         slot = ctx.rng.randrange(n_sessions)
         sid = sessions[slot]
         role = roles[k % 3]
