@@ -1196,7 +1196,8 @@ def _check_durations(data: Any, emit_at) -> None:
     if not isinstance(data, dict):
         return
     spots: list[tuple[list, Any]] = [(["duration"], data.get("duration"))]
-    for i, role in enumerate(data.get("roles") or []):
+    roles = data.get("roles")
+    for i, role in enumerate(roles if isinstance(roles, list) else []):
         if isinstance(role, dict):
             for key in ("start_at", "stop_at"):
                 spots.append((["roles", i, key], role.get(key)))
@@ -1204,7 +1205,8 @@ def _check_durations(data: Any, emit_at) -> None:
             if isinstance(wl, dict):
                 for key in ("hold", "every", "first_at"):
                     spots.append((["roles", i, "workload", key], wl.get(key)))
-    for i, step in enumerate(data.get("nemesis") or []):
+    steps = data.get("nemesis")
+    for i, step in enumerate(steps if isinstance(steps, list) else []):
         if isinstance(step, dict):
             spots.append((["nemesis", i, "at"], step.get("at")))
     for path, value in spots:

@@ -23,6 +23,7 @@ from typing import Callable, TypeVar
 from . import events, failpoints, holders
 from .errors import (
     DeletedWalGenerationError,
+    StateDbCorruptError,
     StateDbReplacedError,
     StorePermissionError,
     WriteContentionError,
@@ -86,6 +87,103 @@ def wal_reset_exposure(version: str | None = None) -> str | None:
             "checkpointing while a commit resets the WAL can lose committed frames; fixed in "
             "3.51.3, backported to 3.44.6 and 3.50.7). Remedy: run with a Python linked against "
             "a fixed SQLite.")
+
+
+SQLITE_CORRUPT = 11
+SQLITE_NOTADB = 26
+SQLITE_CORRUPT_VTAB = 267  # corruption inside a virtual table: the FTS shadow tables
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def corruption_kind(exc: BaseException) -> str | None:
+    """``"fts"`` (SQLITE_CORRUPT_VTAB), ``"structural"`` (CORRUPT/NOTADB) or None (SPEC §12)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is None:
+        return "structural" if "malformed" in str(exc) else None
+    if code == SQLITE_CORRUPT_VTAB or (code & 0xFF == SQLITE_CORRUPT and "fts5" in str(exc)):
+        return "fts"
+    if code & 0xFF in (SQLITE_CORRUPT, SQLITE_NOTADB):
+        return "structural"
+    return None
+
+
+def quarantine_if_not_sqlite(db_path: Path) -> Path | None:
+    """Move a 0-byte, zero-filled or non-SQLite ``state.db`` aside before connecting (§12).
+
+    The file and its sidecars go to ``state.db.corrupt.<UTCSTAMP>.bak`` (``-wal``, ``-shm``
+    appended) under the cross-process lock ``state.db.quarantine.lock`` (flock; the holder's pid
+    is written in it), re-checked inside the lock, so two starting processes never both move
+    things. Never touches a file some process holds open, a 0-byte file beside a non-empty WAL
+    (a store being created), or a file this process already has a descriptor of (reading it
+    would mean opening and closing a descriptor: SPEC §4).
+
+    Returns:
+        The backup path when the file was moved, else None.
+    """
+    if not _looks_damaged(db_path):
+        return None
+    import fcntl
+
+    lock_path = Path(f"{db_path}.quarantine.lock")
+    with open(lock_path, "a+") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        try:
+            lock.seek(0)
+            lock.truncate()
+            lock.write(f"pid={os.getpid()}\n")
+            lock.flush()
+            if not _looks_damaged(db_path) or holders.scan(db_path).holders:
+                return None
+            backup = Path(f"{db_path}.corrupt.{utc_stamp()}.bak")
+            n = 2
+            while backup.exists():
+                backup = Path(f"{db_path}.corrupt.{utc_stamp()}-{n}.bak")
+                n += 1
+            os.rename(db_path, backup)
+            for suffix in ("-wal", "-shm"):
+                side = Path(f"{db_path}{suffix}")
+                if side.exists():
+                    os.rename(side, Path(f"{backup}{suffix}"))
+        finally:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+    log.error("%s was not a SQLite database (empty, zero-filled or another format): moved "
+              "aside to %s with its sidecars and a fresh store was created. Inspect it with "
+              "`hermes-state sessions recover --source %s --inspect-only`.", db_path, backup, backup)
+    events.enabled() and events.emit("quarantine", db=str(db_path), backup=str(backup))
+    return backup
+
+
+def _reset_fts_shadow(conn: sqlite3.Connection, table: str) -> None:
+    """Give FTS5 ``table`` the shadow data of an empty table with the same arguments."""
+    sql = conn.execute("SELECT sql FROM sqlite_master WHERE name = ?", (table,)).fetchone()[0]
+    args = sql[sql.index("(") + 1: sql.rindex(")")]
+    conn.execute("DROP TABLE IF EXISTS temp.hermes_fts_reset")
+    conn.execute(f"CREATE VIRTUAL TABLE temp.hermes_fts_reset USING fts5({args})")
+    for suffix in ("_data", "_idx", "_docsize", "_content"):  # not _config: it stays valid
+        shadow = table + suffix
+        if not conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
+                            (shadow,)).fetchone():
+            continue
+        conn.execute(f"DELETE FROM main.{shadow}")
+        fresh = f"hermes_fts_reset{suffix}"
+        if conn.execute("SELECT 1 FROM temp.sqlite_master WHERE name = ?", (fresh,)).fetchone():
+            conn.execute(f"INSERT INTO main.{shadow} SELECT * FROM temp.{fresh}")
+    conn.execute("DROP TABLE temp.hermes_fts_reset")
+
+
+def _looks_damaged(db_path: Path) -> bool:
+    try:
+        st = os.stat(db_path)
+    except FileNotFoundError:
+        return False
+    if own_descriptors((st.st_dev, st.st_ino)):
+        return False  # this process has it open: never open+close another descriptor
+    if st.st_size == 0:
+        wal = Path(f"{db_path}-wal")
+        return not (wal.exists() and wal.stat().st_size > 0)
+    with open(db_path, "rb") as fh:
+        head = fh.read(4096)
+    return not head.startswith(SQLITE_HEADER)
 
 
 def _log_exposure_once() -> None:
@@ -167,6 +265,7 @@ class StoreConnection:
         ensure_home(self.db_path.parent)
         self._refuse_symlinks()
         self._refuse_if_retired_holders()
+        self.quarantined_to = quarantine_if_not_sqlite(self.db_path)
         failpoints.hit("open.before_connect")
         self.conn = self._connect_rw(synchronous)
         try:
@@ -278,7 +377,9 @@ class StoreConnection:
         once per process). Required: one ``schema_version`` row >= 23; every v23 non-FTS table
         with every declared column; the generation token with its ``application_id``
         (SPEC §10.1). At version 23 also ``messages_fts`` with its three triggers (the triggers
-        of ``messages_fts_trigram`` too when that table exists) and the unique-title index. The
+        of ``messages_fts_trigram`` too when that table exists) and the unique-title index;
+        FTS objects may be absent while ``state_meta['fts_stale']`` says the index was switched
+        off after corruption (SPEC §12: the open must not bring the triggers back). The
         FTS LAYOUT is not judged: a migrated store keeps its inline FTS (same table and trigger
         names) until ``optimize-storage`` (SPEC §8), and is settled all the same. A store newer
         than the code is settled without FTS/title-index requirements (those are its own).
@@ -306,8 +407,14 @@ class StoreConnection:
             if "messages_fts_trigram" in names:
                 needed |= {"messages_fts_trigram_ai", "messages_fts_trigram_ad",
                            "messages_fts_trigram_au"}
-        if not needed <= names:
-            return False
+        missing = needed - names
+        if missing:
+            # FTS switched off after corruption (SPEC §12): its triggers are gone on purpose and
+            # the open must not bring them back; nothing else may be missing.
+            fts_objects = {n for n in missing if n.startswith("messages_fts")}
+            if missing != fts_objects or "state_meta" not in names or c.execute(
+                    "SELECT 1 FROM state_meta WHERE key = 'fts_stale'").fetchone() is None:
+                return False
         for table, cols in declared.items():
             live = {r[1] for r in c.execute(f"PRAGMA table_info({table})")}
             if any(name not in live for name, _ in cols):
@@ -510,6 +617,7 @@ class StoreConnection:
             conn = self.conn
             t0 = time.monotonic()
             attempt = 0
+            fts_repaired = False
             while True:
                 attempt += 1
                 try:
@@ -525,7 +633,14 @@ class StoreConnection:
                         if conn.in_transaction:
                             conn.execute("ROLLBACK")
                         raise
-                except sqlite3.OperationalError as exc:
+                except sqlite3.DatabaseError as exc:
+                    kind = corruption_kind(exc)
+                    if kind == "fts" and not fts_repaired and op != "rebuild_fts":
+                        fts_repaired = True
+                        self._switch_off_fts(exc)
+                        continue  # the same write again, without the broken index
+                    if kind == "structural":
+                        raise self._corrupt(exc) from exc
                     if not is_lock_error(exc):
                         raise
                     if attempt >= _WRITE_MAX_RETRIES:
@@ -542,6 +657,82 @@ class StoreConnection:
             if self._writes % _CHECKPOINT_EVERY_N_WRITES == 0:
                 self.checkpoint("PASSIVE", trigger="cadence")
             return result
+
+    def _corrupt(self, exc: BaseException) -> StateDbCorruptError:
+        """Structural corruption: sticky refusal, never a checkpoint again (SPEC §12)."""
+        err = StateDbCorruptError(
+            "session storage stopped writing because the database file is damaged ("
+            f"{exc}). Nothing more is written to it. Stop every process using this profile, "
+            "then run `hermes-state sessions recover --source STATE.DB --output NEW.db "
+            "--allow-partial` (it works on a copy).",
+            f"SQLite error code {getattr(exc, 'sqlite_errorcode', '?')} on {self.db_path}")
+        self._sticky = err
+        self._retired = True
+        events.enabled() and events.emit("refusal", reason="corrupt", detail=str(exc))
+        disable_checkpoint_on_close(self.conn, str(self.db_path))
+        return err
+
+    def _switch_off_fts(self, exc: BaseException) -> None:
+        """FTS-only corruption: drop the FTS triggers, mark ``fts_stale``; writes go on (§12).
+
+        Search falls back to scanning while ``fts_stale`` is set; :meth:`rebuild_fts` (doctor
+        --fix, optimize-storage) rebuilds the index and clears the mark.
+        """
+        conn = self.conn
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for (name,) in conn.execute(
+                    "SELECT name FROM sqlite_master WHERE type = 'trigger' AND "
+                    "name LIKE 'messages\\_fts%' ESCAPE '\\'").fetchall():
+                conn.execute(f'DROP TRIGGER IF EXISTS "{name}"')
+            conn.execute("INSERT OR REPLACE INTO state_meta(key, value) VALUES ('fts_stale', ?)",
+                         (f"{time.time():.0f} {exc}",))
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        log.error("the search index of %s is corrupt (%s): switched off; messages are still "
+                  "written; `doctor --fix` rebuilds it", self.db_path, exc)
+        events.enabled() and events.emit("refusal", reason="fts_corrupt", detail=str(exc))
+
+    def rebuild_fts(self) -> int:
+        """Rebuild the FTS index after corruption and clear ``fts_stale`` (SPEC §12).
+
+        A corrupt FTS5 table cannot even be dropped (its constructor fails), so each table's
+        shadow data is reset to that of a freshly created, empty table with the same
+        arguments (built in the ``temp`` schema), refilled from ``messages``, and the v23
+        triggers are recreated. Supported on the v23 external-content layout; a legacy inline
+        layout raises :class:`ValueError` naming ``optimize-storage``.
+
+        Returns:
+            Messages indexed into ``messages_fts``.
+        """
+        from .schema import FTS_TABLES, create_fts
+        from .schema_history import INLINE_LAYOUTS, live_fts_layout
+
+        def fn(conn: sqlite3.Connection) -> int:
+            if live_fts_layout(conn) in INLINE_LAYOUTS:
+                raise ValueError("this store still has the legacy inline FTS layout: run "
+                                 "`hermes-state sessions optimize-storage` to rebuild it")
+            present = [r[0] for r in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN (?, ?, ?)",
+                FTS_TABLES)]
+            for table in present:
+                _reset_fts_shadow(conn, table)
+            conn.execute("DELETE FROM state_meta WHERE key IN ('fts_stale', "
+                         "'fts_rebuild_high_water', 'fts_rebuild_progress')")
+            for table in present:
+                extra = "AND role != 'tool'" if table == "messages_fts_trigram" else ""
+                conn.execute(f"INSERT INTO {table}(rowid, content, tool_name, tool_calls) "
+                             f"SELECT id, content, tool_name, tool_calls FROM messages "
+                             f"WHERE 1 {extra}")
+            create_fts(conn)  # recreates the dropped triggers (IF NOT EXISTS)
+            return conn.execute("SELECT count(*) FROM messages").fetchone()[0]
+
+        return self.execute_write(fn, op="rebuild_fts")
 
     def _gave_up(self, attempts: int, waited: float, exc: BaseException) -> WriteContentionError:
         owner = holders.write_lock_owner(self.db_path)
@@ -587,7 +778,12 @@ class StoreConnection:
         with self._lock:
             if self._closed:
                 raise sqlite3.ProgrammingError("Cannot operate on a closed session store.")
-            return fn(self.conn)
+            try:
+                return fn(self.conn)
+            except sqlite3.DatabaseError as exc:
+                if corruption_kind(exc) == "structural" and not self.read_only:
+                    raise self._corrupt(exc) from exc
+                raise
 
     # ------------------------------------------------------------------ close
     def close(self) -> None:

@@ -85,6 +85,15 @@ class SessionDB(SessionsMixin, MessagesMixin, TitlesMixin, UsageMixin, Lifecycle
         """The underlying :class:`StoreConnection` (write counter, generation, capture dir)."""
         return self._conn
 
+    @property
+    def quarantined_to(self) -> Path | None:
+        """Where a damaged ``state.db`` was moved aside at this open (SPEC §12), else None."""
+        return getattr(self._conn, "quarantined_to", None)
+
+    def rebuild_fts(self) -> int:
+        """Rebuild the search index (after FTS corruption, SPEC §12); returns rows indexed."""
+        return self._conn.rebuild_fts()
+
     def checkpoint(self, mode: str = "PASSIVE") -> tuple | None:
         """Run ``PRAGMA wal_checkpoint(mode)`` now; ``(busy, log, checkpointed)`` or None."""
         return self._conn.checkpoint(mode, trigger="manual")

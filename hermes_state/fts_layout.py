@@ -20,6 +20,10 @@ indexed twice: the trigger gate and the back-fill range are disjoint, and a row 
 deleted inside ``(P, H]`` meanwhile is simply read (or not) by its chunk later. While markers
 exist, search must LIKE-scan ``(P, H]`` (SPEC §2.4, the search module's job).
 
+A store whose index was switched off after corruption (``state_meta['fts_stale']``, SPEC §12) is
+rebuilt the same way whatever its layout; the switch transaction clears the mark (from then on the
+triggers and the chunked back-fill keep the index whole, and search scans ``(P, H]``).
+
 The optional ``messages_fts_cjk`` table (SPEC §2.4) is not part of any legacy layout and is left
 alone. Freed pages stay in the file until ``optimize`` (VACUUM) runs (SPEC §8).
 """
@@ -48,6 +52,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 HIGH_WATER_KEY = "fts_rebuild_high_water"
 PROGRESS_KEY = "fts_rebuild_progress"
+STALE_KEY = "fts_stale"  # set by the corruption handling (SPEC §12); cleared by the switch
 DEFAULT_CHUNK = 500  # SPEC §2.4: rows per write transaction
 
 #: FTS tables this module rebuilds and the row filter of each.
@@ -90,18 +95,31 @@ def status(conn: sqlite3.Connection) -> dict:
     """The FTS layout of a store and any pending rebuild (read-only).
 
     Returns:
-        ``{"layout": str, "legacy": bool, "pending": (P, H) | None}``; layouts are named as in
-        :func:`hermes_state.schema_history.live_fts_layout`.
+        ``{"layout": str, "legacy": bool, "pending": (P, H) | None, "stale": bool}``; layouts
+        are named as in :func:`hermes_state.schema_history.live_fts_layout`; ``stale`` means the
+        index was switched off after corruption (SPEC §12) and must be rebuilt.
     """
     layout = live_fts_layout(conn)
     return {"layout": layout, "legacy": layout in INLINE_LAYOUTS or layout == "none",
-            "pending": rebuild_markers(conn)}
+            "pending": rebuild_markers(conn), "stale": _stale(conn)}
+
+
+def _stale(conn: sqlite3.Connection) -> bool:
+    """``state_meta['fts_stale']``: the index was switched off after corruption (SPEC §12)."""
+    try:
+        return conn.execute(
+            f"SELECT 1 FROM state_meta WHERE key = '{STALE_KEY}'").fetchone() is not None
+    except sqlite3.OperationalError:
+        return False
 
 
 def _switch(conn: sqlite3.Connection) -> dict:
-    """Step 1: legacy FTS out, v23 tables + gated triggers in, markers set. Idempotent."""
+    """Step 1: legacy (or stale) FTS out, v23 tables + gated triggers in, markers set.
+
+    Idempotent: a store already on the v23 layout (not stale) is left as it is.
+    """
     layout = live_fts_layout(conn)
-    if layout == EXTERNAL_LAYOUT:
+    if layout == EXTERNAL_LAYOUT and not _stale(conn):
         return {"switched": False, "layout": layout, "markers": rebuild_markers(conn)}
     for table, _ in _TABLES:
         for suffix in ("ai", "ad", "au"):
@@ -114,6 +132,8 @@ def _switch(conn: sqlite3.Connection) -> dict:
         conn.execute(table_sql)
         for stmt in _split_triggers(triggers_sql):
             conn.execute(stmt)
+    conn.execute("DELETE FROM state_meta WHERE key IN (?, ?, ?)",
+                 (STALE_KEY, HIGH_WATER_KEY, PROGRESS_KEY))
     high = conn.execute("SELECT COALESCE(MAX(id), 0) FROM messages").fetchone()[0]
     markers = None
     if high > 0:
@@ -121,6 +141,15 @@ def _switch(conn: sqlite3.Connection) -> dict:
                      (HIGH_WATER_KEY, str(high), PROGRESS_KEY, "0"))
         markers = (0, high)
     return {"switched": True, "layout": layout, "markers": markers}
+
+
+def _pending_rows(conn: sqlite3.Connection) -> int:
+    """Messages in the back-fill range ``(P, H]`` (0 without a pending rebuild)."""
+    markers = rebuild_markers(conn)
+    if markers is None:
+        return 0
+    return conn.execute("SELECT COUNT(*) FROM messages WHERE id > ? AND id <= ?",
+                        markers).fetchone()[0]
 
 
 def _chunk(conn: sqlite3.Connection, size: int) -> dict:
@@ -164,9 +193,10 @@ def optimize_storage(db: "SessionDB", *, chunk: int = DEFAULT_CHUNK,
     Args:
         db: an open writable :class:`~hermes_state.db.SessionDB`.
         chunk: rows per back-fill write transaction (SPEC §2.4: 500).
-        progress: called after every committed chunk with ``{"chunk": n, "rows_indexed": n,
-            "progress": P, "high_water": H, "done": bool}``; may raise to abort (what was
-            committed stays; a re-run resumes).
+        progress: ``progress(done, total)`` after every committed chunk: rows indexed so far by
+            this call and rows that were pending when the back-fill started (``done`` reaches
+            ``total`` unless rows are deleted meanwhile). May raise to abort: what was committed
+            stays and a re-run resumes.
     Returns:
         ``{"status": "nothing to do", "layout": ...}`` when the store is on the v23 layout with
         no pending rebuild; else ``{"status": "done", "layout_before", "layout_after",
@@ -181,12 +211,12 @@ def optimize_storage(db: "SessionDB", *, chunk: int = DEFAULT_CHUNK,
         raise ValueError(f"chunk must be >= 1, not {chunk}")
     t0 = time.monotonic()
     before = db._read(status)
-    if before["layout"] == EXTERNAL_LAYOUT and before["pending"] is None:
+    if before["layout"] == EXTERNAL_LAYOUT and before["pending"] is None and not before["stale"]:
         return {"status": "nothing to do", "layout": before["layout"]}
     db_path = Path(db.db_path)
     size = store_bytes(db_path)
     need = size
-    if before["pending"] is not None:
+    if before["pending"] is not None and not before["stale"]:
         low, high = before["pending"]
         need = int(size * max(high - low, 0) / max(high, 1))
     free = _free_bytes(db_path.parent)
@@ -195,10 +225,11 @@ def optimize_storage(db: "SessionDB", *, chunk: int = DEFAULT_CHUNK,
             f"optimize-storage needs about {need / 1e6:.1f} MB free beside {db_path} "
             f"(the size of the store) but only {free / 1e6:.1f} MB are free; nothing was "
             f"changed. Free some space (or move the profile) and run it again.")
-    resumed = before["layout"] == EXTERNAL_LAYOUT
+    resumed = before["layout"] == EXTERNAL_LAYOUT and not before["stale"]
     switched = db._write(_switch, op="optimize_storage")
     rows = chunks = 0
     high = switched["markers"][1] if switched["markers"] else None
+    total = db._read(_pending_rows)
     while True:
         res = db._write(lambda c: _chunk(c, chunk), op="optimize_storage")
         if res["high_water"] is None and res["rows"] == 0:
@@ -207,8 +238,7 @@ def optimize_storage(db: "SessionDB", *, chunk: int = DEFAULT_CHUNK,
         chunks += 1
         rows += res["rows"]
         if progress is not None:
-            progress({"chunk": chunks, "rows_indexed": rows, "progress": res["progress"],
-                      "high_water": high, "done": res["done"]})
+            progress(rows, max(total, rows))
         if res["done"]:
             break
     after = db._read(status)

@@ -126,7 +126,8 @@ def read_version(conn: sqlite3.Connection) -> int | None:
 
 
 def _exists(conn: sqlite3.Connection, name: str) -> bool:
-    return conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (name,)).fetchone() is not None
+    row = conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (name,)).fetchone()
+    return row is not None
 
 
 def _set_version(conn: sqlite3.Connection, version: int) -> None:
@@ -522,6 +523,7 @@ def prepare_store(store: "StoreConnection") -> MigrationReport:
             break
         target, current, stats = done
         report.steps.append(target)
+        last = target >= SCHEMA_VERSION
         for key, val in stats.items():
             report.stats[key] = report.stats.get(key, 0) + val
         seconds = time.monotonic() - t0
@@ -529,6 +531,8 @@ def prepare_store(store: "StoreConnection") -> MigrationReport:
                   seconds, stats or "")
         events.enabled() and events.emit("migration", step=target, from_version=current,
                                          to_version=target, seconds=seconds, **stats)
+        if last:
+            break
 
     def finish(conn: sqlite3.Connection) -> int:
         version = read_version(conn) or SCHEMA_VERSION

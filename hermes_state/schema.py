@@ -267,6 +267,9 @@ def create_fts(conn: sqlite3.Connection) -> list[str]:
 
     if live_fts_layout(conn) in INLINE_LAYOUTS:
         return []
+    if _exists(conn, "state_meta") and conn.execute(
+            "SELECT 1 FROM state_meta WHERE key = 'fts_stale'").fetchone():
+        return []  # switched off after corruption (SPEC §12): rebuild_fts() brings it back
     created = []
     plan = [("messages_fts", FTS_TABLE_SQL, FTS_TRIGGERS_SQL, "")]
     if trigram_supported(conn):

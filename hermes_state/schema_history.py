@@ -1,4 +1,4 @@
-"""The declared schema of every historical version 1-23, as data, and fixture stores (SPEC §3, §16.6).
+"""Declared schema of every historical version 1-23, as data, and fixture stores (SPEC §3, §16.6).
 
 SPEC §16.6 asks for "fixture stores for every historical schema version (1-22) generated from a
 declared per-version DDL, filled with deterministic data". This module is that declaration:
@@ -473,8 +473,8 @@ def create_store_schema(conn: sqlite3.Connection, version: int) -> None:
 def infer_version(conn: sqlite3.Connection) -> int:
     """The lowest version structurally equal to the highest declared version the live store has.
 
-    "Has" = its tables, columns, indexes and FTS layout are present. Used only when ``schema_version`` has no row (a store damaged or written by code that
-    crashed between creating its tables and recording the version): a lower bound that lets
+    "Has" = its tables, columns, indexes and FTS layout are present. Used only when
+    ``schema_version`` has no row (a store damaged or written by code that crashed between creating its tables and recording the version): a lower bound that lets
     the (idempotent) versioned steps run from there.
     """
     live_tables = {r[0] for r in conn.execute(
@@ -1079,8 +1079,8 @@ def _check_search(conn: sqlite3.Connection, manifest: dict) -> list[str]:
             if match("messages_fts_trigram", term) != {int(mid)}:
                 out.append(f"messages_fts_trigram MATCH {term!r} != {{{mid}}}")
         tool_ids = {int(i) for i, role in manifest["roles"].items() if role == "tool"}
-        leaked = tool_ids & {r[0] for r in conn.execute("SELECT rowid FROM messages_fts_trigram "
-                                                        "WHERE messages_fts_trigram MATCH 'tool output'")}
+        leaked = tool_ids & {r[0] for r in conn.execute(
+            "SELECT rowid FROM messages_fts_trigram WHERE messages_fts_trigram MATCH 'tool output'")}
         if leaked:
             out.append(f"messages_fts_trigram indexes role='tool' rows {sorted(leaked)[:5]}")
     return out

@@ -291,6 +291,9 @@ def _search(conn: sqlite3.Connection, q: _Query) -> list[dict]:
         "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN (?, ?, ?)",
         (FTS_TABLE, TRIGRAM_TABLE, CJK_TABLE))}
     pending = _pending_range(conn)
+    if _fts_stale(conn):
+        # The index was found corrupt and switched off (SPEC §12): scan until it is rebuilt.
+        return _substring_route(conn, q, set(), pending)
     hits: list[dict] | None = None
     if not contains_cjk(" ".join(t.text for t in q.terms)):
         hits = _index_route(conn, q, FTS_TABLE, render_fts(q.items), tables, pending)
@@ -446,3 +449,12 @@ def _attach_context(conn: sqlite3.Connection, hits: list[dict]) -> None:
         prev_id, next_id = neighbours.get(h["id"], (None, None))
         h["context"] = [dict(texts[i]) for i in (prev_id, h["id"], next_id)
                         if i is not None and i in texts]
+
+
+def _fts_stale(conn: sqlite3.Connection) -> bool:
+    """True when ``state_meta['fts_stale']`` marks the FTS index as switched off (SPEC §12)."""
+    try:
+        return conn.execute(
+            "SELECT 1 FROM state_meta WHERE key = 'fts_stale'").fetchone() is not None
+    except sqlite3.Error:
+        return False

@@ -594,7 +594,9 @@ def test_stale_wal_refusal_probes_a_copy_when_nobody_opened_after_exit(tmp_path)
 def test_stale_wal_refusal_probe_failure_is_fail(tmp_path):
     home = tmp_path / "home"
     home.mkdir(parents=True)
-    (home / "state.db").write_bytes(b"this is not a database at all" * 100)
+    # A SQLite header over garbage: not quarantined (SPEC §12 moves only non-SQLite files
+    # aside), and no writer can open it.
+    (home / "state.db").write_bytes(b"SQLite format 3\x00" + b"\xa5" * 8000)
     v = stale_check(tmp_path, stale_history(post_exit=None), store=False)
     assert v.status == FAIL and "fresh writer" in v.summary
 
