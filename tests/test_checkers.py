@@ -749,7 +749,7 @@ def test_ks_statistic_is_exact():
     assert ks_uniform(evenly, 0.020, 0.150) == pytest.approx(0.5 / n)
     assert ks_uniform([0.150] * 5, 0.020, 0.150) == pytest.approx(1.0)
     assert ks_uniform([0.085], 0.020, 0.150) == pytest.approx(0.5)
-    assert ks_threshold(100) == pytest.approx(0.136)
+    assert ks_threshold(100) == pytest.approx(0.195)
     assert largest_cluster([0.05, 0.0505, 0.0509, 0.06, 0.1]) == 3
 
 

@@ -10,7 +10,8 @@ From the ``retry`` store events (``attempt`` = the failed attempt, 1-based; ``sl
 * no ``attempt`` above ``max_attempts - 1`` (the last attempt does not sleep: it gives up);
 * no ``write_gave_up`` event (cited as evidence);
 * spread, with at least 20 sleeps: a one-sample Kolmogorov–Smirnov test against
-  Uniform(lo, hi), ``D = max |F_n - F|``, rejected when ``D > 1.36 / sqrt(n)`` (alpha 0.05); and
+  Uniform(lo, hi), ``D = max |F_n - F|``, rejected when ``D > 1.95 / sqrt(n)`` (alpha 0.001: a fixed back-off gives D near 1, and a
+  gate that fails one honest run in twenty would be noise); and
   no fixed back-off: FAIL when more than half of the sleeps lie within 1 ms of one another.
   Fewer than 20 sleeps: "too few to test the distribution", no verdict on spread;
 * no ``fail``/``info`` of a store client carrying ``WriteContentionError`` or "database is locked"
@@ -60,8 +61,8 @@ def ks_uniform(samples: list[float], lo: float, hi: float) -> float:
 
 
 def ks_threshold(n: int) -> float:
-    """Critical value of D at alpha 0.05 (asymptotic): ``1.36 / sqrt(n)``."""
-    return 1.36 / math.sqrt(n)
+    """Critical value of D at alpha 0.001 (asymptotic): ``1.95 / sqrt(n)``."""
+    return 1.95 / math.sqrt(n)
 
 
 def largest_cluster(samples: list[float], width: float = FIXED_WINDOW_S) -> int:
