@@ -13,10 +13,8 @@ import logging
 import os
 import random
 import sqlite3
-import sys
 import threading
 import time
-import uuid
 from pathlib import Path
 from typing import Callable, TypeVar
 
@@ -37,7 +35,7 @@ from .generation import (
     own_descriptors,
 )
 from .paths import ensure_home, sqlite_uri, utc_stamp
-from .schema import SCHEMA_VERSION, TITLE_INDEX_SQL, create_schema, reconcile_columns
+from .schema import SCHEMA_VERSION
 
 log = logging.getLogger("hermes_state")
 
@@ -440,21 +438,6 @@ class StoreConnection:
             migrations.warn_if_newer(self.db_path, self._schema_version_seen)
             return
         self.migration_report = migrations.prepare_store(self)
-
-    @staticmethod
-    def _ensure_title_index(conn: sqlite3.Connection) -> None:
-        """Unique title index; on duplicates keep the newest title, NULL the rest (SPEC §3)."""
-        try:
-            conn.execute(TITLE_INDEX_SQL)
-        except sqlite3.IntegrityError:
-            cur = conn.execute(
-                """UPDATE sessions SET title = NULL WHERE title IS NOT NULL AND rowid NOT IN (
-                       SELECT rowid FROM (SELECT rowid, ROW_NUMBER() OVER (
-                           PARTITION BY title ORDER BY started_at DESC, rowid DESC) AS rn
-                       FROM sessions WHERE title IS NOT NULL) WHERE rn = 1)""")
-            log.warning("cleared %d duplicate session title(s) to create the unique index",
-                        cur.rowcount)
-            conn.execute(TITLE_INDEX_SQL)
 
     def _record_generation(self) -> None:
         token = self.conn.execute(

@@ -3,7 +3,6 @@ damage that keeps writes going. Every test damages a real file."""
 
 from __future__ import annotations
 
-import os
 import sqlite3
 import subprocess
 import sys
