@@ -289,25 +289,12 @@ def _prepare_table(conn: sqlite3.Connection, scan: _TableScan) -> None:
         break
     lows: list[int] = []
     highs: list[int] = []
-    failed_min = failed_max = False
-    try:
-        v = conn.execute(f"SELECT min(rowid) FROM {t}").fetchone()[0]
-        if v is not None:
-            lows.append(v)
-    except sqlite3.DatabaseError as exc:
-        if not _is_damage(exc):
-            raise
-        failed_min = True
-        scan.note_error(exc)
-    try:
-        v = conn.execute(f"SELECT max(rowid) FROM {t}").fetchone()[0]
-        if v is not None:
-            highs.append(v)
-    except sqlite3.DatabaseError as exc:
-        if not _is_damage(exc):
-            raise
-        failed_max = True
-        scan.note_error(exc)
+    low, failed_min = _probe_rowid(conn, f"SELECT min(rowid) FROM {t}", scan)
+    high, failed_max = _probe_rowid(conn, f"SELECT max(rowid) FROM {t}", scan)
+    if low is not None:
+        lows.append(low)
+    if high is not None:
+        highs.append(high)
     if scan.index_rowids:
         lows.append(scan.index_rowids[0])
         highs.append(scan.index_rowids[-1])
@@ -962,3 +949,14 @@ def _publish(partial: Path, out_path: Path, rep: dict) -> None:
         except FileNotFoundError:
             pass
     rep["output"]["written"] = True
+
+
+def _probe_rowid(conn: sqlite3.Connection, sql: str, scan) -> tuple[int | None, bool]:
+    """Run a min/max(rowid) probe; ``(value, failed)`` where damage is noted, not raised."""
+    try:
+        return conn.execute(sql).fetchone()[0], False
+    except sqlite3.DatabaseError as exc:
+        if not _is_damage(exc):
+            raise
+        scan.note_error(exc)
+        return None, True
