@@ -1,0 +1,20 @@
+"""Faults (SPEC §16.2): signals to role processes (``process.py``) and
+operations on the store's files (``files.py``).
+
+Each fault is a function ``fault(env, params) -> details`` registered in :data:`FAULTS`. The
+runner records ``nemesis`` ``start`` before and ``done`` (with the details) or ``error`` after,
+so checkers can place a fault in time. A fault acts on real processes and real files: SIGKILL is
+a real ``kill -9``, deleting a sidecar is a real ``unlink``.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from .base import Instance, NemesisEnv, NemesisError, targets
+from .files import FILE_FAULTS
+from .process import SIGNAL_FAULTS
+
+FAULTS: dict[str, Callable[[NemesisEnv, dict], dict]] = {**SIGNAL_FAULTS, **FILE_FAULTS}
+
+__all__ = ["FAULTS", "Instance", "NemesisEnv", "NemesisError", "targets"]
