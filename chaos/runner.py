@@ -31,6 +31,7 @@ from .checkers import CheckContext, run_checkers
 from .nemesis import FAULTS, NemesisEnv, NemesisError
 from .report import print_verdicts, write_results
 from .roles import role_main
+from .sampler import Sampler
 from .scenario import NemesisStep, RoleSpec, Scenario
 
 TICK_S = 0.02
@@ -75,7 +76,7 @@ class HistoryTail:
 
     def poll(self) -> None:
         for path in self.directory.glob("*.jsonl"):
-            if path.name == "runner.jsonl":
+            if path.name in ("runner.jsonl", "sampler.jsonl"):
                 continue
             off = self.offsets.get(path, 0)
             try:
@@ -137,6 +138,7 @@ class Runner:
         self.log_dir = run_dir / "logs"
         self.instances: list[RoleInstance] = []
         self.t0 = 0.0
+        self.sampler: Sampler | None = None
 
     # ------------------------------------------------------------------ helpers
     def elapsed(self) -> float:
@@ -215,6 +217,9 @@ class Runner:
         tail = HistoryTail(self.hist_dir)
         env = NemesisEnv(self.db_path, lambda: list(self.instances))
         writer.record("phase", phase="warm-up")
+        self.sampler = Sampler(self.db_path, self.hist_dir,
+                               self._sampled_processes)
+        self.sampler.start()
         pending_roles = [RoleInstance(spec, i, f"{spec.name}-{i}")
                          for spec in self.sc.roles for i in range(spec.count)]
         pending_roles.sort(key=lambda r: r.spec.start_at)
@@ -262,13 +267,21 @@ class Runner:
             writer.record("nemesis", fault=step.fault, phase="never", step=step.index)
             self.say(f"[yellow]nemesis step {step.index} ({step.fault}) never fired[/]")
         self._heal(writer)
+        self.sampler.stop()
         tail.poll()
         writer.record("phase", phase="recover")
         writer.close()
         return self._check()
 
+    def _sampled_processes(self) -> list[tuple[str, int]]:
+        """Role processes for the sampler thread (no waitpid from that thread: no reaping race)."""
+        return [(i.process, i.pid) for i in list(self.instances)
+                if i.pid is not None and not i.exit_recorded]
+
     def abandon(self) -> None:
         """SIGCONT then SIGKILL every role still alive (interrupted runs); reaps them."""
+        if self.sampler is not None:
+            self.sampler.stop()
         for inst in self.instances:
             if inst.alive():
                 for sig in (signal.SIGCONT, signal.SIGKILL):

@@ -73,6 +73,12 @@ CHECKERS = (
     "retry_jitter",
     "checkpoint_cadence",
     "recovery",
+    "maintenance_refusal",
+    "no_lockup",
+    "latency",
+    "single_wal_generation",
+    "liveness_after_heal",
+    "error_taxonomy",
 )
 #: Store event kinds (``hermes_state.events``) a scenario may list in ``must_observe``.
 EVENT_KINDS = ("retry", "checkpoint", "refusal", "capture", "write_gave_up")
@@ -232,7 +238,14 @@ SCHEMA: dict = {
                             "default": [],
                             "items": {"title": "place", "enum": list(ALLOW_IN)},
                             "description": "Where an ok append may be instead of the final store.",
-                        }
+                        },
+                        "expect_loss": {
+                            "type": "boolean",
+                            "description": "The scenario destroys acknowledged writes on "
+                            "purpose (e.g. the WAL deleted after a crash): PASS only if a loss is "
+                            "detected; the verdict lists exactly the lost payload ids. Default "
+                            "false.",
+                        },
                     },
                 ),
                 "stale_wal_refusal": _checker(
@@ -300,6 +313,100 @@ SCHEMA: dict = {
                     "recovery",
                     "After the run, doctor reports what is expected and a fresh writer writes.",
                     {},
+                ),
+                "maintenance_refusal": _checker(
+                    "maintenance_refusal",
+                    "A gated maintenance command without --force under a live writer exits 1 "
+                    "naming the holder PIDs and rewrites nothing; --dry-run works (SPEC §11).",
+                    {
+                        "role": {
+                            "type": "string",
+                            "description": "Only judge the commands of this maintenance role "
+                            "(default: every maintenance command of the run).",
+                        },
+                        "min_refusals": {
+                            "type": "integer",
+                            "minimum": 0,
+                            "default": 1,
+                            "description": "Fewer refusals under a live writer than this is "
+                            "inconclusive.",
+                        },
+                    },
+                ),
+                "no_lockup": _checker(
+                    "no_lockup",
+                    "No operation waits longer than `bound` without progress; a stall names "
+                    "the holders and the write-lock owner of that moment (from samples).",
+                    {
+                        "bound": _dur("Longest wait without progress.", default="5s"),
+                        "ignore_ops": {
+                            "type": "array",
+                            "uniqueItems": True,
+                            "default": [],
+                            "items": {"type": "string"},
+                            "description": "Ops that are long by design (besides hold_lock "
+                            "and the adversary roles').",
+                        },
+                    },
+                ),
+                "latency": _checker(
+                    "latency",
+                    "p50/p95/p99/max latency per op kind; FAIL only past an optional bound.",
+                    {
+                        "p99_bound": _dur("Optional: FAIL when an op kind's p99 exceeds it."),
+                        "max_bound": _dur("Optional: FAIL when an op kind's max exceeds it."),
+                        "ops": {
+                            "type": "array",
+                            "uniqueItems": True,
+                            "items": {"type": "string"},
+                            "description": "Op kinds the bounds apply to (default: all).",
+                        },
+                    },
+                ),
+                "single_wal_generation": _checker(
+                    "single_wal_generation",
+                    "From the sampler: no role process commits a write while it holds a -wal "
+                    "inode that is not the one at the path.",
+                    {
+                        "min_samples": {
+                            "type": "integer",
+                            "minimum": 1,
+                            "default": 5,
+                            "description": "Fewer samples with a role holding the store is "
+                            "inconclusive.",
+                        }
+                    },
+                ),
+                "liveness_after_heal": _checker(
+                    "liveness_after_heal",
+                    "After the heal phase begins, every writer still alive commits again "
+                    "within `deadline`.",
+                    {
+                        "deadline": _dur("Time after the heal starts to commit again.",
+                                         default="3s"),
+                        "roles": {
+                            "type": "array",
+                            "uniqueItems": True,
+                            "items": {"type": "string"},
+                            "description": "Writer roles that must commit (default: every "
+                            "role that wrote during the run and was alive at the heal).",
+                        },
+                    },
+                ),
+                "error_taxonomy": _checker(
+                    "error_taxonomy",
+                    "Only the allowed error classes reach the roles; corruption errors fail "
+                    "unless a corrupting fault was injected.",
+                    {
+                        "allow": {
+                            "type": "array",
+                            "uniqueItems": True,
+                            "default": [],
+                            "items": {"type": "string"},
+                            "description": "Error class names a role may see (e.g. "
+                            "DeletedWalGenerationError).",
+                        }
+                    },
                 ),
             },
         },

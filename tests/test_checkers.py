@@ -1004,3 +1004,38 @@ def test_no_lost_writes_is_inconclusive_when_nothing_was_acknowledged(tmp_path):
     ctx = CheckContext(history=history, store_path=store, home=tmp_path / "home",
                        run_dir=tmp_path, scenario={})
     assert check(ctx, {}).status == "INCONCLUSIVE"
+
+
+# ================================================================================== expect_loss
+def test_no_lost_writes_expect_loss_lists_exactly_the_lost_ids(tmp_path):
+    make_store(tmp_path / "home" / "state.db", ["a", "c"])
+    h = H()
+    for p in ("a", "b", "c", "d"):
+        h.append("gateway-0", p)
+    h.append("gateway-1", "e")
+    v = CHECKERS["no_lost_writes"](make_ctx(tmp_path, h.history()), {"expect_loss": True})
+    assert v.status == PASS, v.to_dict()
+    assert v.figures["lost_payload_ids"] == ["b", "d", "e"]
+    assert v.figures["lost_by_process"] == {"gateway-0": 2, "gateway-1": 1}
+    assert "3 acknowledged append(s) lost (b, d, e)" in v.summary
+    assert {e["payload_id"] for e in v.evidence} == {"b", "d", "e"}
+
+
+def test_no_lost_writes_expect_loss_fails_when_nothing_was_lost(tmp_path):
+    make_store(tmp_path / "home" / "state.db", ["a", "b"])
+    h = H()
+    h.append("gateway-0", "a")
+    h.append("gateway-0", "b")
+    v = CHECKERS["no_lost_writes"](make_ctx(tmp_path, h.history()), {"expect_loss": True})
+    assert v.status == FAIL and "no acknowledged write was lost" in v.summary
+
+
+def test_no_lost_writes_expect_loss_still_fails_a_phantom(tmp_path):
+    make_store(tmp_path / "home" / "state.db", ["a", "x"])
+    h = H()
+    h.append("gateway-0", "a")
+    h.append("gateway-0", "b")
+    h.append("gateway-0", "x", "fail", error="WriteContentionError")
+    v = CHECKERS["no_lost_writes"](make_ctx(tmp_path, h.history()), {"expect_loss": True})
+    assert v.status == FAIL and v.figures["phantom"] == 1
+    assert v.figures["lost_payload_ids"] == ["b"]

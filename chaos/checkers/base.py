@@ -31,7 +31,7 @@ WRITE_OPS = frozenset({
 })
 
 #: Process names that are not role instances.
-TOOLKIT_PROCESSES = frozenset({"runner", "nemesis"})
+TOOLKIT_PROCESSES = frozenset({"runner", "nemesis", "sampler"})
 
 
 @dataclass

@@ -18,7 +18,12 @@ FAIL when:
 * the store holds a payload id no history record mentions (``unexpected``), or holds one payload id
   more than once (``duplicated``: a write applied twice).
 
-Params: ``allow_in``: subset of ``["capture", "spool"]`` (default ``[]``).
+Params: ``allow_in``: subset of ``["capture", "spool"]`` (default ``[]``); ``expect_loss``
+(default false): the scenario destroys acknowledged writes on purpose (e.g. the user deletes the
+WAL after a crash). Then the verdict is PASS only if a loss is detected, and it lists exactly the
+lost payload ids (``figures["lost_payload_ids"]``, complete, sorted; ``lost_by_process``);
+no loss is a FAIL (the scenario did not reach the state it targets, or the checker cannot see
+loss). Phantom, unexpected and duplicated payloads fail in both modes.
 INCONCLUSIVE when the history has no append at all, or none was acknowledged (``ok``).
 """
 
@@ -38,6 +43,7 @@ _RANK = {"ok": 3, "info": 2, "fail": 1}
 
 def check(ctx: CheckContext, params: dict) -> Verdict:
     allow = list(params.get("allow_in") or [])
+    expect_loss = bool(params.get("expect_loss", False))
     bad = [a for a in allow if a not in ALLOWED_SOURCES]
     if bad:
         raise ValueError(f"no_lost_writes: allow_in accepts {list(ALLOWED_SOURCES)}, not {bad}")
@@ -120,7 +126,14 @@ def check(ctx: CheckContext, params: dict) -> Verdict:
     fig["lost"] = len(lost)
     fig["phantom"] = len(phantom)
     if lost:
-        fig["lost_payload_ids"] = lost[:50]
+        lost.sort()
+        fig["lost_payload_ids"] = lost if expect_loss else lost[:50]
+        by_proc: dict[str, int] = {}
+        for pid in lost:
+            name = by_pid[pid].process
+            by_proc[name] = by_proc.get(name, 0) + 1
+        fig["lost_by_process"] = by_proc
+    fig["expect_loss"] = expect_loss
     if phantom:
         fig["phantom_payload_ids"] = phantom[:50]
 
@@ -134,7 +147,7 @@ def check(ctx: CheckContext, params: dict) -> Verdict:
     for p in dup[:5]:
         evidence.append({"violation": "duplicated", "payload_id": p, "rows": store[p]})
 
-    failed = lost or phantom or unexpected or dup or fig["spooled_missing"]
+    failed = (lost and not expect_loss) or phantom or unexpected or dup or fig["spooled_missing"]
     summary = (f"{fig['ok']} ok appends: {fig['found_in_store']} in store"
                + (f", {fig['found_only_in_capture']} only in capture" if "capture" in allow else "")
                + (f", {fig['found_only_in_spool']} only in spool" if "spool" in allow else "")
@@ -149,6 +162,15 @@ def check(ctx: CheckContext, params: dict) -> Verdict:
         extra.append(f"{fig['spooled_missing']} spooled but not in spool")
     if extra:
         summary += "; " + ", ".join(extra)
+    if expect_loss:
+        if failed:
+            return Verdict(NAME, FAIL, summary, fig, evidence)
+        if not lost:
+            return Verdict(NAME, FAIL, "expect_loss: no acknowledged write was lost, but the "
+                           "scenario destroys some: " + summary, fig, evidence)
+        return Verdict(NAME, PASS, f"expected loss detected: {len(lost)} acknowledged append(s) "
+                       f"lost ({', '.join(lost[:10])}{', ...' if len(lost) > 10 else ''}); "
+                       + summary, fig, evidence)
     if not failed and fig["ok"] == 0:
         # Every append failed or has an unknown outcome: nothing acknowledged, nothing proven.
         return Verdict(NAME, INCONCLUSIVE, "no append was acknowledged: " + summary, fig, evidence)

@@ -1,0 +1,266 @@
+"""The sampler: what every role process holds, sampled every ~100 ms during a run (SPEC §16.3).
+
+``single_wal_generation`` ("sampled during the run, no role process writes while it holds a
+``-wal`` inode that is not the one at the path"), ``no_lockup`` ("on a stall the report names the
+holders and the write-lock owner at that moment") and the report's WAL-size plot need facts that
+no role can record about itself (a frozen or killed process records nothing). A thread of the
+runner process reads them from ``/proc`` and writes one ``sample`` record per tick to
+``history/sampler.jsonl`` (``process: "sampler"``).
+
+A ``sample`` record (besides ``t``, ``wall``, ``process``, ``pid``, ``type``):
+
+``seq``          sample number, 0-based
+``path``         what is at the store's paths now: ``{"db"|"wal"|"shm": {"dev", "ino", "bytes"}
+                 or null}``
+``wal_bytes``    size of ``state.db-wal`` at the path in bytes (0 when absent)
+``write_lock``   the WAL write-lock owner (POSIX write lock on byte 120 of ``-shm``, or
+                 RESERVED/PENDING of the main file, from ``/proc/locks``):
+                 ``{"pid", "process", "command"}`` or null
+``locks``        every POSIX lock on the store: ``[{"pid", "process", "file", "start", "end",
+                 "lock" (SQLite meaning), "write", "waiting"}]``
+``procs``        one entry per role process (and their descendants, e.g. a maintenance
+                 subprocess, with ``parent`` set): ``{"process", "pid", "status" (psutil status:
+                 running/sleeping/stopped/zombie/...), "db"|"wal"|"shm": {"ino", "dev",
+                 "deleted", "current"} or null}``; ``current`` is false when the inode the process
+                 holds is not the one at the path (a retired generation). A file opened through
+                 several descriptors is listed once. ``unreadable: true`` when ``/proc/PID/fd``
+                 could not be read.
+``in_flight``    operations invoked and not yet completed at the sample time, from the role
+                 history files: ``[{"process", "op", "op_id", "since" (monotonic s)}]``
+``waiting``      the processes that wait on the store: a blocked request in ``/proc/locks`` or a
+                 write op in flight while another process owns the write lock (sorted names)
+
+Linux only (``/proc``); elsewhere the sampler records nothing and says so once in a ``sample``
+record with ``unavailable`` set. The sampler never opens a store file: it reads links, ``stat``s
+``/proc/PID/fd/N`` and reads ``/proc/locks`` (:mod:`hermes_state.holders`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Iterable
+
+import psutil
+
+from hermes_state import holders
+
+from .history import HistoryWriter
+
+#: Seconds between samples.
+INTERVAL_S = 0.1
+#: Name of the sampler's history file and its ``process`` field.
+PROCESS = "sampler"
+_SUFFIX = {"db": "", "wal": "-wal", "shm": "-shm"}
+_DELETED = " (deleted)"
+
+
+def path_identity(db_path: str | os.PathLike) -> dict:
+    """``{"db"|"wal"|"shm": {"dev", "ino", "bytes"} or None}`` of the files at the store's paths."""
+    out: dict = {}
+    for key, suffix in _SUFFIX.items():
+        try:
+            st = os.stat(f"{os.fspath(db_path)}{suffix}")
+            out[key] = {"dev": st.st_dev, "ino": st.st_ino, "bytes": st.st_size}
+        except OSError:
+            out[key] = None
+    return out
+
+
+def held_files(pid: int, db_path: str | os.PathLike, at_path: dict | None = None) -> dict:
+    """What ``pid`` holds of the store, read from ``/proc/PID/fd``.
+
+    Args:
+        pid: the process.
+        db_path: the store's ``state.db`` path (realpath-compared).
+        at_path: :func:`path_identity` of the same moment (computed when None).
+    Returns:
+        ``{"db"|"wal"|"shm": {"dev", "ino", "deleted", "current"} or None}``; with
+        ``"unreadable": True`` when the descriptors could not be listed (the process exited or
+        belongs to another user).
+    """
+    real = os.path.realpath(os.fspath(db_path))
+    at_path = path_identity(real) if at_path is None else at_path
+    out: dict = {k: None for k in _SUFFIX}
+    fd_dir = f"/proc/{pid}/fd"
+    try:
+        fds = os.listdir(fd_dir)
+    except OSError:
+        out["unreadable"] = True
+        return out
+    base = os.path.basename(real)
+    for fd in fds:
+        try:
+            target = os.readlink(f"{fd_dir}/{fd}")
+        except OSError:
+            continue
+        if base not in target:
+            continue
+        deleted = target.endswith(_DELETED)
+        path = target[: -len(_DELETED)] if deleted else target
+        key = next((k for k, s in _SUFFIX.items() if path == real + s), None)
+        if key is None:
+            continue
+        try:
+            st = os.stat(f"{fd_dir}/{fd}")
+        except OSError:
+            continue
+        cur = at_path.get(key)
+        current = (not deleted and cur is not None
+                   and (cur["dev"], cur["ino"]) == (st.st_dev, st.st_ino))
+        entry = {"dev": st.st_dev, "ino": st.st_ino, "deleted": deleted, "current": current}
+        prev = out[key]
+        # A process may hold two generations (old and new descriptors): keep the retired one,
+        # it is the one the checkers care about.
+        if prev is None or (prev["current"] and not current):
+            out[key] = entry
+    return out
+
+
+class _InFlight:
+    """Incremental tail of the role history files: which operations are in flight now."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.offsets: dict[Path, int] = {}
+        self.open_ops: dict[str, dict] = {}
+
+    def poll(self) -> list[dict]:
+        for path in self.directory.glob("*.jsonl"):
+            if path.name in ("runner.jsonl", f"{PROCESS}.jsonl"):
+                continue
+            off = self.offsets.get(path, 0)
+            try:
+                with open(path, "rb") as fh:
+                    fh.seek(off)
+                    data = fh.read()
+            except OSError:
+                continue
+            end = data.rfind(b"\n")
+            if end < 0:
+                continue
+            self.offsets[path] = off + end + 1
+            for line in data[: end + 1].splitlines():
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    continue
+                typ, op_id = rec.get("type"), rec.get("op_id")
+                if op_id is None:
+                    continue
+                if typ == "invoke":
+                    self.open_ops[op_id] = {"process": rec.get("process"), "op": rec.get("op"),
+                                            "op_id": op_id, "since": rec.get("t")}
+                elif typ in ("ok", "fail", "info"):
+                    self.open_ops.pop(op_id, None)
+        return sorted(self.open_ops.values(), key=lambda o: (o["since"] or 0.0, o["op_id"]))
+
+
+class Sampler:
+    """A daemon thread writing ``sample`` records every :data:`INTERVAL_S` seconds.
+
+    Args:
+        db_path: the run's ``state.db``.
+        history_dir: the run's ``history/`` directory (``sampler.jsonl`` is written there; the
+            role files are tailed for in-flight operations).
+        processes: callable returning ``[(process name, pid)]`` of the role processes alive now.
+        interval_s: seconds between samples.
+    """
+
+    def __init__(self, db_path: str | os.PathLike, history_dir: str | os.PathLike,
+                 processes: Callable[[], Iterable[tuple[str, int]]],
+                 interval_s: float = INTERVAL_S) -> None:
+        self.db_path = os.path.realpath(os.fspath(db_path))
+        self.history_dir = Path(history_dir)
+        self.processes = processes
+        self.interval_s = interval_s
+        self.writer = HistoryWriter(self.history_dir / f"{PROCESS}.jsonl", PROCESS)
+        self.inflight = _InFlight(self.history_dir)
+        self.seq = 0
+        self.errors = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Start the sampling thread (returns at once)."""
+        self._thread = threading.Thread(target=self._loop, name="chaos-sampler", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the thread (after its current sample) and close the file (idempotent)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+            self._thread = None
+        self.writer.close()
+
+    def _loop(self) -> None:
+        if not holders.HAVE_PROC:
+            self.writer.record("sample", seq=0, unavailable="no /proc on this platform")
+            return
+        while True:
+            try:
+                self.sample()
+            except Exception as exc:  # noqa: BLE001 - a sampling hiccup must not end the run
+                self.errors += 1
+                if self.errors <= 3:
+                    self.writer.record("sample_error", error=f"{type(exc).__name__}: {exc}")
+            if self._stop.wait(self.interval_s):
+                break
+
+    def _procs(self) -> list[tuple[str, int, int | None]]:
+        """``[(name, pid, parent pid or None)]``: the roles and their descendants."""
+        out = []
+        for name, pid in self.processes():
+            if pid is None:
+                continue
+            out.append((name, pid, None))
+            try:
+                kids = psutil.Process(pid).children(recursive=True)
+            except psutil.Error:
+                continue
+            out.extend((name, k.pid, pid) for k in kids)
+        return out
+
+    def sample(self) -> dict:
+        """Take one sample now and record it; returns the record."""
+        at_path = path_identity(self.db_path)
+        procs = self._procs()
+        name_of = {pid: name for name, pid, _ in procs}
+        entries = []
+        for name, pid, parent in procs:
+            try:
+                status = psutil.Process(pid).status()
+            except psutil.Error:
+                continue
+            entry = {"process": name, "pid": pid, "status": status}
+            if parent is not None:
+                entry["parent"] = parent
+            entry.update(held_files(pid, self.db_path, at_path))
+            entries.append(entry)
+        locks = []
+        owner = None
+        for rec in holders.read_locks(self.db_path):
+            locks.append({"pid": rec.pid, "process": name_of.get(rec.pid), "file": rec.file,
+                          "start": rec.start, "end": rec.end, "lock": rec.meaning(),
+                          "write": rec.write, "waiting": rec.waiting})
+        lo = holders.write_lock_owner(self.db_path)
+        if lo is not None:
+            owner = {"pid": lo[0], "process": name_of.get(lo[0]), "command": lo[1]}
+        in_flight = self.inflight.poll()
+        waiting = {name_of[lk["pid"]] for lk in locks if lk["waiting"] and lk["pid"] in name_of}
+        if owner is not None:
+            from .checkers.base import WRITE_OPS  # local: checkers import nothing from here
+
+            waiting |= {o["process"] for o in in_flight
+                        if o["op"] in WRITE_OPS and o["process"] != owner["process"]}
+        wal = at_path.get("wal")
+        rec = self.writer.record(
+            "sample", seq=self.seq, path=at_path, wal_bytes=wal["bytes"] if wal else 0,
+            write_lock=owner, locks=locks, procs=entries, in_flight=in_flight,
+            waiting=sorted(w for w in waiting if w))
+        self.seq += 1
+        return rec

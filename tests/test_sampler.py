@@ -1,0 +1,114 @@
+"""The sampler reads real processes: held inodes, retired WAL generations, the write-lock owner.
+
+Every test drives real child processes (tests/helpers) on a real store and calls
+:meth:`chaos.sampler.Sampler.sample` directly (no timing involved), then reads the records back
+from ``history/sampler.jsonl``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+
+import pytest
+
+from chaos import history as hist
+from chaos.sampler import Sampler, held_files, path_identity
+from hermes_state import holders as holders_mod
+
+pytestmark = pytest.mark.skipif(not holders_mod.HAVE_PROC, reason="needs Linux /proc")
+
+
+@pytest.fixture
+def live(tmp_path, spawn):
+    path = tmp_path / "home" / "state.db"
+    child = spawn("store_child.py")
+    child.ok("open", path=str(path))
+    child.ok("create", sid="s")
+    child.ok("append", sid="s", n=3, prefix="m")
+    return path, child
+
+
+def _sampler(tmp_path, path, procs):
+    hdir = tmp_path / "history"
+    hdir.mkdir(exist_ok=True)
+    return Sampler(path, hdir, lambda: list(procs)), hdir
+
+
+def test_sample_names_the_inodes_a_live_writer_holds(tmp_path, live):
+    path, child = live
+    s, hdir = _sampler(tmp_path, path, [("gateway-0", child.pid)])
+    rec = s.sample()
+    s.stop()
+    at = path_identity(path)
+    (entry,) = rec["procs"]
+    assert entry["process"] == "gateway-0" and entry["pid"] == child.pid
+    for key in ("db", "wal", "shm"):
+        assert entry[key]["ino"] == at[key]["ino"]
+        assert entry[key]["current"] is True and entry[key]["deleted"] is False
+    assert rec["wal_bytes"] == os.path.getsize(f"{path}-wal") > 0
+    # the record is in the history file, and history.load merges it
+    (loaded,) = [r for r in hist.load(hdir) if r["type"] == "sample"]
+    assert loaded["procs"][0]["wal"]["ino"] == at["wal"]["ino"]
+    assert loaded["process"] == "sampler"
+
+
+def test_deleted_wal_shows_as_a_retired_generation(tmp_path, live):
+    path, child = live
+    old = path_identity(path)["wal"]["ino"]
+    os.unlink(f"{path}-wal")
+    os.unlink(f"{path}-shm")
+    # a foreign writer mints a new generation at the path while the child holds the old one
+    conn = sqlite3.connect(str(path), isolation_level=None)
+    conn.execute("CREATE TABLE chaos_probe(x)")
+    s, _ = _sampler(tmp_path, path, [("gateway-0", child.pid)])
+    rec = s.sample()
+    s.stop()
+    conn.close()
+    entry = rec["procs"][0]
+    assert entry["wal"]["ino"] == old
+    assert entry["wal"]["deleted"] is True and entry["wal"]["current"] is False
+    assert entry["db"]["current"] is True
+    assert rec["path"]["wal"] is not None and rec["path"]["wal"]["ino"] != old
+    held = held_files(child.pid, path)
+    assert held["wal"]["current"] is False
+
+
+def test_write_lock_owner_and_waiting_writer(tmp_path, live, spawn):
+    path, child = live
+    locker = spawn("lock_holder.py", str(path))
+    assert locker.readline() == "LOCKED"
+    hdir = tmp_path / "history"
+    hdir.mkdir()
+    # a role history with a write invoked and not completed: it waits on the lock
+    w = hist.HistoryWriter(hdir / "gateway-0.jsonl", "gateway-0")
+    w.record("invoke", op="append", op_id="gateway-0:1", payload_id="p1")
+    s = Sampler(path, hdir, lambda: [("gateway-0", child.pid), ("locker-0", locker.pid)])
+    rec = s.sample()
+    locker.send("release")
+    assert locker.readline() == "RELEASED"
+    w.record("ok", op="append", op_id="gateway-0:1", payload_id="p1")
+    after = s.sample()
+    s.stop()
+    w.close()
+    assert rec["write_lock"]["pid"] == locker.pid
+    assert rec["write_lock"]["process"] == "locker-0"
+    assert any(lk["lock"] == "WAL write lock" and lk["pid"] == locker.pid for lk in rec["locks"])
+    assert rec["in_flight"] == [{"process": "gateway-0", "op": "append", "op_id": "gateway-0:1",
+                                 "since": rec["in_flight"][0]["since"]}]
+    assert rec["waiting"] == ["gateway-0"]
+    assert after["in_flight"] == [] and after["waiting"] == []
+    assert after["seq"] == rec["seq"] + 1
+
+
+def test_exited_process_is_skipped_and_thread_writes_samples(tmp_path, live):
+    path, child = live
+    child.kill()
+    s, hdir = _sampler(tmp_path, path, [("gateway-0", child.pid)])
+    rec = s.sample()
+    assert rec["procs"] == []
+    s.start()
+    s.stop()
+    lines = [json.loads(x) for x in (hdir / "sampler.jsonl").read_text().splitlines()]
+    assert len(lines) >= 2 and all(r["type"] == "sample" for r in lines)
