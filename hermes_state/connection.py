@@ -601,6 +601,7 @@ class StoreConnection:
             t0 = time.monotonic()
             attempt = 0
             fts_repaired = False
+            owner_run: tuple[int, float, int] | None = None  # (pid, first seen, sightings)
             while True:
                 attempt += 1
                 try:
@@ -626,8 +627,10 @@ class StoreConnection:
                         raise self._corrupt(exc) from exc
                     if not is_lock_error(exc):
                         raise
+                    owner_run = self._sight_lock_owner(owner_run)
                     if attempt >= _WRITE_MAX_RETRIES:
-                        raise self._gave_up(attempt, time.monotonic() - t0, exc) from exc
+                        raise self._gave_up(attempt, time.monotonic() - t0, exc,
+                                            owner_run) from exc
                     sleep_s = self._rng.uniform(RETRY_SLEEP_MIN_S, RETRY_SLEEP_MAX_S)
                     events.enabled() and events.emit("retry", attempt=attempt, sleep_s=sleep_s,
                                                      error=str(exc), op=op)
@@ -717,20 +720,58 @@ class StoreConnection:
 
         return self.execute_write(fn, op="rebuild_fts")
 
-    def _gave_up(self, attempts: int, waited: float, exc: BaseException) -> WriteContentionError:
+    def _sight_lock_owner(self, run: tuple[int, float, int] | None
+                          ) -> tuple[int, float, int] | None:
+        """Note who holds the write lock right after a failed attempt (SPEC §10.2).
+
+        Args:
+            run: ``(pid, first_seen_monotonic_s, sightings)`` of the owner seen at the previous
+                failed attempts in a row, or None.
+        Returns:
+            The updated run: extended when the same pid holds the lock now, restarted when
+            another pid does, None when no owner is visible (the run is broken).
+        """
+        pid = holders.write_lock_owner_pid(self.db_path)
+        if pid is None:
+            return None
+        if run is not None and run[0] == pid:
+            return (pid, run[1], run[2] + 1)
+        return (pid, time.monotonic(), 1)
+
+    def _gave_up(self, attempts: int, waited: float, exc: BaseException,
+                 owner_run: tuple[int, float, int] | None = None) -> WriteContentionError:
+        """The error after the last attempt; names the write-lock owner (SPEC §4, §10.2).
+
+        How long the owner has held the lock is not knowable from ``/proc/locks``; what is
+        reported is what this writer saw: at how many of its consecutive failed attempts the
+        same pid held the lock and over how many seconds those sightings spread, separately
+        from how long this writer waited.
+        """
         owner = holders.write_lock_owner(self.db_path)
-        owner_line = (f"state.db write lock held by PID {owner[0]} ({owner[1]}) for "
-                      f"{waited:.1f}s" if owner else None)
-        seen = holders.scan(self.db_path).holders
-        lines = "\n".join("  " + h.line() for h in seen) or "  (no other holder visible)"
+        owner_line = None
+        seen_s = None
+        if owner:
+            pid, command = owner
+            if owner_run is not None and owner_run[0] == pid:
+                sightings, seen_s = owner_run[2], time.monotonic() - owner_run[1]
+                seen = (f"seen holding it at {sightings} consecutive failed attempt(s) of this "
+                        f"writer over {seen_s:.1f}s" if sightings > 1
+                        else "seen holding it at this writer's last failed attempt")
+            else:
+                seen = "seen holding it as this writer gave up"
+            owner_line = (f"state.db write lock held by PID {pid} ({command}): {seen}; "
+                          f"this writer waited {waited:.1f}s over {attempts} attempts")
+        seen_holders = holders.scan(self.db_path).holders
+        lines = "\n".join("  " + h.line() for h in seen_holders) or "  (no other holder visible)"
         user = (f"session storage could not write after {attempts} attempts over {waited:.1f}s "
                 "because another process kept the write lock. Nothing was written by this call; "
                 "retry it, and if it keeps happening run `doctor` to see who holds the store.")
         detail = (owner_line + "\n" if owner_line else "") + f"holders:\n{lines}\nlast error: {exc}"
         events.enabled() and events.emit("write_gave_up", attempts=attempts, waited_s=waited,
-                                         lock_owner=owner_line)
+                                         lock_owner=owner_line, lock_owner_seen_s=seen_s)
         return WriteContentionError(user, detail, attempts=attempts, waited_s=waited,
-                                    holders=[h.as_tuple() for h in seen], lock_owner=owner_line)
+                                    holders=[h.as_tuple() for h in seen_holders],
+                                    lock_owner=owner_line, lock_owner_seen_s=seen_s)
 
     def checkpoint(self, mode: str = "PASSIVE", *, trigger: str = "manual") -> tuple | None:
         """``PRAGMA wal_checkpoint(mode)``; returns ``(busy, log, checkpointed)`` or None.

@@ -93,6 +93,9 @@ class WriteContentionError(HermesStateError, sqlite3.OperationalError):
         waited_s: seconds spent from the first attempt to giving up.
         holders: ``(pid, command, files)`` of the other processes holding the store.
         lock_owner: the write-lock owner line read from ``/proc/locks``, or None.
+        lock_owner_seen_s: seconds between this writer's first and last sightings of that owner
+            holding the lock at consecutive failed attempts (0.0 for one sighting), or None
+            when the owner was not seen at the last attempt. Not how long the owner held it.
     """
 
     def __init__(
@@ -104,11 +107,13 @@ class WriteContentionError(HermesStateError, sqlite3.OperationalError):
         waited_s: float = 0.0,
         holders: list | None = None,
         lock_owner: str | None = None,
+        lock_owner_seen_s: float | None = None,
     ) -> None:
         self.attempts = attempts
         self.waited_s = waited_s
         self.holders = list(holders or [])
         self.lock_owner = lock_owner
+        self.lock_owner_seen_s = lock_owner_seen_s
         super().__init__(user_message, operator_detail)
 
 

@@ -12,7 +12,7 @@ kind                  fields
                       ``log``, ``checkpointed`` (frames) or ``error``
 ``refusal``           ``reason`` (``retired_wal``/``replaced_db``/``open_scan``/...), ``detail``
 ``capture``           ``dir``, ``trigger``, ``wal_bytes``, ``frames``
-``write_gave_up``     ``attempts``, ``waited_s``, ``lock_owner``
+``write_gave_up``     ``attempts``, ``waited_s``, ``lock_owner``, ``lock_owner_seen_s``
 ``migration``         ``step``, ``from_version``, ``to_version``
 ``open``              ``db``, ``journal_mode``, ``sqlite``
 ====================  =========================================================================

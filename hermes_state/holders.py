@@ -286,18 +286,27 @@ def read_locks(db_path: str | os.PathLike) -> list[LockRecord]:
     return out
 
 
-def write_lock_owner(db_path: str | os.PathLike) -> tuple[int, str] | None:
-    """The process holding the store's write lock, as ``(pid, command)``, or None (SPEC §10.2).
+def write_lock_owner_pid(db_path: str | os.PathLike) -> int | None:
+    """The pid holding the store's write lock now, or None (SPEC §10.2); no command lookup.
 
     WAL mode: a WRITE lock on byte 120 of ``-shm``. Rollback mode: RESERVED/PENDING on the main
-    file. Waiting (blocked) requests are ignored.
+    file. Waiting (blocked) requests are ignored. Cheap enough to call once per failed attempt.
     """
     for rec in read_locks(db_path):
         if rec.waiting or not rec.write:
             continue
         covers = lambda b: rec.start <= b and (rec.end is None or rec.end >= b)  # noqa: E731
         if rec.file.endswith("-shm") and covers(120):
-            return rec.pid, describe_pid(rec.pid)
+            return rec.pid
         if not rec.file.endswith("-shm") and (covers(PENDING_BYTE) or covers(PENDING_BYTE + 1)):
-            return rec.pid, describe_pid(rec.pid)
+            return rec.pid
     return None
+
+
+def write_lock_owner(db_path: str | os.PathLike) -> tuple[int, str] | None:
+    """The process holding the store's write lock, as ``(pid, command)``, or None (SPEC §10.2).
+
+    See :func:`write_lock_owner_pid` for which locks count.
+    """
+    pid = write_lock_owner_pid(db_path)
+    return None if pid is None else (pid, describe_pid(pid))
