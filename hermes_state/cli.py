@@ -270,7 +270,26 @@ def cmd_recover(args: argparse.Namespace) -> int:
     report = recover(args.source, output=args.output, inspect_only=args.inspect_only,
                      allow_partial=args.allow_partial, report=args.report)
     _print_json(report)
+    print(_recover_summary(report), file=sys.stderr)
     return EXIT_OK if report.get("recoverable") and not report.get("failed") else EXIT_FAIL
+
+
+def _recover_summary(report: dict) -> str:
+    """Two or three human lines for stderr (stdout keeps the JSON report alone, SPEC §14)."""
+    tables = report.get("tables") or {}
+    counts = ", ".join(
+        f"{name} {t.get('rows')} rows" + (f" ({t.get('unreadable_rows')} unreadable)"
+                                          if t.get("unreadable_rows") else "")
+        for name, t in tables.items() if name in ("sessions", "messages"))
+    verdict = ("recoverable" if report.get("recoverable") and not report.get("failed")
+               else "NOT recoverable" if not report.get("recoverable") else "failed")
+    lines = [f"{report.get('operation')}: {verdict}: {counts or 'no table readable'}; "
+             f"source unchanged: {report.get('source_unchanged')}"]
+    if report.get("failure"):
+        lines.append(f"failure: {report['failure']}")
+    if report.get("next_step"):
+        lines.append(f"next: {report['next_step']}")
+    return "\n".join(lines)
 
 
 def cmd_replay_spool(args: argparse.Namespace) -> int:

@@ -27,18 +27,35 @@ from .schema import FTS_TABLES, SCHEMA_VERSION
 OK, WARN, ISSUE = "ok", "warn", "issue"
 WAL_WARN_BYTES = 50 * 1024 * 1024
 
-#: Evidence files beside the store (SPEC §1) and what the operator should do with each.
+#: Evidence files beside the store (SPEC §1) and what the operator should do with each; the
+#: advice follows the recovery guide's table of files found beside ``state.db``.
 EVIDENCE = (
-    (".retired-wal-", "evidence of a WAL generation a process held after its -wal was deleted or "
-                      "replaced; inspect with `sessions recover --source DIR/state.db "
-                      "--inspect-only`; merging it is your decision; keep or archive it"),
-    (".pre-update-emergency-", "snapshot taken before an update; restore it with `backup restore` "
-                               "only if the update damaged the store; otherwise it can be archived"),
-    (".corrupt.", "a damaged store moved aside; try `sessions recover --source FILE --output "
-                  "NEW.db --allow-partial` to salvage rows from it"),
-    (".malformed-backup", "forensic copy taken before a repair; keep it until the repaired store "
-                          "has been checked"),
+    (".retired-wal-", "evidence, not a backup to copy back: the WAL a process still held when it "
+                      "refused to write. Keep it. If conversations from just before the failure "
+                      "are missing once the store works again, attach this directory to a bug "
+                      "report: its manifest.json tells whether its frames belong on top of the "
+                      "current file (an operator decision; the product never merges them). Look "
+                      "inside with `sessions recover --source {path}/state.db --inspect-only`"),
+    (".pre-update-emergency-", "snapshot taken before an update touched the store. Keep it until "
+                               "the updated program has run for a while. To go back: stop every "
+                               "process using the store, run `sessions recover --source {path} "
+                               "--inspect-only` first, then `backup restore {name}`"),
+    (".corrupt.", "copy of a damaged store taken before it was moved aside. Do NOT copy it back "
+                  "over state.db: it has the same damage. Keep it for a bug report and delete it "
+                  "once the store works normally again; rows can be salvaged with "
+                  "`sessions recover --source {path} --output NEW.db --allow-partial`"),
+    (".malformed-backup", "forensic copy of a damaged store taken before a repair. Do NOT copy it "
+                          "back over state.db: it has the same damage. Keep it for a bug report "
+                          "and delete it once the store works normally again"),
 )
+
+#: Files of the store itself: what they are and why they must be left alone (recovery guide).
+SIDECAR_ADVICE = ("state.db-wal and state.db-shm are part of the store (committed conversations "
+                  "not yet checkpointed into state.db); never delete them, never copy state.db "
+                  "alone")
+JOURNAL_ADVICE = ("state.db-journal is a rollback journal of an interrupted transaction (the store "
+                  "ran in DELETE journal mode); leave it: the next writable open rolls it back, "
+                  "and deleting it can corrupt state.db")
 
 
 @dataclass
@@ -68,6 +85,12 @@ class DoctorReport:
 
     def add(self, level: str, title: str, *detail: str) -> None:
         self.findings.append(Finding(level, title, list(detail)))
+
+    def resolve(self, title_prefix: str) -> None:
+        """Mark the findings starting with ``title_prefix`` as fixed by ``--fix`` (level ok)."""
+        for f in self.findings:
+            if f.title.startswith(title_prefix) and f.level != OK:
+                f.level, f.title = OK, f"fixed by --fix: {f.title}"
 
     def to_dict(self) -> dict:
         return {"db": self.db_path, "exit_code": self.exit_code, "stopped_early": self.stopped_early,
@@ -125,7 +148,7 @@ def run_doctor(db_path: str | os.PathLike, *, fix: bool = False) -> DoctorReport
     db_size, wal_size = _size(db), _size(Path(f"{db}-wal"))
     report.stats.update(db_bytes=db_size, wal_bytes=wal_size)
     report.add(OK, f"files: state.db {db_size} bytes, state.db-wal "
-                   f"{'absent' if wal_size is None else f'{wal_size} bytes'}")
+                   f"{'absent' if wal_size is None else f'{wal_size} bytes'}", SIDECAR_ADVICE)
     if wal_size is not None and wal_size > WAL_WARN_BYTES:
         report.add(WARN, f"the WAL is {wal_size // (1024 * 1024)} MB (normal while a gateway runs; "
                          "it shrinks after checkpoints once long readers finish)",
@@ -140,6 +163,7 @@ def run_doctor(db_path: str | os.PathLike, *, fix: bool = False) -> DoctorReport
         return report
     try:
         _health(conn, report)
+        _spool(db, conn, report)
     finally:
         conn.close()
     if scan.holders:
@@ -205,26 +229,99 @@ def _health(conn: sqlite3.Connection, report: DoctorReport) -> None:
                        "fix: stop every process using the store, then `sessions recover --source "
                        "STATE.DB --output NEW.db --allow-partial`")
     except sqlite3.DatabaseError as exc:
+        if _needs_rollback(exc, report.db_path):
+            report.stats["hot_journal"] = True
+            report.add(ISSUE, "the store has an interrupted transaction in state.db-journal that "
+                              "only a writable open can roll back",
+                       "fix: when no process holds the store, `doctor --fix` rolls it back "
+                       "(so does starting one Hermes process); never delete state.db-journal")
+            return
         report.add(ISSUE, f"reading the store failed: {exc}",
-                   "fix: `sessions recover --source STATE.DB --inspect-only` shows what is "
-                   "readable")
+                   f"fix: `sessions recover --source {report.db_path} --inspect-only` shows what "
+                   "is readable")
+
+
+SQLITE_READONLY_ROLLBACK = 776  # a mode=ro open met a hot journal it may not roll back
+
+
+def _needs_rollback(exc: BaseException, db_path: str) -> bool:
+    """True when a read failed only because a hot rollback journal needs a writable open."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code == SQLITE_READONLY_ROLLBACK or (
+        code is not None and code & 0xFF == 8 and Path(f"{db_path}-journal").exists())
+
+
+def _capture_summary(directory: Path) -> str:
+    """``captured <at> by PID <pid> (<trigger>): WAL <frames> frames, <bytes> bytes`` from the
+    capture's ``manifest.json`` (SPEC §10.3); a directory without one is an interrupted capture."""
+    import json
+
+    try:
+        manifest = json.loads((directory / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return "no readable manifest.json (an interrupted or damaged capture)"
+    wal = manifest.get("wal") or {}
+    return (f"captured {manifest.get('captured_at')} by PID {manifest.get('pid')} "
+            f"({manifest.get('trigger')}): WAL {wal.get('frames')} frames, "
+            f"{wal.get('bytes')} bytes")
 
 
 def _evidence(db: Path, report: DoctorReport) -> None:
+    """Evidence files beside the store, the journal and the spool, each with what to do."""
     found = []
     for entry in sorted(db.parent.iterdir()):
         if not entry.name.startswith(db.name + ".") or entry.name.endswith(".lock"):
             continue
         for marker, advice in EVIDENCE:
             if marker in entry.name:
-                found.append((entry.name, advice))
+                found.append((entry, advice))
                 break
-    for name, advice in found:
-        report.add(WARN, f"evidence file {name}", advice)
+    report.stats["evidence"] = [entry.name for entry, _ in found]
+    for entry, advice in found:
+        detail = [advice.format(path=entry, name=entry.name)]
+        if ".retired-wal-" in entry.name and entry.is_dir():
+            detail.insert(0, _capture_summary(entry))
+        report.add(WARN, f"evidence file {entry.name}", *detail)
+    if Path(f"{db}-journal").exists():
+        report.add(WARN, f"rollback journal state.db-journal ({_size(Path(f'{db}-journal'))} "
+                         "bytes) beside the store", JOURNAL_ADVICE)
     snapshots = db.parent / "state-snapshots"
     if snapshots.is_dir():
-        n = sum(1 for p in snapshots.iterdir() if p.is_dir())
-        report.add(OK, f"{n} snapshot(s) in {snapshots}")
+        n = sum(1 for p in snapshots.iterdir() if p.is_dir() and not p.name.endswith(".partial"))
+        report.add(OK, f"{n} snapshot(s) in {snapshots}",
+                   "restore one only after stopping every process using the store: "
+                   "`backup list`, then `backup restore ID`")
+
+
+def _spool(db: Path, conn: sqlite3.Connection | None, report: DoctorReport) -> None:
+    """Messages diverted to ``<home>/sessions/*.jsonl`` and not imported yet (SPEC §10.1)."""
+    from .spool import IMPORTED_PREFIX, read_spool
+
+    spool_dir = db.parent / "sessions"
+    if not spool_dir.is_dir():
+        return
+    files = sorted(spool_dir.glob("*.jsonl"))
+    if not files:
+        return
+    ids = [rec.get("spool_id") for f in files for rec in read_spool(f) if rec.get("spool_id")]
+    imported: set[str] = set()
+    if conn is not None:
+        try:
+            imported = {r[0][len(IMPORTED_PREFIX):] for r in conn.execute(
+                "SELECT key FROM state_meta WHERE key LIKE 'spool\\_imported:%' ESCAPE '\\'")}
+        except sqlite3.Error:
+            pass
+    pending = [i for i in ids if i not in imported]
+    report.stats["spool"] = {"files": len(files), "records": len(ids), "pending": len(pending)}
+    if pending:
+        report.add(ISSUE, f"{len(pending)} spooled message(s) in {spool_dir} are not in the "
+                          f"store yet ({len(files)} file(s))",
+                   "they were diverted while the store refused writes; nothing is lost",
+                   "fix: once no process holds a retired WAL, run `sessions replay-spool` "
+                   "(it imports each message exactly once; re-running is safe)")
+    else:
+        report.add(OK, f"{len(ids)} spooled message(s) in {spool_dir}, all imported "
+                       "(the files are kept; they can be archived)")
 
 
 def _exposure(report: DoctorReport) -> None:
@@ -243,16 +340,24 @@ def _fix(db: Path, report: DoctorReport, scan: holders.HolderScan) -> None:
         return
     wal = _size(Path(f"{db}-wal")) or 0
     stale = bool(report.stats.get("fts_stale"))
-    if wal <= WAL_WARN_BYTES and not stale:
+    hot = bool(report.stats.get("hot_journal"))
+    if wal <= WAL_WARN_BYTES and not stale and not hot:
         report.add(OK, "--fix: nothing to do")
         return
     from .db import SessionDB
 
     with SessionDB(db) as handle:
+        if hot:
+            left = Path(f"{db}-journal").exists()
+            report.add(OK, "--fix: the interrupted transaction was rolled back "
+                           f"(state.db-journal {'still there' if left else 'gone'})")
+            if not left:
+                report.resolve("the store has an interrupted transaction")
+                report.resolve("rollback journal state.db-journal")
         if wal > WAL_WARN_BYTES:
             row = handle.checkpoint("PASSIVE")
             report.add(OK, f"--fix: PASSIVE checkpoint {row}")
         if stale and hasattr(handle, "rebuild_fts"):
             handle.rebuild_fts()
             report.add(OK, "--fix: FTS index rebuilt")
-
+            report.resolve("the search index was found corrupt")

@@ -46,7 +46,11 @@ class MaintenanceRefused(HermesStateError):
 
 def refusal_text(command: str, db_path: Path, found: list, unreadable: list[int]) -> str:
     """The exact refusal of SPEC §11 (holders with their files, nothing lost, --force)."""
-    lines = [f"Refusing `sessions {command}`: another process is using {db_path}."]
+    if found:
+        lines = [f"Refusing `sessions {command}`: another process is using {db_path}."]
+    else:
+        lines = [f"Refusing `sessions {command}`: cannot prove that no other process is using "
+                 f"{db_path}."]
     lines += [f"  {h.line()}" for h in found]
     if unreadable:
         lines.append("  cannot prove the store is quiet: could not inspect PID(s) "

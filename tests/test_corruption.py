@@ -77,7 +77,8 @@ def test_fts_only_corruption_keeps_writes_going_and_search_falls_back(tmp_path, 
         assert len(db.get_messages("s")) == 31
     assert cli(["--home", str(tmp_path), "doctor"]) == 1
     assert "search index was found corrupt" in capsys.readouterr().out
-    assert cli(["--home", str(tmp_path), "doctor", "--fix"]) == 1  # reports, then repairs
+    assert cli(["--home", str(tmp_path), "doctor", "--fix"]) == 0  # repaired: nothing left to do
+    assert "fixed by --fix: the search index was found corrupt" in capsys.readouterr().out
     with SessionDB(path) as db:
         assert db.get_meta("fts_stale") is None
         raw = db.connection.conn
