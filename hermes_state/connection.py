@@ -90,11 +90,16 @@ def wal_reset_exposure(version: str | None = None) -> str | None:
 SQLITE_CORRUPT = 11
 SQLITE_NOTADB = 26
 SQLITE_CORRUPT_VTAB = 267  # corruption inside a virtual table: the FTS shadow tables
+SQLITE_CONSTRAINT = 19  # plain, no extended code: what FTS5 returns on a zeroed structure record
 SQLITE_HEADER = b"SQLite format 3\x00"
 
 
 def corruption_kind(exc: BaseException) -> str | None:
-    """``"fts"`` (SQLITE_CORRUPT_VTAB), ``"structural"`` (CORRUPT/NOTADB) or None (SPEC §12)."""
+    """``"fts"`` (SQLITE_CORRUPT_VTAB), ``"structural"`` (CORRUPT/NOTADB) or None (SPEC §12).
+
+    FTS damage that FTS5 reports as a bare SQLITE_CONSTRAINT is recognised by the write path
+    with a probe (``_fts_damage_behind``), not here: the code alone does not tell.
+    """
     code = getattr(exc, "sqlite_errorcode", None)
     if code is None:
         return "structural" if "malformed" in str(exc) else None
@@ -619,6 +624,9 @@ class StoreConnection:
                         raise
                 except sqlite3.DatabaseError as exc:
                     kind = corruption_kind(exc)
+                    if (kind is None and not fts_repaired and op != "rebuild_fts"
+                            and self._fts_damage_behind(exc)):
+                        kind = "fts"
                     if kind == "fts" and not fts_repaired and op != "rebuild_fts":
                         fts_repaired = True
                         self._switch_off_fts(exc)
@@ -657,6 +665,38 @@ class StoreConnection:
         events.enabled() and events.emit("refusal", reason="corrupt", detail=str(exc))
         disable_checkpoint_on_close(self.conn, str(self.db_path))
         return err
+
+    def _fts_damage_behind(self, exc: BaseException) -> bool:
+        """True when a plain SQLITE_CONSTRAINT came from a damaged FTS index (SPEC §12).
+
+        FTS5 reports some damage (e.g. a zeroed structure record) as a bare "constraint failed"
+        (code 19, no extended code) rather than SQLITE_CORRUPT_VTAB. Real constraint violations
+        always carry an extended code (UNIQUE, NOT NULL, FOREIGN KEY, CHECK, ...), so only the
+        bare code is probed: each FTS table runs ``integrity-check`` (rank 1: against the
+        content table) and damage there surfaces as SQLITE_CORRUPT_VTAB. Runs outside any
+        transaction; a probe that cannot run (busy) says no.
+        """
+        if getattr(exc, "sqlite_errorcode", None) != SQLITE_CONSTRAINT:
+            return False
+        from .schema import FTS_TABLES
+
+        conn = self.conn
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        try:
+            present = [r[0] for r in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN (?, ?, ?)",
+                FTS_TABLES)]
+        except sqlite3.Error:
+            return False
+        for table in present:
+            try:
+                conn.execute(f"INSERT INTO {table}({table}, rank) VALUES ('integrity-check', 1)")
+            except sqlite3.DatabaseError as probe:
+                if corruption_kind(probe) == "fts":
+                    log.error("%s: %s behind %r", self.db_path, probe, str(exc))
+                    return True
+        return False
 
     def _switch_off_fts(self, exc: BaseException) -> None:
         """FTS-only corruption: drop the FTS triggers, mark ``fts_stale``; writes go on (§12).

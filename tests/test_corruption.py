@@ -112,3 +112,52 @@ def test_structural_corruption_is_sticky_and_never_checkpointed(tmp_path):
     before = path.read_bytes()
     db.close()
     assert path.read_bytes() == before  # no checkpoint at close
+
+
+def _zero_fts_structure(path: Path, table: str = "messages_fts") -> None:
+    raw = sqlite3.connect(str(path))
+    # A zeroed structure record: FTS5 answers writes with a bare SQLITE_CONSTRAINT (19), not
+    # SQLITE_CORRUPT_VTAB.
+    raw.execute(f"UPDATE {table}_data SET block = zeroblob(length(block)) WHERE id = 10")
+    raw.commit()
+    raw.close()
+
+
+@pytest.mark.parametrize("table", ["messages_fts", "messages_fts_trigram"])
+def test_fts_damage_seen_as_a_bare_constraint_error_switches_the_index_off(tmp_path, capsys,
+                                                                          table):
+    path = tmp_path / "state.db"
+    with SessionDB(path) as db:
+        db.create_session("s", source="cli")
+        for i in range(20):
+            db.append_message("s", "user", f"message number {i} about docker")
+    _zero_fts_structure(path, table)
+    probe = sqlite3.connect(str(path))
+    with pytest.raises(sqlite3.IntegrityError) as raw_error:  # what a plain write sees
+        probe.execute("DELETE FROM messages WHERE id = 3")
+    assert raw_error.value.sqlite_errorcode == 19
+    probe.close()
+    with SessionDB(path) as db:
+        mid = db.append_message("s", "user", "written after the index broke: kubernetes")
+        assert db.get_meta("fts_stale") is not None
+        assert [h["id"] for h in db.search_messages("kubernetes")] == [mid]
+        assert len(db.get_messages("s")) == 21
+    assert cli(["--home", str(tmp_path), "doctor", "--fix"]) == 0
+    assert "fixed by --fix: the search index was found corrupt" in capsys.readouterr().out
+    with SessionDB(path) as db:
+        assert db.get_meta("fts_stale") is None
+        db.append_message("s", "user", "after the rebuild")
+        raw = db.connection.conn
+        raw.execute(f"INSERT INTO {table}({table}, rank) VALUES ('integrity-check', 1)")
+
+
+def test_a_real_constraint_violation_leaves_the_index_alone(tmp_path):
+    path = tmp_path / "state.db"
+    with SessionDB(path) as db:
+        db.create_session("s", source="cli")
+        db.append_message("s", "user", "hello")
+        with pytest.raises(sqlite3.IntegrityError):
+            db._write(lambda c: c.execute(
+                "INSERT INTO sessions(id, source, started_at) VALUES ('s', 'x', 1)"))
+        assert db.get_meta("fts_stale") is None
+        assert len(db.search_messages("hello")) == 1
