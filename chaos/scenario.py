@@ -60,11 +60,19 @@ __all__ = [
 # --------------------------------------------------------------------------------------------
 
 #: Role kinds implemented by ``chaos/roles`` (SPEC §16.1 names more; they are rejected for now).
-ROLE_KINDS = ("gateway", "cli", "lock_holder")
+ROLE_KINDS = ("gateway", "cli", "lock_holder", "worktree", "maintenance", "long_reader")
 #: Nemesis faults implemented (SPEC §16.2 names more; they are rejected for now).
-FAULTS = ("delete_sidecars", "kill", "terminate", "stop", "cont")
+FAULTS = ("delete_sidecars", "kill", "terminate", "stop", "cont", "run")
 #: Faults that send a signal to the instances of a role (they take ``role`` and ``index``).
 SIGNAL_FAULTS = ("kill", "terminate", "stop", "cont")
+#: Maintenance commands of the ``maintenance`` role and the ``run`` fault (SPEC §15, §16.2);
+#: kept equal to ``chaos.nemesis.commands.COMMANDS`` (a test checks it).
+MAINTENANCE_COMMANDS = ("optimize", "optimize-storage", "prune", "backup", "doctor", "recover",
+                        "replay-spool")
+#: Commands behind the live-writer gate (SPEC §11): the only ones taking ``force``.
+GATED_COMMANDS = ("optimize", "optimize-storage", "prune")
+#: Commands with a ``--dry-run`` preview.
+DRY_RUN_COMMANDS = ("optimize", "optimize-storage", "prune", "replay-spool")
 #: Checkers that may appear under ``expect`` (SPEC §16.3).
 CHECKERS = (
     "no_lost_writes",
@@ -145,6 +153,59 @@ def _checker(
     if required:
         out["required"] = list(required)
     return out
+
+
+def _share(description: str, default: float) -> dict:
+    return {"type": "number", "minimum": 0, "maximum": 1, "default": default,
+            "description": description}
+
+
+def _message_props(default_bytes: int = 200, tool_share: float = 0.2) -> dict:
+    """Message shape keys shared by the writing roles (SPEC §16.1)."""
+    return {
+        "message_bytes": {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": 1_000_000,
+            "default": default_bytes,
+            "description": "Size of each message's content (characters).",
+        },
+        "cjk_share": _share("Share of messages written in CJK (Han, Kana, Hangul) words.", 0.0),
+        "tool_call_share": _share("Share of assistant messages carrying 1-3 tool calls.",
+                                  tool_share),
+    }
+
+
+def _command_props(where: str) -> dict:
+    """Properties of a maintenance command (``maintenance`` workload and ``run`` step)."""
+    return {
+        "command": {
+            "title": "maintenance command",
+            "enum": list(MAINTENANCE_COMMANDS),
+            "default": "doctor",
+            "description": "The CLI command run as `python -m hermes_state --home H ...`: "
+            "optimize / optimize-storage / prune (`sessions ...`, gated, SPEC §11), backup, "
+            "doctor, recover (default `--source state.db --inspect-only`), replay-spool.",
+        },
+        "force": {
+            "type": "boolean",
+            "default": False,
+            "description": "Add --force (gated commands only: skips the live-writer gate).",
+        },
+        "dry_run": {
+            "type": "boolean",
+            "default": False,
+            "description": "Add --dry-run (optimize, optimize-storage, prune, replay-spool).",
+        },
+        "args": {
+            "type": "array",
+            "default": [],
+            "items": {"type": "string"},
+            "description": "Extra CLI words, e.g. [\"--older-than\", \"0\", \"--source\", "
+            "\"cli\"] for prune (default --older-than 90; --yes is always given).",
+        },
+        "timeout": _dur(f"The command is killed after this long ({where}).", default=60),
+    }
 
 
 _SIGNAL_STEP_PROPS = {
@@ -448,7 +509,10 @@ SCHEMA: dict = {
                     "title": "role kind",
                     "enum": list(ROLE_KINDS),
                     "description": "gateway: long-lived, many sessions, appends at a rate; cli: "
-                    "short-lived burst; lock_holder: holds BEGIN IMMEDIATE periodically.",
+                    "short-lived burst (or a cron-like repeated writer); lock_holder: holds BEGIN "
+                    "IMMEDIATE periodically; worktree: a sub-agent with child sessions, token "
+                    "usage and lineage titles; maintenance: runs a CLI command as a subprocess; "
+                    "long_reader: holds a read transaction (checkpoint starvation).",
                 },
                 "count": {
                     "type": "integer",
@@ -497,26 +561,45 @@ SCHEMA: dict = {
                     "default": 3,
                     "description": "Concurrent sessions per instance.",
                 },
-                "message_bytes": {
+                **_message_props(200, 0.2),
+                "burst_size": {
                     "type": "integer",
-                    "minimum": 1,
-                    "maximum": 1_000_000,
-                    "default": 200,
-                    "description": "Size of each message's content.",
-                },
-                "tool_call_share": {
-                    "type": "number",
                     "minimum": 0,
-                    "maximum": 1,
-                    "default": 0.2,
-                    "description": "Share of appends that are tool calls/results.",
+                    "default": 0,
+                    "description": "Appends sent back to back (ignoring the rate) at every "
+                    "burst; 0 = no bursts.",
                 },
+                "burst_every": _dur("Period between bursts (0 = no bursts).", default=0),
                 "split_every": {
                     "type": "integer",
                     "minimum": 0,
                     "default": 0,
                     "description": "Messages before a compression split ends the session and "
                     "starts a child (parent_session_id); 0 = never.",
+                },
+                "turn_s": _dur(
+                    "How long a split parent stays busy (its turn in progress: a handed-over "
+                    "prune skips it).",
+                    default=1,
+                ),
+                "titles": {
+                    "type": "boolean",
+                    "default": False,
+                    "description": "Title each session by hand; a split's child takes its "
+                    "compression ancestor's title (lineage, SPEC §7).",
+                },
+                "token_usage": {
+                    "type": "boolean",
+                    "default": False,
+                    "description": "A token-usage update after every acknowledged assistant "
+                    "message.",
+                },
+                "search_every": _dur("Period between searches (0 = never).", default=0),
+                "replay_spool_at_start": {
+                    "type": "boolean",
+                    "default": False,
+                    "description": "Once open, import the spool (`replay-spool`, SPEC §10.1): "
+                    "a gateway restart.",
                 },
             },
         ),
@@ -526,11 +609,27 @@ SCHEMA: dict = {
             {
                 "burst": {
                     "type": "integer",
-                    "minimum": 1,
+                    "minimum": 0,
                     "maximum": 10_000,
                     "default": 20,
-                    "description": "Messages appended by each instance.",
+                    "description": "Messages appended per run (0: an empty session, created "
+                    "and ended).",
                 },
+                **_message_props(120, 0.0),
+                "search": {
+                    "type": "boolean",
+                    "default": False,
+                    "description": "Search for a generated word before closing.",
+                },
+                "repeat": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": 10_000,
+                    "default": 1,
+                    "description": "Runs (open, write, close) per instance: > 1 is a cron-like "
+                    "transient writer.",
+                },
+                "every": _dur("Pause between runs.", default=1),
                 "appends_per_s": {
                     "type": "number",
                     "minimum": 0,
@@ -552,6 +651,89 @@ SCHEMA: dict = {
                 "every": _dur("Period between lock acquisitions (> 0).", default=2),
                 "first_at": _dur(
                     "Delay before the first acquisition, from the instance's start.", default=1
+                ),
+            },
+        ),
+        "worktree_workload": _workload(
+            "worktree",
+            "A sub-agent: a parent session and child sessions (parent_session_id) one after "
+            "another, each with messages, token-usage updates and a lineage title (`title`, "
+            "`title #2`, ...).",
+            {
+                "children": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": 1000,
+                    "default": 3,
+                    "description": "Child sessions per instance.",
+                },
+                "messages_per_child": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": 10_000,
+                    "default": 10,
+                    "description": "Messages appended to each child.",
+                },
+                "appends_per_s": {
+                    "type": "number",
+                    "minimum": 0,
+                    "default": 10,
+                    "description": "Appends per second; 0 = as fast as possible.",
+                },
+                **_message_props(200, 0.3),
+                "usage_every": {
+                    "type": "integer",
+                    "minimum": 0,
+                    "default": 3,
+                    "description": "Acknowledged messages between token-usage updates; 0 = none.",
+                },
+                "title": {
+                    "type": "string",
+                    "pattern": "\\S",
+                    "maxLength": 60,
+                    "default": "worktree",
+                    "description": "Base title of the lineage (the process name is appended).",
+                },
+            },
+        ),
+        "maintenance_workload": _workload(
+                "maintenance",
+                "Runs `python -m hermes_state --home H <command>` as a subprocess, first at "
+                "`first_at`, then every `every` (0 = once), at most `times` times; records exit "
+                "code and output.",
+                {
+                    **_command_props("the op is recorded as info"),
+                    "first_at": _dur("Delay before the first run, from the instance's start.",
+                                     default=0),
+                    "every": _dur("Period between runs (0 = run once).", default=0),
+                    "times": {
+                        "type": "integer",
+                        "minimum": 1,
+                        "maximum": 10_000,
+                        "default": 1,
+                        "description": "Runs at most (with `every` > 0).",
+                    },
+                },
+        ),
+        "long_reader_workload": _workload(
+            "long_reader",
+            "Holds a read transaction for `hold` every `every`, first at `first_at`: the WAL "
+            "cannot be checkpointed past it (checkpoint starvation); then samples the WAL size.",
+            {
+                "hold": _dur("How long the read transaction stays open (> 0).", default=3),
+                "every": _dur("Period between read transactions (> 0).", default=5),
+                "first_at": _dur(
+                    "Delay before the first read transaction, from the instance's start.",
+                    default=1,
+                ),
+                "holds": {
+                    "type": "integer",
+                    "minimum": 0,
+                    "default": 0,
+                    "description": "Read transactions in total; 0 = until stopped.",
+                },
+                "sample_every": _dur(
+                    "Period of the WAL-size samples after the last hold (> 0).", default=0.5
                 ),
             },
         ),
@@ -586,7 +768,8 @@ SCHEMA: dict = {
                     "title": "fault",
                     "enum": list(FAULTS),
                     "description": "delete_sidecars: unlink state.db-wal/-shm; kill: SIGKILL; "
-                    "terminate: SIGTERM; stop: SIGSTOP; cont: SIGCONT.",
+                    "terminate: SIGTERM; stop: SIGSTOP; cont: SIGCONT; run: a maintenance "
+                    "command (optionally --force), waited for.",
                 },
             },
             "allOf": [
@@ -605,6 +788,8 @@ SCHEMA: dict = {
                     [],
                 ),
                 *(_step_then(f, _SIGNAL_STEP_PROPS, ["role"]) for f in SIGNAL_FAULTS),
+                _step_then("run", _command_props("the runner records the exit as null"),
+                           ["command"]),
             ],
         },
     },
@@ -1298,6 +1483,33 @@ def _expanded_size(root: yaml.Node) -> int:
     return memo[id(root)]
 
 
+#: Workload keys that are durations (any kind), checked for usable values.
+_WORKLOAD_DURATIONS = ("hold", "every", "first_at", "burst_every", "turn_s", "search_every",
+                       "sample_every", "timeout")
+#: Workload durations that must be > 0, per role kind.
+_POSITIVE_DURATIONS = {"lock_holder": ("hold", "every"), "long_reader": ("hold", "every",
+                                                                          "sample_every"),
+                       "maintenance": ("timeout",)}
+
+
+def _command_flags(params: dict, path: list, emit_at) -> None:
+    """``force`` only on gated commands, ``dry_run`` only where there is a preview (§11)."""
+    command = params.get("command")
+    if not isinstance(command, str) or command not in MAINTENANCE_COMMANDS:
+        return
+    if params.get("force") is True and command not in GATED_COMMANDS:
+        emit_at(path + ["force"], f"force applies only to the gated commands "
+                f"{', '.join(GATED_COMMANDS)}, not {command!r}")
+    if params.get("dry_run") is True and command not in DRY_RUN_COMMANDS:
+        emit_at(path + ["dry_run"], f"dry_run applies only to {', '.join(DRY_RUN_COMMANDS)}, "
+                f"not {command!r}")
+    t = params.get("timeout")
+    if t is not None and not isinstance(t, bool):
+        d = _duration_of(t)
+        if d is not None and d <= 0:
+            emit_at(path + ["timeout"], f"timeout must be > 0, got {_fmt_s(d)}")
+
+
 def _check_durations(data: Any, emit_at) -> None:
     """A duration that has the right shape but no usable value (``1000...0s``, beyond 7 days)."""
     if not isinstance(data, dict):
@@ -1310,12 +1522,13 @@ def _check_durations(data: Any, emit_at) -> None:
                 spots.append((["roles", i, key], role.get(key)))
             wl = role.get("workload")
             if isinstance(wl, dict):
-                for key in ("hold", "every", "first_at"):
+                for key in _WORKLOAD_DURATIONS:
                     spots.append((["roles", i, "workload", key], wl.get(key)))
     steps = data.get("nemesis")
     for i, step in enumerate(steps if isinstance(steps, list) else []):
         if isinstance(step, dict):
             spots.append((["nemesis", i, "at"], step.get("at")))
+            spots.append((["nemesis", i, "timeout"], step.get("timeout")))
     for path, value in spots:
         if value is None or isinstance(value, bool):
             continue
@@ -1410,8 +1623,12 @@ def _semantic(data: Any, emit_at) -> None:
             except ValueError as e:
                 emit_at(["roles", i, "failpoints"], f"bad failpoint spec: {e}")
         wl = role.get("workload")
-        if role.get("kind") == "lock_holder" and isinstance(wl, dict):
-            for key in ("hold", "every"):
+        if role.get("kind") == "maintenance" and isinstance(wl, dict):
+            _command_flags({k: v for k, v in wl.items() if k != "timeout"},
+                           ["roles", i, "workload"], emit_at)
+        kind = role.get("kind")
+        if isinstance(wl, dict) and isinstance(kind, str) and kind in _POSITIVE_DURATIONS:
+            for key in _POSITIVE_DURATIONS[kind]:
                 if key in wl:
                     d = _duration_of(wl[key])
                     if d is not None and d <= 0:
@@ -1461,6 +1678,8 @@ def _semantic(data: Any, emit_at) -> None:
         after = step.get("after")
         if isinstance(after, dict):
             role_ref(["nemesis", i, "after", "role"], after.get("role"), "after.role")
+        if fault == "run":
+            _command_flags(step, ["nemesis", i], emit_at)
         if fault in SIGNAL_FAULTS:
             target = role_ref(["nemesis", i, "role"], step.get("role"), "role")
             index = step.get("index")

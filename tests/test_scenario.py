@@ -124,15 +124,25 @@ def test_full_scenario_loads_with_defaults_filled(tmp_path):
             "appends_per_s": 50,
             "sessions": 3,
             "message_bytes": 200,
+            "cjk_share": 0.0,
             "tool_call_share": 0.2,
+            "burst_size": 0,
+            "burst_every": 0.0,
             "split_every": 0,
+            "turn_s": 1.0,
+            "titles": False,
+            "token_usage": False,
+            "search_every": 0.0,
+            "replay_spool_at_start": False,
         },
         failpoints="",
         line=line_of(VALID, "{name: gateway"),
     )
     cli = s.role("cli")
     assert (cli.count, cli.start_at, cli.stop_at) == (2, 3.0, 9.5)
-    assert cli.workload == {"burst": 20, "appends_per_s": 0, "title": True}
+    assert cli.workload == {"burst": 20, "message_bytes": 120, "cjk_share": 0.0,
+                            "tool_call_share": 0.0, "search": False, "repeat": 1, "every": 1.0,
+                            "appends_per_s": 0, "title": True}
     locker = s.role("locker")
     assert locker.workload == {"hold": 0.25, "every": 2.0, "first_at": 1.0}
     assert all(isinstance(v, float) for v in locker.workload.values())
@@ -271,13 +281,14 @@ def test_unknown_role_kind(tmp_path):
     text = VALID.replace("kind: cli", "kind: gatway")
     p = only(problems_of(tmp_path, text), "roles[1].kind")
     assert p.line == line_of(text, "kind: gatway")
-    assert p.message.startswith("unknown role kind 'gatway' (allowed: gateway, cli, lock_holder)")
+    assert p.message.startswith(f"unknown role kind 'gatway' (allowed: {', '.join(ROLE_KINDS)})")
 
 
-def test_unimplemented_role_kind_is_rejected(tmp_path):
+def test_workload_keys_of_another_kind_are_rejected(tmp_path):
+    # The locker's `hold` belongs to lock_holder/long_reader, not to a worktree.
     text = VALID.replace("kind: lock_holder", "kind: worktree")
-    p = only(problems_of(tmp_path, text), "roles[2].kind")
-    assert "'worktree'" in p.message and ", ".join(ROLE_KINDS) in p.message
+    p = only(problems_of(tmp_path, text), "roles[2].workload.hold")
+    assert "'hold'" in p.message and "messages_per_child" in p.message
 
 
 def test_unknown_fault(tmp_path):

@@ -1,5 +1,5 @@
-"""Faults (SPEC §16.2): signals to role processes (``process.py``) and
-operations on the store's files (``files.py``).
+"""Faults (SPEC §16.2): signals to role processes (``process.py``),
+operations on the store's files (``files.py``) and maintenance commands (``commands.py``).
 
 Each fault is a function ``fault(env, params) -> details`` registered in :data:`FAULTS`. The
 runner records ``nemesis`` ``start`` before and ``done`` (with the details) or ``error`` after,
@@ -12,9 +12,11 @@ from __future__ import annotations
 from typing import Callable
 
 from .base import Instance, NemesisEnv, NemesisError, targets
+from .commands import COMMAND_FAULTS
 from .files import FILE_FAULTS
 from .process import SIGNAL_FAULTS
 
-FAULTS: dict[str, Callable[[NemesisEnv, dict], dict]] = {**SIGNAL_FAULTS, **FILE_FAULTS}
+FAULTS: dict[str, Callable[[NemesisEnv, dict], dict]] = {**SIGNAL_FAULTS, **FILE_FAULTS,
+                                                         **COMMAND_FAULTS}
 
 __all__ = ["FAULTS", "Instance", "NemesisEnv", "NemesisError", "targets"]

@@ -111,6 +111,7 @@ class RoleContext:
             definite: exception types recorded as ``fail``; others are ``info``.
         Returns:
             ``(True, value)`` or ``(False, exception)``. Never raises (except KeyboardInterrupt).
+            A scalar value is recorded as the ``ok`` record's ``value``, a dict as its ``result``.
         """
         op_id = self.history.next_op_id()
         start = time.monotonic()
@@ -131,9 +132,10 @@ class RoleContext:
                                 **extra)
             return False, exc
         latency = time.monotonic() - start
+        extra = {"result": value} if isinstance(value, dict) else {}
         self.history.record("ok", op=name, op_id=op_id, latency_s=latency,
                             value=value if isinstance(value, (int, float, str, bool)) else None,
-                            **fields)
+                            **fields, **extra)
         return True, value
 
 

@@ -1,26 +1,47 @@
 """The ``gateway`` role: long-lived, many sessions, appends at a rate, splits, spools refusals.
 
-Workload (SPEC §16.1): ``appends_per_s`` (0 = as fast as possible), ``sessions`` (concurrent
-sessions), ``message_bytes``, ``tool_call_share``, ``split_every`` (messages per session before a
-compression split ends it and starts a child with ``parent_session_id``).
-Refused appends (stale generation) are diverted to the spool (SPEC §10.1) and recorded as
-``fail`` with ``spooled: true``. If the store cannot be opened it retries every 0.5 s. It claims
-ownership of the store and runs queued maintenance requests (a prune handed over by
-``sessions prune``, SPEC §11) once a second, never touching its own live sessions.
+Workload (SPEC §16.1; defaults in ``chaos/scenario.py``):
+
+* ``appends_per_s`` (0 = as fast as possible), ``burst_size``/``burst_every`` (every
+  ``burst_every`` s the next ``burst_size`` appends go back to back), ``sessions`` (concurrent
+  sessions), ``message_bytes``, ``cjk_share`` (share of CJK messages), ``tool_call_share``;
+* ``split_every``: messages per session before a compression split ends it
+  (``end_reason='compression'``) and starts a child with ``parent_session_id``; the parent stays
+  "busy" (its compression turn in progress) for ``turn_s`` seconds after the split;
+* ``titles``: give each session a title by hand and move it down the lineage at every split (the
+  child takes its compression ancestor's title, SPEC §7); ``token_usage``: a token-usage update
+  after every acknowledged assistant message; ``search_every``: a search every N s (0 = never);
+* ``replay_spool_at_start``: once open, import the spool (``replay_spool``, SPEC §10.1): the
+  "gateway restart" step.
+
+Refused writes (stale or replaced generation, write contention after the retry budget, a session
+whose creation was refused) are diverted to the spool (``divert_to_spool``, SPEC §10.1) and
+recorded as ``fail`` with ``spooled: true``. If the store cannot be opened it retries every 0.5 s.
+It claims ownership of the store and runs queued maintenance requests (a prune handed over by
+``sessions prune``, SPEC §11) once a second, never touching a session with a turn in progress
+(its live sessions and the parents of a split younger than ``turn_s``); the ``maintenance`` op
+records which ended sessions it protected (``busy_ended``).
 """
 
 from __future__ import annotations
 
+import sqlite3
 import time
 
 from hermes_state import SessionDB, maintenance
-from hermes_state.errors import StateDbReplacedError
+from hermes_state.errors import StateDbCorruptError, StateDbReplacedError, WriteContentionError
+from hermes_state.spool import replay_spool
 
 from .base import RoleContext
-from .workload import message_text, tool_calls
+from .workload import Pacer, make_message, search_query
+
+#: Refusals whose message is diverted to the spool instead of being dropped (SPEC §10.1).
+SPOOLED_ERRORS = (StateDbReplacedError, WriteContentionError, StateDbCorruptError,
+                  sqlite3.IntegrityError)
 
 
-def _open(ctx: RoleContext) -> SessionDB | None:
+def open_store(ctx: RoleContext) -> SessionDB | None:
+    """Open the store, retrying every 0.5 s until it opens or the role must stop."""
     while not ctx.should_stop():
         ok, value = ctx.op("open", lambda: SessionDB(ctx.cfg.db_path), definite=(Exception,))
         if ok:
@@ -29,49 +50,61 @@ def _open(ctx: RoleContext) -> SessionDB | None:
     return None
 
 
+def replay(ctx: RoleContext, db: SessionDB) -> None:
+    """Import the spool once (op ``replay_spool``; its ``result`` has the counts)."""
+    ctx.op("replay_spool", lambda: replay_spool(db), command="replay-spool")
+
+
 def run(ctx: RoleContext) -> None:
     w = ctx.cfg.workload
-    rate = float(w.get("appends_per_s", 20))
     n_sessions = int(w.get("sessions", 3))
-    size = int(w.get("message_bytes", 200))
-    share = float(w.get("tool_call_share", 0.2))
     split_every = int(w.get("split_every", 0))
-    db = _open(ctx)
+    turn_s = float(w.get("turn_s", 1.0))
+    titles = bool(w.get("titles", False))
+    usage = bool(w.get("token_usage", False))
+    search_every = float(w.get("search_every", 0))
+    db = open_store(ctx)
     if db is None:
         return
+    if w.get("replay_spool_at_start", False):
+        replay(ctx, db)
     proc = ctx.cfg.process
     sessions = [f"{proc}-s{i}" for i in range(n_sessions)]
     counts = {s: 0 for s in sessions}
+    busy_until: dict[str, float] = {}  # split parents whose compression turn is in progress
     splits = 0
-    for sid in sessions:
+    for slot, sid in enumerate(sessions):
         ctx.op("create_session", lambda sid=sid: db.create_session(sid, source="gateway"),
                session_id=sid)
+        if titles:
+            ctx.op("set_title", lambda sid=sid, slot=slot: db.set_session_title(
+                sid, f"{proc} chat {slot}"), session_id=sid)
     # The gateway owns the store: `sessions prune` hands its deletions to us (SPEC §11).
     ctx.op("claim_owner", lambda: maintenance.claim_gateway_ownership(db))
     next_poll = time.monotonic() + 1.0
-    interval = 1.0 / rate if rate > 0 else 0.0
-    next_at = time.monotonic()
+    next_search = time.monotonic() + search_every if search_every > 0 else None
+    pacer = Pacer(time.monotonic(), float(w.get("appends_per_s", 20)),
+                  int(w.get("burst_size", 0)), float(w.get("burst_every", 0)))
     roles = ("user", "assistant", "tool")
     k = 0
     while not ctx.should_stop():
-        if time.monotonic() >= next_poll:
-            next_poll = time.monotonic() + 1.0
-            ctx.op("maintenance", lambda: len(maintenance.run_pending_requests(
-                db, busy_sessions=frozenset(sessions))))
+        now = time.monotonic()
+        if now >= next_poll:
+            next_poll = now + 1.0
+            _poll_requests(ctx, db, sessions, busy_until)
+        if next_search is not None and now >= next_search:
+            next_search = now + search_every
+            q = search_query(ctx.rng, float(w.get("cjk_share", 0)))
+            ctx.op("search", lambda q=q: len(db.search_messages(q, limit=10)), query=q)
         slot = ctx.rng.randrange(n_sessions)
         sid = sessions[slot]
         role = roles[k % 3]
         k += 1
         pid = ctx.next_payload_id()
-        msg = {"role": role, "content": message_text(ctx.rng, pid, size),
-               "platform_message_id": pid}
-        if role == "assistant" and ctx.rng.random() < share:
-            msg["tool_calls"] = tool_calls(ctx.rng, ctx.rng.randint(1, 3))
-        if role == "tool":
-            msg["tool_name"] = "terminal"
+        msg = make_message(ctx.rng, pid, role, w)
 
         def spool(exc: BaseException, sid=sid, msg=msg) -> dict:
-            if isinstance(exc, StateDbReplacedError):
+            if isinstance(exc, SPOOLED_ERRORS):
                 db.divert_to_spool(sid, [msg])
                 return {"spooled": True}
             return {}
@@ -80,20 +113,49 @@ def run(ctx: RoleContext) -> None:
                        on_fail=spool, payload_id=pid, session_id=sid)
         if ok:
             counts[sid] += 1
+            if usage and role == "assistant":
+                inp, out = ctx.rng.randint(50, 4000), ctx.rng.randint(10, 800)
+                ctx.op("update_token_counts", lambda sid=sid, inp=inp, out=out:
+                       db.update_token_counts(sid, input_tokens=inp, output_tokens=out,
+                                              model="chaos-model", api_call_count=1),
+                       session_id=sid, input_tokens=inp, output_tokens=out)
             if split_every and counts[sid] >= split_every:
                 splits += 1
                 child = f"{proc}-s{slot}-c{splits}"
-                ctx.op("end_session", lambda sid=sid: db.end_session(sid, "compression"),
-                       session_id=sid)
-                ctx.op("create_session", lambda sid=sid, child=child: db.create_session(
-                    child, source="gateway", parent_session_id=sid), session_id=child)
+                _split(ctx, db, sid, child, titles)
+                busy_until[sid] = time.monotonic() + turn_s
                 sessions[slot] = child
                 counts[child] = 0
-        if interval:
-            next_at += interval
-            delay = next_at - time.monotonic()
-            if delay > 0:
-                ctx.sleep(delay)
-            else:
-                next_at = time.monotonic()
+        delay = pacer.delay(time.monotonic())
+        if delay > 0:
+            ctx.sleep(delay)
     ctx.op("close", db.close, definite=(Exception,))
+
+
+def _split(ctx: RoleContext, db: SessionDB, parent: str, child: str, titles: bool) -> None:
+    """A compression split: end ``parent``, start ``child`` under it, move the title (SPEC §7)."""
+    ctx.op("end_session", lambda: db.end_session(parent, "compression"), session_id=parent)
+    ctx.op("create_session", lambda: db.create_session(
+        child, source="gateway", parent_session_id=parent), session_id=child,
+        parent_session_id=parent)
+    if titles:
+        title = db.get_session_title(parent)
+        if title:
+            ctx.op("set_title", lambda: db.set_session_title(child, title), session_id=child,
+                   title=title, lineage_from=parent)
+
+
+def _poll_requests(ctx: RoleContext, db: SessionDB, sessions: list[str],
+                   busy_until: dict[str, float]) -> None:
+    """Run queued maintenance requests, protecting every session with a turn in progress."""
+    now = time.monotonic()
+    for sid in [s for s, t in busy_until.items() if t <= now]:
+        del busy_until[sid]
+    busy = frozenset(sessions) | frozenset(busy_until)
+    busy_ended = sorted(busy_until)
+
+    def run_requests():
+        done = maintenance.run_pending_requests(db, busy_sessions=busy)
+        return {"requests": done, "pruned": sum(int(d.get("pruned") or 0) for d in done)}
+
+    ctx.op("maintenance", run_requests, busy_ended=busy_ended)

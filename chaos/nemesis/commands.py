@@ -1,0 +1,178 @@
+"""Maintenance commands as faults (SPEC §16.2 ``run``) and as the ``maintenance`` role's work.
+
+Both run the operator CLI exactly as a user would: ``python -m hermes_state --home H <command>``
+in a child process (never in-process: the gate of SPEC §11 must see the role processes as other
+processes, and a command that crashes must not take the caller with it). The result — argv, exit
+code, stdout/stderr excerpts, the PIDs the output names — is what the nemesis ``done`` record and
+the role's ``ok``/``fail`` record carry, so ``maintenance_refusal`` can check a refusal named the
+holders (SPEC §11, §16.3).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from hermes_state import failpoints
+
+from .base import NemesisEnv, NemesisError
+
+#: Command name (scenario vocabulary) -> the CLI words after ``--home H`` (SPEC §15).
+COMMANDS: dict[str, list[str]] = {
+    "optimize": ["sessions", "optimize"],
+    "optimize-storage": ["sessions", "optimize-storage"],
+    "prune": ["sessions", "prune", "--yes"],
+    "backup": ["backup"],
+    "doctor": ["doctor"],
+    "recover": ["sessions", "recover"],
+    "replay-spool": ["sessions", "replay-spool"],
+}
+#: Commands behind the live-writer gate (SPEC §11): only they take ``--force``.
+GATED = ("optimize", "optimize-storage", "prune")
+#: Commands that take ``--dry-run``.
+DRY_RUN = ("optimize", "optimize-storage", "prune", "replay-spool")
+#: Characters of stdout/stderr kept in a history record (the head and the tail).
+EXCERPT_CHARS = 1500
+DEFAULT_TIMEOUT_S = 60.0
+
+_PID_RE = re.compile(r"\bPID (\d+)")
+
+
+@dataclass
+class CommandResult:
+    """Outcome of one command.
+
+    Attributes:
+        command: the scenario's command name; ``argv``: the full argv run.
+        exit_code: the exit status (negative = killed by that signal; None = timed out and
+            killed).
+        stdout, stderr: excerpts (head and tail, :data:`EXCERPT_CHARS` each at most).
+        pid: the child's pid; ``duration_s``: wall seconds it ran.
+        named_pids: every ``PID N`` the output mentions (holders of a refusal), in order.
+        timed_out: True when it ran past the timeout and was killed.
+    """
+
+    command: str
+    argv: list[str]
+    exit_code: int | None
+    stdout: str
+    stderr: str
+    pid: int
+    duration_s: float
+    named_pids: list[int] = field(default_factory=list)
+    timed_out: bool = False
+
+    def fields(self) -> dict:
+        """The result as history-record fields (JSON-safe)."""
+        return asdict(self)
+
+
+def command_argv(command: str, home: str | os.PathLike, db_path: str | os.PathLike, *,
+                 force: bool = False, dry_run: bool = False, args: list[str] | None = None
+                 ) -> list[str]:
+    """The argv of ``python -m hermes_state --home HOME <command> ...`` (SPEC §15).
+
+    ``prune`` gets ``--yes`` (no terminal to confirm on) and ``--older-than 90`` unless ``args``
+    gives one; ``recover`` gets ``--source <db_path> --inspect-only`` unless ``args`` names a
+    source (it never changes the source either way, SPEC §14).
+
+    Raises:
+        ValueError: an unknown command, ``force`` on a command that is not gated, ``dry_run`` on
+            one that has no preview.
+    """
+    if command not in COMMANDS:
+        raise ValueError(f"unknown maintenance command {command!r} (known: "
+                         f"{', '.join(COMMANDS)})")
+    if force and command not in GATED:
+        raise ValueError(f"--force only applies to the gated commands {', '.join(GATED)}")
+    if dry_run and command not in DRY_RUN:
+        raise ValueError(f"--dry-run only applies to {', '.join(DRY_RUN)}")
+    extra = list(args or [])
+    words = list(COMMANDS[command])
+    if command == "prune" and "--older-than" not in extra:
+        words += ["--older-than", "90"]
+    if command == "recover" and "--source" not in extra:
+        words += ["--source", str(db_path), "--inspect-only"]
+    words += extra
+    if force:
+        words.append("--force")
+    if dry_run:
+        words.append("--dry-run")
+    return [sys.executable, "-m", "hermes_state", "--home", str(home), *words]
+
+
+def _excerpt(text: str) -> str:
+    if len(text) <= 2 * EXCERPT_CHARS:
+        return text
+    return text[:EXCERPT_CHARS] + "\n...\n" + text[-EXCERPT_CHARS:]
+
+
+def run_command(command: str, home: str | os.PathLike, db_path: str | os.PathLike, *,
+                force: bool = False, dry_run: bool = False, args: list[str] | None = None,
+                timeout: float = DEFAULT_TIMEOUT_S) -> CommandResult:
+    """Run one maintenance command in a child process and wait for it.
+
+    The child gets the caller's environment without ``HERMES_STATE_FAILPOINTS`` (a role's
+    failpoints are its own) and a new session (a SIGINT meant for the runner does not reach it).
+    Past ``timeout`` seconds it is SIGKILLed and the result says ``timed_out``.
+
+    Args:
+        command: a key of :data:`COMMANDS`; ``home``: the HERMES_HOME; ``db_path``: its
+            ``state.db`` (the default ``recover`` source); ``force``/``dry_run``/``args``: as in
+            :func:`command_argv`; ``timeout``: seconds.
+    Returns:
+        A :class:`CommandResult`.
+    Raises:
+        ValueError: see :func:`command_argv`.
+        OSError: the child could not be started.
+    """
+    argv = command_argv(command, home, db_path, force=force, dry_run=dry_run, args=args)
+    env = {k: v for k, v in os.environ.items() if k != failpoints.ENV_VAR}
+    start = time.monotonic()
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env, cwd=str(Path(home)), start_new_session=True,
+                            errors="replace")
+    timed_out = False
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        proc.kill()
+        out, err = proc.communicate()
+    code = None if timed_out else proc.returncode
+    named = [int(p) for p in _PID_RE.findall(out + "\n" + err)]
+    return CommandResult(command, argv, code, _excerpt(out), _excerpt(err), proc.pid,
+                         round(time.monotonic() - start, 4), list(dict.fromkeys(named)),
+                         timed_out)
+
+
+def run(env: NemesisEnv, params: dict) -> dict:
+    """The ``run`` fault: a maintenance command against the run's store, now (SPEC §16.2).
+
+    Params: ``command`` (a key of :data:`COMMANDS`), ``force``, ``dry_run``, ``args`` (extra CLI
+    words), ``timeout`` (seconds). The runner waits for the command (its schedule pauses meanwhile).
+    Returns the :class:`CommandResult` fields for the nemesis ``done`` record; a non-zero exit is a
+    result (a refusal is expected under a live writer), not a nemesis error.
+
+    Raises:
+        NemesisError: the command could not be started or is invalid.
+    """
+    try:
+        result = run_command(params["command"], env.db_path.parent, env.db_path,
+                             force=bool(params.get("force", False)),
+                             dry_run=bool(params.get("dry_run", False)),
+                             args=list(params.get("args") or []),
+                             timeout=float(params.get("timeout", DEFAULT_TIMEOUT_S)))
+    except (ValueError, OSError, KeyError) as exc:
+        raise NemesisError(f"run {params.get('command')!r}: {exc}") from exc
+    return result.fields()
+
+
+COMMAND_FAULTS = {
+    "run": run,
+}
