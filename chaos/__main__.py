@@ -1,4 +1,4 @@
-"""``python -m chaos``: run, validate, list (SPEC §16.5).
+"""``python -m chaos``: run, validate, list, report, replay, watch (SPEC §16.5).
 
 Exit codes: 0 every checker passed, 1 a checker failed (or was INCONCLUSIVE), 2 invalid
 scenario (nothing ran), 3 the toolkit itself failed.
@@ -31,6 +31,9 @@ def _parser() -> argparse.ArgumentParser:
     val.add_argument("files", nargs="+", type=Path)
     lst = sub.add_parser("list", help="list the scenarios in a directory")
     lst.add_argument("directory", nargs="?", type=Path, default=Path("scenarios"))
+    from . import cli_report
+
+    cli_report.add_parsers(sub)  # report, replay, watch
     return p
 
 
@@ -71,6 +74,10 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"ok  {sc.source}: {sc.name} ({len(sc.roles)} roles, "
                       f"{len(sc.nemesis)} faults, {len(sc.expect)} checkers)")
             return EXIT_BAD_SCENARIO if bad else EXIT_OK
+        from . import cli_report
+
+        if args.cmd in cli_report.COMMANDS:
+            return cli_report.dispatch(args, err)
         if args.cmd == "list":
             from .scenario import ScenarioError, load_scenario
 

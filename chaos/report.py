@@ -1,4 +1,9 @@
-"""What the user reads: the run header, progress lines, the verdict table, results.json."""
+"""What the user reads in the terminal: the verdict table, results.json (SPEC §16.5).
+
+The HTML page is :mod:`chaos.html_report`; this module is the terminal side. Verdicts may be
+:class:`chaos.checkers.base.Verdict` objects or their ``to_dict()`` form (as read back from
+``results.json``), so a saved run prints exactly like a live one.
+"""
 
 from __future__ import annotations
 
@@ -12,19 +17,60 @@ STATUS_STYLE = {"PASS": "bold green", "FAIL": "bold red", "INCONCLUSIVE": "bold 
                 "SKIPPED": "dim"}
 
 
+def _field(v, name: str, default=""):
+    return v.get(name, default) if isinstance(v, dict) else getattr(v, name, default)
+
+
+def styled_status(status: str) -> str:
+    """``status`` wrapped in its rich colour markup."""
+    return f"[{STATUS_STYLE.get(status, '')}]{status}[/]" if status in STATUS_STYLE else status
+
+
 def verdict_table(verdicts: list, title: str = "checkers") -> Table:
-    """A rich table: checker | verdict | summary."""
+    """A rich table: checker | verdict | summary. ``verdicts``: Verdict objects or dicts."""
     table = Table(title=title, show_lines=False)
     table.add_column("checker", no_wrap=True)
     table.add_column("verdict", no_wrap=True)
     table.add_column("figures")
     for v in verdicts:
-        table.add_row(v.checker, f"[{STATUS_STYLE.get(v.status, '')}]{v.status}[/]", v.summary)
+        status = str(_field(v, "status", "?"))
+        table.add_row(str(_field(v, "checker")), styled_status(status), str(_field(v, "summary")))
     return table
 
 
 def print_verdicts(console: Console, verdicts: list, title: str) -> None:
+    """Print the verdict table (Verdict objects or dicts)."""
     console.print(verdict_table(verdicts, title))
+
+
+def exit_code_of(verdicts: list) -> int:
+    """0 when every verdict is PASS or SKIPPED, else 1 (SPEC §16.5 exit codes)."""
+    return 0 if all(_field(v, "status") in ("PASS", "SKIPPED") for v in verdicts) else 1
+
+
+def comparison_table(left: list, right: list, left_title: str, right_title: str,
+                     title: str = "verdicts side by side") -> Table:
+    """Two runs' verdicts in one table: checker | left | right | left figures | right figures.
+
+    A checker present in only one run shows ``-`` on the other side.
+    """
+    table = Table(title=title)
+    table.add_column("checker", no_wrap=True)
+    table.add_column(left_title, no_wrap=True)
+    table.add_column(right_title, no_wrap=True)
+    table.add_column(f"{left_title} figures")
+    table.add_column(f"{right_title} figures")
+    lmap = {str(_field(v, "checker")): v for v in left}
+    rmap = {str(_field(v, "checker")): v for v in right}
+    names = list(lmap) + [n for n in rmap if n not in lmap]
+    for name in names:
+        lv, rv = lmap.get(name), rmap.get(name)
+        table.add_row(name,
+                      styled_status(str(_field(lv, "status"))) if lv is not None else "-",
+                      styled_status(str(_field(rv, "status"))) if rv is not None else "-",
+                      str(_field(lv, "summary")) if lv is not None else "",
+                      str(_field(rv, "summary")) if rv is not None else "")
+    return table
 
 
 def write_results(path: Path, payload: dict) -> None:

@@ -357,7 +357,21 @@ class Runner:
                           for i in self.instances],
         }
         write_results(self.run_dir / "results.json", results)
+        self._write_report()
         return RunResult(self.run_dir, verdicts, code, results)
+
+    def _write_report(self) -> None:
+        """``report.html`` from the files just written (rebuildable: ``python -m chaos report``)."""
+        from .html_report import write_report
+
+        try:
+            path = write_report(self.run_dir)
+        except Exception as exc:  # noqa: BLE001 - the verdicts stand; say how to rebuild the page
+            self.console.print(f"[red]report.html could not be written: {type(exc).__name__}: "
+                               f"{exc}[/] (rebuild: python -m chaos report {self.run_dir})",
+                               highlight=False)
+            return
+        self.console.print(f"report {path}", highlight=False)
 
 
 def _must_observe(sc: Scenario, records: list[dict]):

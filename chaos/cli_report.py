@@ -1,0 +1,137 @@
+"""The output and observation subcommands of ``python -m chaos``: ``report``, ``replay``,
+``watch`` (SPEC §16.5).
+
+Kept apart from :mod:`chaos.__main__` so that module only registers them (:func:`add_parsers`)
+and hands matching commands to :func:`dispatch`. Exit codes as everywhere in the toolkit:
+0 every checker passed, 1 a checker failed (or was INCONCLUSIVE), 2 bad input (not a run
+directory, no store to watch), 3 the toolkit itself failed (raised to ``__main__``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from rich.console import Console
+
+COMMANDS = ("report", "replay", "watch")
+EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+
+
+def add_parsers(sub) -> None:
+    """Register ``report``, ``replay`` and ``watch`` on an argparse subparsers object."""
+    rep = sub.add_parser("report", help="rebuild report.html of a run and print its verdicts")
+    rep.add_argument("run_dir", type=Path, help="a run directory (runs/<name>-<stamp>-seed<N>)")
+    rep.add_argument("--recheck", action="store_true",
+                     help="run the checkers again on the saved history and final store")
+    rep.add_argument("--json", action="store_true", help="print results.json on stdout")
+    rpl = sub.add_parser("replay", help="run a saved run's scenario again with the same seed")
+    rpl.add_argument("run_dir", type=Path)
+    rpl.add_argument("--out", type=Path, default=None,
+                     help="where the new run directory goes (default: beside the original)")
+    rpl.add_argument("--json", action="store_true", help="print the new results.json on stdout")
+    wat = sub.add_parser("watch", help="observe a live store without faults (for lockup reports)")
+    wat.add_argument("--home", type=Path, default=None,
+                     help="HERMES_HOME to watch (default: $HERMES_HOME or ~/.hermes)")
+    wat.add_argument("--profile", default=None, help="a named profile under the home")
+    wat.add_argument("--duration", type=_seconds, default=None,
+                     help="seconds to watch (default: until Ctrl-C)")
+    wat.add_argument("--interval", type=_seconds, default=None,
+                     help="seconds between samples (default 0.1)")
+    wat.add_argument("--out", type=Path, default=Path("runs"), help="where the run directory goes")
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text.rstrip("s"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError("a duration is a positive number of seconds")
+    return value
+
+
+def dispatch(args: argparse.Namespace, err: Console) -> int:
+    """Run one of :data:`COMMANDS`; returns the exit code. Toolkit errors propagate."""
+    if args.cmd == "report":
+        return _report(args, err)
+    if args.cmd == "replay":
+        return _replay(args, err)
+    return _watch(args, err)
+
+
+def _report(args, err: Console) -> int:
+    from .html_report import write_report
+    from .replay import RunDirError, recheck
+    from .report import exit_code_of, print_verdicts
+
+    run_dir = args.run_dir
+    if not ((run_dir / "history.jsonl").is_file() or (run_dir / "history").is_dir()):
+        err.print(f"[red]{run_dir}: not a chaos run directory (no history.jsonl, no history/)[/]",
+                  highlight=False)
+        return EXIT_BAD_INPUT
+    console = Console(stderr=True, soft_wrap=True) if args.json else Console(soft_wrap=True)
+    try:
+        if args.recheck:
+            results = recheck(run_dir)
+            console.print(f"rechecked {run_dir} (previous verdicts in results.previous.json)",
+                          highlight=False)
+        else:
+            try:
+                results = json.loads((run_dir / "results.json").read_text())
+            except (OSError, ValueError) as exc:
+                results = {}
+                err.print(f"[yellow]{run_dir}/results.json unreadable ({exc}); the page has no "
+                          "verdicts (use --recheck to judge the saved history)[/]",
+                          highlight=False)
+        page = write_report(run_dir)
+    except (RunDirError, FileNotFoundError) as exc:
+        err.print(f"[red]{exc}[/]", highlight=False)
+        return EXIT_BAD_INPUT
+    verdicts = results.get("verdicts") or []
+    if results.get("kind") == "watch":
+        from .watch import print_summary
+
+        print_summary(console, results)
+    else:
+        title = f"{results.get('scenario', run_dir.name)} (seed {results.get('seed', '?')})"
+        print_verdicts(console, verdicts, title)
+    console.print(f"report {page}", highlight=False)
+    if args.json:
+        print(json.dumps(results, default=str))
+    if results.get("kind") == "watch":
+        return EXIT_OK
+    return exit_code_of(verdicts) if verdicts else EXIT_CHECK_FAILED
+
+
+def _replay(args, err: Console) -> int:
+    from .replay import RunDirError, replay
+    from .report import comparison_table
+
+    console = Console(stderr=True, soft_wrap=True) if args.json else Console(soft_wrap=True)
+    try:
+        original, result = replay(args.run_dir, out_dir=args.out, console=console)
+    except RunDirError as exc:
+        err.print(f"[red]{exc}[/]", highlight=False)
+        return EXIT_BAD_INPUT
+    console.print(comparison_table(original.get("verdicts") or [], result.verdicts,
+                                   "original", "replay",
+                                   title=f"{result.results.get('scenario')} seed "
+                                         f"{result.results.get('seed')}: "
+                                         f"{args.run_dir.name} vs {result.run_dir.name}"))
+    if args.json:
+        print(json.dumps(result.results, default=str))
+    return result.exit_code
+
+
+def _watch(args, err: Console) -> int:
+    from .watch import WatchError, watch
+
+    try:
+        watch(home=args.home, profile=args.profile, duration_s=args.duration,
+              interval_s=args.interval, out_dir=args.out, console=Console(soft_wrap=True))
+    except WatchError as exc:
+        err.print(f"[red]{exc}[/]", highlight=False)
+        return EXIT_BAD_INPUT
+    return EXIT_OK

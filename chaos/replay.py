@@ -1,0 +1,115 @@
+"""Working from a saved run directory: re-judge it (``report --recheck``) or run it again
+(``replay``) (SPEC §16.5).
+
+- :func:`recheck` runs the scenario's checkers again on the saved history and the saved final
+  store (``final/``), without starting any process; the previous ``results.json`` is kept as
+  ``results.previous.json``.
+- :func:`replay` runs the same resolved scenario (``scenario.resolved.json``) with the same seed
+  into a new run directory: the same workload and fault schedule, OS scheduling aside.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import sqlite3
+from pathlib import Path
+
+from rich.console import Console
+
+from .report import exit_code_of, write_results
+
+
+class RunDirError(Exception):
+    """The directory is not a usable chaos run directory (the message says what is missing)."""
+
+
+def load_resolved(run_dir: Path):
+    """The :class:`chaos.scenario.Scenario` saved in ``run_dir/scenario.resolved.json``.
+
+    Raises:
+        RunDirError: the file is missing, or it no longer validates (the problems are listed).
+    """
+    from .scenario import ScenarioError, load_scenario_text
+
+    path = Path(run_dir) / "scenario.resolved.json"
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise RunDirError(f"{path}: cannot read the resolved scenario ({exc.strerror}); "
+                          "replay and --recheck need a directory written by `chaos run`") from None
+    try:
+        return load_scenario_text(text, source=str(path))
+    except ScenarioError as exc:
+        raise RunDirError(f"{path}: the saved scenario does not validate with this version:\n  "
+                          + "\n  ".join(map(str, exc.problems))) from None
+
+
+def recheck(run_dir: str | os.PathLike) -> dict:
+    """Run the saved scenario's checkers again on the saved history and final store.
+
+    Args:
+        run_dir: a directory written by ``chaos run`` (needs ``scenario.resolved.json``,
+            ``history.jsonl`` or ``history/``, ``final/state.db``).
+    Returns:
+        The new results dict (also written to ``results.json``; the old one is moved to
+        ``results.previous.json``). ``verdicts`` are dicts; ``rechecked_at`` is UTC ISO.
+    Raises:
+        RunDirError: a required file is missing.
+    """
+    from .checkers import CheckContext, run_checkers
+    from .html_report import load_run
+    from .runner import _must_observe
+
+    run_dir = Path(run_dir).absolute()
+    scenario = load_resolved(run_dir)
+    try:
+        records, old, _ = load_run(run_dir)
+    except FileNotFoundError as exc:
+        raise RunDirError(str(exc)) from None
+    store = run_dir / "final" / "state.db"
+    if not store.exists():
+        raise RunDirError(f"{store}: the final store copy is missing; nothing to recheck")
+    ctx = CheckContext(history=records, store_path=store, home=run_dir / "home",
+                       run_dir=run_dir, scenario=scenario.to_dict())
+    verdicts = run_checkers(ctx, scenario.expect) + _must_observe(scenario, records)
+    results = dict(old)
+    results.update({
+        "scenario": scenario.name, "seed": scenario.seed, "run_dir": str(run_dir),
+        "verdicts": [v.to_dict() for v in verdicts],
+        "exit_code": exit_code_of(verdicts), "sqlite_recheck": sqlite3.sqlite_version,
+        "rechecked_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    })
+    results_path = run_dir / "results.json"
+    if results_path.exists():
+        os.replace(results_path, run_dir / "results.previous.json")
+    write_results(results_path, results)
+    return results
+
+
+def replay(run_dir: str | os.PathLike, *, out_dir: str | os.PathLike | None = None,
+           console: Console | None = None):
+    """Run the scenario saved in ``run_dir`` again, same seed, into a new run directory.
+
+    Args:
+        run_dir: the original run directory.
+        out_dir: where the new run directory goes (default: beside the original).
+        console: progress output.
+    Returns:
+        ``(original results dict, new RunResult)``; the original results are ``{}`` when the
+        first run left no ``results.json`` (it was interrupted).
+    Raises:
+        RunDirError: no usable ``scenario.resolved.json``.
+    """
+    from .runner import run_scenario
+
+    run_dir = Path(run_dir).absolute()
+    scenario = load_resolved(run_dir)
+    try:
+        original = json.loads((run_dir / "results.json").read_text())
+    except (OSError, ValueError):
+        original = {}
+    target = Path(out_dir) if out_dir is not None else run_dir.parent
+    result = run_scenario(scenario, out_dir=target, console=console)
+    return original, result

@@ -1,0 +1,150 @@
+"""report.html, `chaos report` and `chaos replay` on real small runs (SPEC §16.5).
+
+Each test runs its own short scenario (real role processes, a real store, real SIGKILL/SIGSTOP)
+under tmp_path, then reads the page back with :mod:`html.parser`.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from html.parser import HTMLParser
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+SCENARIO = """\
+name: tiny
+description: two writers, a lock holder, one writer SIGKILLed and the other frozen for a moment
+seed: 5
+duration: 2.5s
+roles:
+  - {name: writer, kind: gateway, count: 1, workload: {appends_per_s: 40}}
+  - {name: victim, kind: gateway, count: 1, workload: {appends_per_s: 40}}
+  - {name: locker, kind: lock_holder, count: 1, workload: {first_at: 0.3s, hold: 0.3s, every: 1s}}
+nemesis:
+  - {at: 1s, fault: kill, role: victim}
+  - {at: 1.3s, fault: stop, role: writer}
+  - {at: 1.7s, fault: cont, role: writer}
+expect:
+  no_lost_writes: {}
+  integrity: {}
+"""
+
+
+def run_chaos(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "chaos", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=180)
+
+
+class Page(HTMLParser):
+    """Collects every start tag with its attributes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, dict]] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+
+    def with_attr(self, name: str) -> list[dict]:
+        return [a for _, a in self.tags if name in a]
+
+
+def parse(path: Path) -> Page:
+    page = Page()
+    page.feed(path.read_text(encoding="utf-8"))
+    page.close()
+    return page
+
+
+def tiny_run(tmp_path: Path) -> tuple[Path, subprocess.CompletedProcess]:
+    sc = tmp_path / "tiny.yaml"
+    sc.write_text(SCENARIO)
+    out = tmp_path / "runs"
+    proc = run_chaos("run", str(sc), "--out", str(out))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (run_dir,) = [d for d in out.iterdir() if d.is_dir()]
+    return run_dir, proc
+
+
+def test_run_writes_a_self_contained_report_with_lanes_and_faults(tmp_path):
+    run_dir, proc = tiny_run(tmp_path)
+    report = run_dir / "report.html"
+    assert f"report {report}" in proc.stdout
+    page = parse(report)
+    history = [json.loads(x) for x in (run_dir / "history.jsonl").read_text().splitlines()]
+    # One lane per role process, carrying the process's real PID.
+    lanes = {a["data-process"]: a.get("data-pid") for a in page.with_attr("data-process")
+             if "lane" in a.get("class", "")}
+    spawned = {r["child"]: str(r["child_pid"]) for r in history
+               if r["type"] == "process" and r["phase"] == "spawn"}
+    assert spawned.keys() == {"writer-0", "victim-0", "locker-0"}
+    assert lanes == spawned
+    # One band per fault that fired, named after it.
+    fired = sorted(r["fault"] for r in history if r["type"] == "nemesis" and r["phase"] == "done")
+    bands = sorted(a["data-fault"] for a in page.with_attr("data-fault"))
+    assert fired == ["cont", "kill", "stop"] and bands == fired
+    # Operations are marks; the victim's SIGKILL shows as a killed lane end.
+    ops = [a for a in page.with_attr("data-op")]
+    assert {"append", "hold_lock"} <= {a["data-op"] for a in ops}
+    assert any("op-ok" in a["class"] for a in ops)
+    assert "killed by signal 9" in report.read_text()
+    # The verdict table is there, one row per checker of results.json.
+    results = json.loads((run_dir / "results.json").read_text())
+    rows = {a["data-checker"]: a["data-status"] for a in page.with_attr("data-checker")}
+    assert rows == {v["checker"]: v["status"] for v in results["verdicts"]}
+    # Nothing is fetched from the network.
+    for _, attrs in page.tags:
+        for key in ("src", "href"):
+            value = attrs.get(key) or ""
+            assert not value.startswith(("http://", "https://", "//")), (key, value)
+    assert "<link" not in report.read_text()
+
+    # `chaos report` rebuilds the page from the saved files and prints the verdict table.
+    report.unlink()
+    again = run_chaos("report", str(run_dir))
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert report.exists()
+    assert "no_lost_writes" in again.stdout and "PASS" in again.stdout
+    assert {a["data-fault"] for a in parse(report).with_attr("data-fault")} == set(fired)
+
+
+def test_recheck_rejudges_the_saved_run_and_keeps_the_old_verdicts(tmp_path):
+    run_dir, _ = tiny_run(tmp_path)
+    before = json.loads((run_dir / "results.json").read_text())
+    proc = run_chaos("report", str(run_dir), "--recheck", "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    after = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert "rechecked_at" in after
+    assert [(v["checker"], v["status"]) for v in after["verdicts"]] == \
+        [(v["checker"], v["status"]) for v in before["verdicts"]]
+    assert json.loads((run_dir / "results.previous.json").read_text()) == before
+    # Same figures from the same saved history and store (elapsed time aside).
+    strip = lambda vs: [{k: v for k, v in x["figures"].items() if k != "elapsed_s"} for x in vs]  # noqa: E731
+    assert strip(after["verdicts"]) == strip(before["verdicts"])
+
+
+def test_replay_runs_the_same_scenario_and_seed_into_a_new_directory(tmp_path):
+    run_dir, _ = tiny_run(tmp_path)
+    proc = run_chaos("replay", str(run_dir), "--json")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    new = json.loads(proc.stdout.strip().splitlines()[-1])
+    new_dir = Path(new["run_dir"])
+    assert new_dir != run_dir and new_dir.parent == run_dir.parent
+    assert new["seed"] == 5 and new_dir.name.startswith("tiny-") and new_dir.name.endswith("seed5")
+    assert json.loads((new_dir / "scenario.resolved.json").read_text()) == \
+        json.loads((run_dir / "scenario.resolved.json").read_text())
+    assert (new_dir / "report.html").exists()
+    # Both verdicts side by side (stderr carries the console under --json).
+    assert "original" in proc.stderr and "replay" in proc.stderr
+
+
+def test_report_and_replay_refuse_a_directory_that_is_not_a_run(tmp_path):
+    proc = run_chaos("report", str(tmp_path))
+    assert proc.returncode == 2
+    assert "not a chaos run directory" in proc.stderr
+    proc = run_chaos("replay", str(tmp_path))
+    assert proc.returncode == 2
+    assert "scenario.resolved.json" in proc.stderr
