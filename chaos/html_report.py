@@ -229,7 +229,7 @@ class Timeline:
             info["last"] = r["t"]
         # Processes seen only by sampling (watch, or a foreign SQLite client during a run).
         for r in self.records:
-            if r.get("type") != "sample":
+            if r.get("type") not in ("sample", "observed"):
                 continue
             cmds = {}
             for key in ("holders", "waiting"):
@@ -240,6 +240,8 @@ class Timeline:
                 if r.get(key) is not None and _pid_of(r[key]) is not None:
                     cmds.setdefault(_pid_of(r[key]), _cmd_of(r[key]))
             named = {}
+            if r.get("type") == "observed" and r.get("holder_pid") and r.get("command"):
+                cmds[int(r["holder_pid"])] = r["command"]
             for entry in r.get("procs") or []:
                 if isinstance(entry, dict) and entry.get("pid") is not None:
                     named[int(entry["pid"])] = entry.get("process")
@@ -338,6 +340,14 @@ class Timeline:
                     out.setdefault(lane, []).append(
                         ("wait", t, t_next, f"{lane} waits on a store lock"))
             for entry in s.get("procs") or []:
+                if isinstance(entry, dict) and any(
+                        isinstance(entry.get(k), dict) and entry[k].get("current") is False
+                        for k in ("db", "wal", "shm")):
+                    lane = self.lane_of(entry.get("process")) or self.lane_of(entry.get("pid"))
+                    if lane is not None:
+                        out.setdefault(lane, []).append(
+                            ("retired", t, t_next, f"{lane} holds a retired (deleted or "
+                                                   "replaced) store file"))
                 if isinstance(entry, dict) and entry.get("status") == "stopped":
                     lane = self.lane_of(entry.get("process")) or self.lane_of(entry.get("pid"))
                     if lane is not None:
@@ -435,17 +445,21 @@ def _timeline_svg(tl: Timeline) -> str:
     for r in tl.records:
         if r.get("type") == "event" and r.get("process") in tl.lane_info:
             events_by_lane.setdefault(r["process"], []).append(r)
-        elif (r.get("type") == "observed" and r.get("pid") in tl.pid_lane):
-            events_by_lane.setdefault(tl.pid_lane[r["pid"]], []).append(r)
+        elif r.get("type") == "observed" and r.get("holder_pid") in tl.pid_lane:
+            events_by_lane.setdefault(tl.pid_lane[r["holder_pid"]], []).append(r)
     ops_by_lane: dict[str, list] = {}
     for op in tl.ops:
         ops_by_lane.setdefault(op.process, []).append(op)
     for i, name in enumerate(tl.lanes):
         info = tl.lane_info[name]
+        sub = info["kind"] or ""
         y = top + i * LANE_H
         mid = y + LANE_H / 2
-        label = name + (f"  pid {info['pid']}" if info["pid"] and not name.startswith("pid ") else "")
-        sub = info["kind"] or ""
+        if name.startswith("pid "):
+            label = f"{name} {sub}" if sub else name
+            label = label if len(label) <= 30 else label[:29] + "…"
+        else:
+            label = name + (f"  pid {info['pid']}" if info["pid"] else "")
         out.append(f'<g class="lane" data-process="{_e(name)}" data-pid="{_e(info["pid"] or "")}">')
         out.append(f'<rect class="lane-bg{" odd" if i % 2 else ""}" x="0" y="{y}" width="{w}" '
                    f'height="{LANE_H}"/>')
@@ -464,7 +478,8 @@ def _timeline_svg(tl: Timeline) -> str:
                        f'y="{mid + 4:.1f}">{"✕" if bad else "|"}{_title(f"{name}: {how}")}</text>')
         for what, a, b, title in spans.get(name, []):
             xa, xb = LABEL_W + tl.x(a), LABEL_W + tl.x(b)
-            sy, sh = (y + 1, LANE_H - 2) if what == "stopped" else (y + 2, 5)
+            sy, sh = {"stopped": (y + 1, LANE_H - 2),
+                      "retired": (y + LANE_H - 6, 5)}.get(what, (y + 2, 5))
             out.append(f'<rect class="span-{what}" data-kind="{what}" x="{xa:.1f}" '
                        f'y="{sy}" width="{max(2.0, xb - xa):.1f}" height="{sh}">'
                        f'{_title(f"{title} ({tl.rel(a):.2f}s to {tl.rel(b):.2f}s)")}</rect>')
@@ -547,9 +562,10 @@ def _event_mark(tl: Timeline, ev: dict, y: float) -> str:
     x = LABEL_W + tl.x(ev["t"])
     kind = ev.get("event") or ev.get("what") or ""
     if ev.get("type") == "observed":
-        if kind == "checkpoint":
-            return _marker("triangle", x, y + LANE_H - 4, "ev-checkpoint",
-                           f"checkpoint seen: {ev.get('reason', '')}", 'data-kind="checkpoint"')
+        if kind == "lock_held":
+            return _marker("diamond", x, y + 5, "ev-refusal",
+                           f"write lock held by PID {ev.get('holder_pid')} ({ev.get('command')}) "
+                           f"for {ev.get('held_s')}s", 'data-kind="lock_held"')
         return ""
     if kind == "retry":
         return _marker("tick", x, y + LANE_H - 3, "ev-retry",
@@ -627,7 +643,7 @@ def _latency_svg(tl: Timeline) -> str:
         lx = LABEL_W + 110 * k
         out.append(f'<circle cx="{lx}" cy="{legend_y - 4}" r="4" fill="{colour}"/>'
                    f'<text class="tick" x="{lx + 7}" y="{legend_y}">{_e(kind)} ({len(pts)})</text>')
-    out.append(f'<text class="tick" x="4" y="{top + 10}">latency (log)</text></svg>')
+    out.append("</svg>")
     return "".join(out)
 
 
@@ -660,8 +676,7 @@ def _wal_svg(tl: Timeline) -> str:
             out.append(_marker("triangle", LABEL_W + tl.x(r["t"]), top + ph - 4, "ev-checkpoint",
                                f"checkpoint at {tl.rel(r['t']):.2f}s ({r.get('process', '')})",
                                'data-kind="checkpoint"'))
-    out.append(f'<text class="tick" x="4" y="{top + 10}">WAL size (max {_fmt_bytes(hi)})</text>'
-               "</svg>")
+    out.append("</svg>")
     return "".join(out)
 
 
@@ -750,7 +765,7 @@ pre{white-space:pre-wrap;max-height:320px;overflow:auto;background:#f8f8f8;paddi
 .ev-refusal{fill:#d62728;stroke:#600;stroke-width:.8} .ev-capture{fill:#7a1fa0}
 .ev-migration{fill:#17becf}
 .span-lock{fill:#7a1fa0;fill-opacity:.75} .span-wait{fill:#ff7f0e;fill-opacity:.8}
-.span-stopped{fill:#555;fill-opacity:.35}
+.span-stopped{fill:#555;fill-opacity:.35} .span-retired{fill:#d62728;fill-opacity:.6}
 .wal-line{fill:none;stroke:#1f77b4;stroke-width:1.5}
 .legend span{display:inline-block;margin-right:14px}
 .sw{display:inline-block;width:10px;height:10px;margin-right:4px;vertical-align:middle}
@@ -776,7 +791,9 @@ def render(records: list[dict], results: dict, scenario: dict, title: str = "cha
               'refusal / give-up</span><span><i class="sw" style="background:#7a1fa0"></i>'
               'capture, write-lock owner</span><span><i class="sw" style="background:#ff7f0e">'
               '</i>retry, waiting on a lock</span><span><i class="sw" style="background:#1f77b4">'
-              '</i>checkpoint</span>')
+              '</i>checkpoint</span><span><i class="sw" style="background:#555;opacity:.4"></i>'
+              'stopped (SIGSTOP)</span><span><i class="sw" style="background:#d62728;opacity:.6">'
+              '</i>holds a retired WAL generation</span>')
     timeline = _timeline_svg(tl).replace('class="timeline"', 'class="timeline zoomable"', 1)
     latency = _latency_svg(tl).replace('class="latency"', 'class="latency zoomable"', 1)
     wal = _wal_svg(tl).replace('class="wal"', 'class="wal zoomable"', 1)
@@ -788,6 +805,6 @@ def render(records: list[dict], results: dict, scenario: dict, title: str = "cha
             '<p><label>zoom <input id="zoom" type="range" min="1" max="12" step="0.5" value="1">'
             f'</label> (times are seconds since the start; hover a mark for details)</p>'
             f'<div class="scroll">{timeline}</div>'
-            f"<h2>Latency over time (per op kind)</h2><div class=\"scroll\">{latency}</div>"
-            f"<h2>WAL size over time</h2><div class=\"scroll\">{wal}</div>"
+            f"<h2>Latency over time (per op kind, log scale; hollow: failed)</h2><div class=\"scroll\">{latency}</div>"
+            f"<h2>WAL size over time (sampled; triangles: checkpoints)</h2><div class=\"scroll\">{wal}</div>"
             f"<script>{_JS}</script></body></html>\n")
