@@ -18,15 +18,15 @@ SCENARIO = """\
 name: tiny
 description: two writers, a lock holder, one writer SIGKILLed and the other frozen for a moment
 seed: 5
-duration: 2.5s
+duration: 4s
 roles:
   - {name: writer, kind: gateway, count: 1, workload: {appends_per_s: 40}}
   - {name: victim, kind: gateway, count: 1, workload: {appends_per_s: 40}}
   - {name: locker, kind: lock_holder, count: 1, workload: {first_at: 0.3s, hold: 0.3s, every: 1s}}
 nemesis:
-  - {at: 1s, fault: kill, role: victim}
-  - {at: 1.3s, fault: stop, role: writer}
-  - {at: 1.7s, fault: cont, role: writer}
+  - {after: {role: victim, ok: 5}, fault: kill, role: victim}
+  - {after: {role: writer, ok: 10}, fault: stop, role: writer}
+  - {at: 3.5s, fault: cont, role: writer}
 expect:
   no_lost_writes: {}
   integrity: {}
