@@ -22,10 +22,10 @@ from pathlib import Path
 
 from rich.console import Console
 
-from hermes_state import SessionDB
 from hermes_state.connection import wal_reset_exposure
 from hermes_state.paths import utc_stamp
 
+from . import fixtures
 from . import history as hist
 from .checkers import CheckContext, run_checkers
 from .nemesis import FAULTS, NemesisEnv, NemesisError
@@ -139,6 +139,7 @@ class Runner:
         self.instances: list[RoleInstance] = []
         self.t0 = 0.0
         self.sampler: Sampler | None = None
+        self.mount: fixtures.Mount | None = None
 
     # ------------------------------------------------------------------ helpers
     def elapsed(self) -> float:
@@ -147,11 +148,39 @@ class Runner:
     def say(self, text: str) -> None:
         self.console.print(f"[dim]{self.elapsed():7.2f}s[/] {text}", highlight=False)
 
-    def _prepare_store(self) -> None:
-        fixture = self.sc.store.get("fixture", "empty")
-        if fixture != "empty":
-            raise ValueError(f"store fixture {fixture!r} is not available in this version")
-        SessionDB(self.db_path).close()
+    def _prepare_store(self) -> dict:
+        """Mount the store's tmpfs if asked, write the fixture (chaos/fixtures.py, SPEC §16.4).
+
+        Raises:
+            fixtures.TmpfsUnavailable: the tmpfs cannot be mounted (the run is SKIPPED).
+        """
+        store = self.sc.store
+        if store.get("tmpfs"):
+            self.mount = fixtures.mount_tmpfs(self.home, fixtures.parse_size(store["tmpfs"]))
+        need_backup = any(s.fault == "replace_db" and s.params.get("source") == "backup"
+                          for s in self.sc.nemesis)
+        return fixtures.prepare_store(store, self.db_path, seed=self.sc.seed,
+                                      need_backup=need_backup)
+
+    def release_store(self) -> None:
+        """Unmount the store's tmpfs (its files are copied into the run directory first)."""
+        if self.mount is not None:
+            mount, self.mount = self.mount, None
+            mount.unmount()
+
+    def _skipped(self, reason: str) -> RunResult:
+        """Every checker SKIPPED with ``reason`` (SPEC §16.3): a requirement is unmet."""
+        from .checkers.base import SKIPPED, Verdict
+
+        verdicts = [Verdict(name, SKIPPED, reason, {"reason": reason}, [])
+                    for name in self.sc.expect]
+        results = {"scenario": self.sc.name, "seed": self.sc.seed, "run_dir": str(self.run_dir),
+                   "duration_s": self.sc.duration, "sqlite": sqlite3.sqlite_version,
+                   "exit_code": 0, "skipped": reason,
+                   "verdicts": [v.to_dict() for v in verdicts], "processes": []}
+        write_results(self.run_dir / "results.json", results)
+        self.console.print(f"[yellow]SKIPPED: {reason}[/]")
+        return RunResult(self.run_dir, verdicts, 0, results)
 
     def _spawn(self, inst: RoleInstance, writer: hist.HistoryWriter) -> None:
         spec = inst.spec
@@ -211,12 +240,15 @@ class Runner:
         self.console.print(f"SQLite {sqlite3.sqlite_version}: "
                            + (f"[yellow]{exposure}[/]" if exposure else "WAL-reset race fixed"))
         self.console.print(f"run directory {self.run_dir}")
-        self._prepare_store()
+        try:
+            store_details = self._prepare_store()
+        except fixtures.TmpfsUnavailable as exc:
+            return self._skipped(f"the store's tmpfs is unavailable: {exc}")
         self.t0 = time.monotonic()
         writer = hist.HistoryWriter(self.hist_dir / "runner.jsonl", "runner")
         tail = HistoryTail(self.hist_dir)
         env = NemesisEnv(self.db_path, lambda: list(self.instances))
-        writer.record("phase", phase="warm-up")
+        writer.record("phase", phase="warm-up", store=store_details)
         self.sampler = Sampler(self.db_path, self.hist_dir,
                                self._sampled_processes)
         self.sampler.start()
@@ -404,6 +436,7 @@ def run_scenario(scenario: Scenario, *, out_dir: str | os.PathLike = "runs",
         result = runner.run()
     finally:
         runner.abandon()  # an interrupted run leaves no role process behind (not even a stopped one)
+        runner.release_store()
     print_verdicts(console, result.verdicts, f"{scenario.name} (seed {scenario.seed})")
     return result
 

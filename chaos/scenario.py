@@ -73,6 +73,15 @@ MAINTENANCE_COMMANDS = ("optimize", "optimize-storage", "prune", "backup", "doct
 GATED_COMMANDS = ("optimize", "optimize-storage", "prune")
 #: Commands with a ``--dry-run`` preview.
 DRY_RUN_COMMANDS = ("optimize", "optimize-storage", "prune", "replay-spool")
+#: File and disk faults on the store's files (``chaos/nemesis/files.py``, ``disk.py``).
+FILE_FAULTS = ("rename_sidecars", "replace_db", "zero_db", "truncate_db", "corrupt_page",
+               "corrupt_fts", "fill_disk", "free_disk", "foreign_open_close")
+FAULTS = FAULTS + FILE_FAULTS
+#: Faults aimed at the instances of a role (``role`` required, ``index`` optional).
+ROLE_FAULTS = SIGNAL_FAULTS + ("foreign_open_close",)
+#: Store fixtures (SPEC §16.4); ``schema_v1`` .. ``schema_v22`` too (chaos/fixtures.py).
+STORE_FIXTURES = ("empty", "generated", "zeroed", "empty_file", "not_sqlite")
+SCHEMA_FIXTURES = tuple(f"schema_v{n}" for n in range(1, 23))
 #: Checkers that may appear under ``expect`` (SPEC §16.3).
 CHECKERS = (
     "no_lost_writes",
@@ -89,7 +98,8 @@ CHECKERS = (
     "error_taxonomy",
 )
 #: Store event kinds (``hermes_state.events``) a scenario may list in ``must_observe``.
-EVENT_KINDS = ("retry", "checkpoint", "refusal", "capture", "write_gave_up")
+EVENT_KINDS = ("retry", "checkpoint", "refusal", "capture", "write_gave_up", "quarantine",
+               "foreign_open_close")
 #: Sidecar files ``delete_sidecars`` may delete.
 SIDECARS = ("wal", "shm")
 #: Places ``no_lost_writes`` may accept an ``ok`` append in besides the final store.
@@ -221,6 +231,57 @@ _SIGNAL_STEP_PROPS = {
     },
 }
 
+_SIDECAR_LIST = {
+    "type": "array",
+    "minItems": 1,
+    "uniqueItems": True,
+    "items": {"title": "sidecar", "enum": list(SIDECARS)},
+}
+_SEED_PROP = {"type": "integer", "minimum": 0, "default": 0,
+              "description": "Seed of the garbage bytes."}
+_FILE_STEPS = [
+    _step_then("rename_sidecars", {
+        "files": {**_SIDECAR_LIST, "default": ["wal"], "description": "Which sidecars to rename."},
+        "suffix": {"type": "string", "pattern": "^[A-Za-z0-9._-]+$", "default": ".aside",
+                   "description": "Appended to the sidecar's name (same directory)."},
+    }, []),
+    _step_then("replace_db", {
+        "how": {"enum": ["mv", "cp"], "default": "mv",
+                "description": "mv: rename a copy over state.db (new inode); cp: rewrite "
+                "state.db in place (same inode)."},
+        "source": {"enum": ["other", "empty", "backup"], "default": "other",
+                   "description": "other: a small store with its own generation token; empty: "
+                   "a fresh empty store; backup: a copy of the fixture taken before the run "
+                   "(same token; mv only)."},
+    }, []),
+    _step_then("zero_db", {}, []),
+    _step_then("truncate_db", {
+        "bytes": {"type": "integer", "minimum": 0, "default": 0,
+                  "description": "The size to truncate state.db to."},
+    }, []),
+    _step_then("corrupt_page", {
+        "page": {"type": "integer", "minimum": 2,
+                 "description": "Garble this page number (default: a page of `table`)."},
+        "table": {"type": "string", "default": "messages",
+                  "description": "Garble a page of this table's b-tree (found with dbstat; "
+                  "never a page with a frame in the current WAL)."},
+        "pick": {"enum": ["leaf", "interior"], "default": "leaf",
+                 "description": "Which kind of b-tree page of `table`."},
+        "seed": _SEED_PROP,
+    }, []),
+    _step_then("corrupt_fts", {
+        "table": {"enum": ["messages_fts_data", "messages_fts_trigram_data"],
+                  "default": "messages_fts_data",
+                  "description": "The FTS5 shadow table whose index data is garbled."},
+        "seed": _SEED_PROP,
+    }, []),
+    _step_then("fill_disk", {
+        "leave": {"type": "integer", "minimum": 0, "default": 0,
+                  "description": "Bytes left free on the store's tmpfs."},
+    }, []),
+    _step_then("free_disk", {}, []),
+]
+
 SCHEMA: dict = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "title": "chaos scenario",
@@ -263,10 +324,40 @@ SCHEMA: dict = {
             "properties": {
                 "fixture": {
                     "title": "store fixture",
-                    "enum": ["empty"],
+                    "enum": list(STORE_FIXTURES) + list(SCHEMA_FIXTURES),
                     "default": "empty",
-                    "description": "`empty`: a fresh home with no state.db.",
-                }
+                    "description": "`empty`: a fresh current-schema store; `generated`: one "
+                    "with `sessions` sessions and `messages` messages (deterministic from the "
+                    "seed); `schema_v1`..`schema_v22`: a store at that historical schema version "
+                    "with deterministic data (SPEC §16.6); `zeroed`: `bytes` zero bytes; "
+                    "`empty_file`: 0 bytes; `not_sqlite`: a text file (SPEC §12 quarantine).",
+                },
+                "sessions": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": 100_000,
+                    "description": "`generated` only: number of sessions (default 20).",
+                },
+                "messages": {
+                    "type": "integer",
+                    "minimum": 0,
+                    "maximum": 1_000_000,
+                    "description": "`generated` only: messages, spread round-robin over the "
+                    "sessions (default 1000).",
+                },
+                "bytes": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": 64 * 1024 * 1024,
+                    "description": "`zeroed` only: size of the all-zero state.db (default 16384).",
+                },
+                "tmpfs": {
+                    "type": "string",
+                    "pattern": "^[1-9][0-9]*[KMG]$",
+                    "description": "Put the home on a tmpfs of this size (e.g. '16M', 1M..1G), "
+                    "mounted by the runner (root only); needed by fill_disk/free_disk. When it "
+                    "cannot be mounted every checker is SKIPPED with the reason.",
+                },
             },
         },
         "roles": {
@@ -769,7 +860,12 @@ SCHEMA: dict = {
                     "enum": list(FAULTS),
                     "description": "delete_sidecars: unlink state.db-wal/-shm; kill: SIGKILL; "
                     "terminate: SIGTERM; stop: SIGSTOP; cont: SIGCONT; run: a maintenance "
-                    "command (optionally --force), waited for.",
+                    "command (optionally --force), waited for; rename_sidecars: mv a "
+                    "sidecar aside; replace_db: mv/cp another store over state.db; zero_db: "
+                    "zero every byte; truncate_db: truncate to `bytes`; corrupt_page: garble a "
+                    "b-tree page; corrupt_fts: garble FTS5 index data; fill_disk/free_disk: a "
+                    "balloon file on the store's tmpfs; foreign_open_close: a role process "
+                    "opens, reads and closes state.db with plain file calls.",
                 },
             },
             "allOf": [
@@ -787,9 +883,10 @@ SCHEMA: dict = {
                     },
                     [],
                 ),
-                *(_step_then(f, _SIGNAL_STEP_PROPS, ["role"]) for f in SIGNAL_FAULTS),
+                *(_step_then(f, _SIGNAL_STEP_PROPS, ["role"]) for f in ROLE_FAULTS),
                 _step_then("run", _command_props("the runner records the exit as null"),
                            ["command"]),
+                *_FILE_STEPS,
             ],
         },
     },
@@ -1680,7 +1777,7 @@ def _semantic(data: Any, emit_at) -> None:
             role_ref(["nemesis", i, "after", "role"], after.get("role"), "after.role")
         if fault == "run":
             _command_flags(step, ["nemesis", i], emit_at)
-        if fault in SIGNAL_FAULTS:
+        if fault in ROLE_FAULTS:
             target = role_ref(["nemesis", i, "role"], step.get("role"), "role")
             index = step.get("index")
             if target is not None and _is_int(index) and index >= 0:
@@ -1691,6 +1788,8 @@ def _semantic(data: Any, emit_at) -> None:
                         f"index {index} is out of range: role {step['role']!r} has count "
                         f"{count} (index 0..{count - 1})",
                     )
+
+    _semantic_store(data, raw_steps, emit_at)
 
     # Expect.
     expect = data.get("expect")
@@ -1720,6 +1819,40 @@ def _semantic(data: Any, emit_at) -> None:
             )
 
 
+_STORE_PARAM_OF = {"sessions": ("generated",), "messages": ("generated",), "bytes": ("zeroed",)}
+
+
+def _semantic_store(data: dict, raw_steps: Any, emit_at) -> None:
+    """``store:`` parameters that belong to another fixture, tmpfs sizes, faults that need a
+    tmpfs or a detectable replacement (SPEC §16.2, §16.4, §10.1)."""
+    store = data.get("store")
+    store = store if isinstance(store, dict) else {}
+    fixture = store.get("fixture", "empty")
+    for key, owners in _STORE_PARAM_OF.items():
+        if key in store and isinstance(fixture, str) and fixture not in owners:
+            emit_at(["store", key], f"{key!r} applies to fixture {owners[0]!r} only, not "
+                    f"{fixture!r}", key=True)
+    tmpfs = store.get("tmpfs")
+    if isinstance(tmpfs, str) and re.match(r"^[1-9][0-9]*[KMG]$", tmpfs):
+        from . import fixtures  # lazy: keeps `import chaos.scenario` light
+
+        size = fixtures.parse_size(tmpfs)
+        if not fixtures.TMPFS_MIN <= size <= fixtures.TMPFS_MAX:
+            emit_at(["store", "tmpfs"], f"tmpfs {tmpfs} is outside 1M..1G")
+    for i, step in enumerate(raw_steps if isinstance(raw_steps, list) else []):
+        if not isinstance(step, dict):
+            continue
+        fault = step.get("fault")
+        if fault in ("fill_disk", "free_disk") and "tmpfs" not in store:
+            emit_at(["nemesis", i, "fault"], f"{fault} needs the store on its own tmpfs: add "
+                    "store: {tmpfs: 16M} (never fills the machine's disk)")
+        if (fault == "replace_db" and step.get("how") == "cp"
+                and step.get("source") == "backup"):
+            emit_at(["nemesis", i, "source"], "cp of the fixture's own backup keeps the inode "
+                    "and the generation token: SPEC §10.1 cannot detect it; use how: mv or "
+                    "source: other")
+
+
 # --------------------------------------------------------------------------------------------
 # Build (valid data only)
 # --------------------------------------------------------------------------------------------
@@ -1737,6 +1870,17 @@ def _fill(obj_schema: dict, given: dict) -> dict:
             continue
         if isinstance(prop, dict) and prop.get("$ref") == _DUR:
             out[key] = parse_duration(out[key])
+    return out
+
+
+_FIXTURE_DEFAULTS = {"generated": {"sessions": 20, "messages": 1000}, "zeroed": {"bytes": 16384}}
+
+
+def _store(schema: dict, given: dict) -> dict:
+    """``store:`` with the defaults of its fixture filled (and only those)."""
+    out = _fill(schema, given)
+    for key, value in _FIXTURE_DEFAULTS.get(out.get("fixture", "empty"), {}).items():
+        out.setdefault(key, value)
     return out
 
 
@@ -1771,7 +1915,7 @@ def _build(data: dict, root: yaml.Node, source: str) -> Scenario:
             for k, v in _fill(then, s).items()
             if k not in ("at", "after", "fault")
         }
-        if fault in SIGNAL_FAULTS:
+        if fault in ROLE_FAULTS:
             params.setdefault("index", None)
         after = _fill(defs["after"], s["after"]) if "after" in s else None
         steps.append(
@@ -1791,7 +1935,7 @@ def _build(data: dict, root: yaml.Node, source: str) -> Scenario:
         description=data["description"],
         seed=data.get("seed", 0),
         duration=parse_duration(data["duration"]),
-        store=_fill(props["store"], data.get("store", {})),
+        store=_store(props["store"], data.get("store", {})),
         roles=roles,
         nemesis=steps,
         expect=expect,

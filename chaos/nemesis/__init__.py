@@ -13,10 +13,11 @@ from typing import Callable
 
 from .base import Instance, NemesisEnv, NemesisError, targets
 from .commands import COMMAND_FAULTS
+from .disk import DISK_FAULTS, release_balloon
 from .files import FILE_FAULTS
 from .process import SIGNAL_FAULTS
 
 FAULTS: dict[str, Callable[[NemesisEnv, dict], dict]] = {**SIGNAL_FAULTS, **FILE_FAULTS,
-                                                         **COMMAND_FAULTS}
+                                                         **DISK_FAULTS, **COMMAND_FAULTS}
 
-__all__ = ["FAULTS", "Instance", "NemesisEnv", "NemesisError", "targets"]
+__all__ = ["FAULTS", "release_balloon", "Instance", "NemesisEnv", "NemesisError", "targets"]

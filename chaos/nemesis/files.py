@@ -1,18 +1,63 @@
-"""File faults (SPEC §16.2): real operations on the store's files (``rm``, ``mv``, ``cp``, zeroing)."""
+"""File faults (SPEC §16.2): real operations on the store's files (``rm``, ``mv``, ``cp``,
+zeroing, truncation, garbled pages).
+
+Every fault acts on the real files at ``env.db_path`` from the runner process, which holds no
+connection to the store (so its own open/close of ``state.db`` drops nobody's POSIX locks), and
+returns the details recorded in the nemesis ``done`` record: inodes before/after, bytes, page
+numbers. A fault that cannot apply raises :class:`NemesisError` (recorded as ``error``; a scenario
+that lists the fault in ``must_observe`` is then INCONCLUSIVE, never green).
+
+Pages are garbled only where the damage is what readers will see: a page that has a frame in the
+current WAL generation (same salts as the WAL header) would be served from the WAL and the
+damage later overwritten by a checkpoint, so such pages are skipped and the WAL is never touched
+(garbling a frame breaks the checksum chain and silently drops committed transactions: that is
+a different fault). ``replace_db`` sources:
+
+* ``other`` (default): a small store of its own, built at fire time in ``<run>/sources/other.db``
+  (another generation token, SPEC §10.1) — what ``cp other.db state.db`` / ``mv`` does;
+* ``empty``: a fresh empty current-schema store (its own token too);
+* ``backup``: ``<run>/sources/backup.db``, an online backup of the fixture taken before the run
+  (the same generation token as the live store). Only with ``how: mv``: a ``cp`` of a same-token
+  copy over the live file keeps inode and ``application_id``, which SPEC §10.1 cannot detect,
+  so the scenario loader refuses that combination.
+"""
 
 from __future__ import annotations
 
 import os
+import random
+import shutil
+import signal
+import sqlite3
+import struct
+import time
 from pathlib import Path
 
-from .base import NemesisEnv, NemesisError
+from .base import NemesisEnv, NemesisError, targets
+
+WAL_MAGIC = (0x377F0682, 0x377F0683)
+REPLACE_SOURCES = ("other", "empty", "backup")
+FOREIGN_SIGNAL = signal.SIGUSR2
 
 
+def _ident(path: Path) -> list | None:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return [st.st_dev, st.st_ino]
+
+
+def _sidecar(env: NemesisEnv, which: str) -> Path:
+    return Path(f"{env.db_path}-{which}")
+
+
+# ------------------------------------------------------------------------------ sidecars
 def delete_sidecars(env: NemesisEnv, params: dict) -> dict:
     """``unlink`` the store's ``-wal`` and/or ``-shm`` (the user's ``rm state.db-wal``)."""
     deleted, missing = [], []
     for which in params.get("files", ["wal", "shm"]):
-        path = Path(f"{env.db_path}-{which}")
+        path = _sidecar(env, which)
         try:
             os.unlink(path)
             deleted.append(path.name)
@@ -23,6 +68,388 @@ def delete_sidecars(env: NemesisEnv, params: dict) -> dict:
     return {"files": deleted, "missing": missing}
 
 
+def rename_sidecars(env: NemesisEnv, params: dict) -> dict:
+    """``mv state.db-wal state.db-wal.aside`` (and/or ``-shm``): the file keeps its inode and
+    bytes under another name in the same directory (SPEC §16.2).
+
+    Params: ``files`` (``["wal"]`` default), ``suffix`` (``".aside"``).
+    Returns: ``{"renamed": {old: new}, "inodes": {old: [dev, ino]}, "bytes": {old: n},
+    "missing": [...]}``.
+    """
+    suffix = params.get("suffix", ".aside")
+    renamed, inodes, sizes, missing = {}, {}, {}, []
+    for which in params.get("files", ["wal"]):
+        path = _sidecar(env, which)
+        dest = path.with_name(path.name + suffix)
+        try:
+            st = os.stat(path)
+            os.rename(path, dest)
+        except FileNotFoundError:
+            missing.append(path.name)
+            continue
+        renamed[path.name] = dest.name
+        inodes[path.name] = [st.st_dev, st.st_ino]
+        sizes[path.name] = st.st_size
+    if not renamed:
+        raise NemesisError(f"nothing to rename: {', '.join(missing)} did not exist")
+    return {"renamed": renamed, "inodes": inodes, "bytes": sizes, "missing": missing}
+
+
+# ------------------------------------------------------------------------------ main file
+def _replace_source(env: NemesisEnv, source: str) -> Path:
+    from .. import fixtures
+
+    where = fixtures.sources_dir(env.db_path)
+    if source == "backup":
+        path = where / "backup.db"
+        if not path.is_file():
+            raise NemesisError(f"no backup of the fixture at {path} (the runner takes it before "
+                               "the run when a replace_db step uses source: backup)")
+        return path
+    if source == "other":
+        return fixtures.other_store(where / "other.db")
+    if source == "empty":
+        return _empty_store(where)
+    raise NemesisError(f"unknown replace_db source {source!r} (one of {REPLACE_SOURCES})")
+
+
+def _empty_store(where: Path) -> Path:
+    from hermes_state import SessionDB
+
+    path = where / "empty.db"
+    where.mkdir(parents=True, exist_ok=True)
+    for p in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+        if p.exists():
+            p.unlink()
+    SessionDB(path).close()
+    return path
+
+
+def replace_db(env: NemesisEnv, params: dict) -> dict:
+    """Replace ``state.db`` under the live writers (SPEC §16.2, §10.1).
+
+    Params: ``how``: ``mv`` (default; the source is copied to ``state.db.chaos-new`` in the same
+    directory then renamed over ``state.db``: a new inode) or ``cp`` (``state.db`` is truncated
+    and rewritten in place: the same inode, other content); ``source``: ``other`` | ``empty`` |
+    ``backup`` (module docstring). The sidecars at the path are left alone, as a user's ``mv``/
+    ``cp`` would.
+
+    Returns: ``{"how", "source", "source_path", "inode_before", "inode_after", "bytes_before",
+    "bytes_after", "same_inode"}``.
+    """
+    how = params.get("how", "mv")
+    src = _replace_source(env, params.get("source", "other"))
+    db = Path(env.db_path)
+    before = _ident(db)
+    if before is None:
+        raise NemesisError(f"{db} does not exist: nothing to replace")
+    size_before = db.stat().st_size
+    if how == "mv":
+        tmp = db.with_name(db.name + ".chaos-new")
+        shutil.copyfile(src, tmp)
+        os.chmod(tmp, 0o600)
+        os.rename(tmp, db)
+    elif how == "cp":
+        shutil.copyfile(src, db)  # O_TRUNC on the existing inode, like cp(1)
+    else:
+        raise NemesisError(f"replace_db how must be 'mv' or 'cp', not {how!r}")
+    after = _ident(db)
+    return {"how": how, "source": params.get("source", "other"), "source_path": str(src),
+            "inode_before": before, "inode_after": after, "same_inode": before == after,
+            "bytes_before": size_before, "bytes_after": db.stat().st_size}
+
+
+def zero_db(env: NemesisEnv, params: dict) -> dict:
+    """Overwrite every byte of ``state.db`` with zeros in place (same inode, same size).
+
+    Returns: ``{"inode", "bytes"}``.
+    """
+    db = Path(env.db_path)
+    try:
+        fd = os.open(db, os.O_WRONLY)
+    except FileNotFoundError:
+        raise NemesisError(f"{db} does not exist: nothing to zero") from None
+    try:
+        size = os.fstat(fd).st_size
+        block = b"\0" * 65536
+        for off in range(0, size, len(block)):
+            os.pwrite(fd, block[: size - off], off)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return {"inode": _ident(db), "bytes": size}
+
+
+def truncate_db(env: NemesisEnv, params: dict) -> dict:
+    """``truncate -s N state.db`` (same inode). Params: ``bytes`` (default 0).
+
+    Returns: ``{"inode", "bytes_before", "bytes_after"}``.
+    """
+    db = Path(env.db_path)
+    try:
+        before = db.stat().st_size
+    except FileNotFoundError:
+        raise NemesisError(f"{db} does not exist: nothing to truncate") from None
+    n = int(params.get("bytes", 0))
+    os.truncate(db, n)
+    return {"inode": _ident(db), "bytes_before": before, "bytes_after": db.stat().st_size}
+
+
+# ------------------------------------------------------------------------------ pages
+def wal_pages(wal_path: Path) -> set[int]:
+    """Page numbers that have a frame of the current WAL generation in ``wal_path``.
+
+    A frame belongs to the generation when its salts equal the WAL header's (checksums are not
+    verified: the set may include frames past the last commit, which only makes callers more
+    careful). Empty set when the WAL is missing, empty or not a WAL.
+    """
+    try:
+        data = wal_path.read_bytes()
+    except FileNotFoundError:
+        return set()
+    if len(data) < 32:
+        return set()
+    magic, _v, page_size, _seq, salt1, salt2 = struct.unpack(">IIIIII", data[:24])
+    if magic not in WAL_MAGIC or page_size < 512:
+        return set()
+    out = set()
+    off = 32
+    while off + 24 + page_size <= len(data):
+        pgno, _commit, s1, s2 = struct.unpack(">IIII", data[off:off + 16])
+        if (s1, s2) != (salt1, salt2):
+            break
+        out.add(pgno)
+        off += 24 + page_size
+    return out
+
+
+def _pages_of(db: Path, table: str) -> tuple[int, list[tuple[int, str]]]:
+    """``(page_size, [(pageno, pagetype)])`` of ``table``'s b-tree via ``dbstat`` on a ``mode=ro``
+    connection (it reads through the WAL, so the layout is the committed one)."""
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
+    try:
+        page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+        if not conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (table,)).fetchone():
+            raise NemesisError(f"no table {table!r} in {db}")
+        try:
+            rows = conn.execute("SELECT pageno, pagetype FROM dbstat WHERE name = ? "
+                                "ORDER BY pageno", (table,)).fetchall()
+        except sqlite3.OperationalError:  # no dbstat: the root page is all we can locate
+            root = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = ?",
+                                (table,)).fetchone()[0]
+            rows = [(root, "root")]
+        return page_size, [(int(p), str(t)) for p, t in rows]
+    finally:
+        conn.close()
+
+
+def _choose(pages: list[tuple[int, str]], in_wal: set[int], kinds: tuple[str, ...],
+            what: str) -> tuple[int, str]:
+    fit = [(p, t) for p, t in pages if t in kinds and p not in in_wal and p != 1]
+    if not fit:
+        raise NemesisError(f"every {'/'.join(kinds)} page of {what} has a frame in the current "
+                           "WAL (the damage would be masked): let a checkpoint run first or use "
+                           "a larger fixture")
+    return fit[len(fit) // 2]
+
+
+def _garble(db: Path, offset: int, data: bytes) -> None:
+    fd = os.open(db, os.O_WRONLY)
+    try:
+        os.pwrite(fd, data, offset)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def corrupt_page(env: NemesisEnv, params: dict) -> dict:
+    """Overwrite one database page of ``state.db`` with pseudo-random bytes (SPEC §16.2).
+
+    Params: ``page`` (a page number > 1) or ``table`` (default ``messages``) with ``pick``:
+    ``leaf`` (default: a leaf of the table's b-tree, located with ``dbstat``) or ``interior``;
+    ``seed`` (default 0) for the bytes. Pages with a frame in the current WAL are never chosen
+    by ``table`` (module docstring); an explicit ``page`` is garbled regardless and the details
+    say whether it was in the WAL.
+
+    Returns: ``{"page", "page_size", "offset", "bytes", "table", "pagetype", "in_wal",
+    "inode"}``.
+    """
+    db = Path(env.db_path)
+    in_wal = wal_pages(_sidecar(env, "wal"))
+    table, pagetype = params.get("table", "messages"), None
+    if params.get("page") is not None:
+        page = int(params["page"])
+        page_size = _page_size(db)
+        table = None
+    else:
+        page_size, pages = _pages_of(db, table)
+        kinds = ("leaf",) if params.get("pick", "leaf") == "leaf" else ("internal", "root")
+        page, pagetype = _choose(pages, in_wal, kinds, table)
+    if page < 2:
+        raise NemesisError("page 1 holds the file header: use zero_db/truncate_db for that")
+    rng = random.Random(f"corrupt_page:{params.get('seed', 0)}:{page}")
+    data = bytes(rng.getrandbits(8) for _ in range(page_size))
+    offset = (page - 1) * page_size
+    _garble(db, offset, data)
+    return {"page": page, "page_size": page_size, "offset": offset, "bytes": len(data),
+            "table": table, "pagetype": pagetype, "in_wal": page in in_wal, "inode": _ident(db)}
+
+
+def _page_size(db: Path) -> int:
+    with open(db, "rb") as fh:
+        head = fh.read(100)
+    if not head.startswith(b"SQLite format 3\x00"):
+        raise NemesisError(f"{db} has no SQLite header: no page size to go by")
+    size = struct.unpack(">H", head[16:18])[0]
+    return 65536 if size == 1 else size
+
+
+def _varint(buf: bytes, i: int) -> tuple[int, int]:
+    """SQLite varint at ``buf[i]`` -> ``(value, next index)``."""
+    v = 0
+    for k in range(8):
+        b = buf[i + k]
+        v = (v << 7) | (b & 0x7F)
+        if not b & 0x80:
+            return v, i + k + 1
+    return (v << 8) | buf[i + 8], i + 9
+
+
+def _blob_spans(page: bytes, page_size: int) -> list[tuple[int, int, int]]:
+    """``(rowid, start, end)`` of the local bytes of the last column of every cell of a table
+    b-tree leaf page (type 0x0D); the record headers and b-tree structure stay outside."""
+    if page[0] != 0x0D:
+        return []
+    ncells = struct.unpack(">H", page[3:5])[0]
+    usable = page_size
+    max_local = usable - 35
+    spans = []
+    for c in range(ncells):
+        ptr = struct.unpack(">H", page[8 + 2 * c: 10 + 2 * c])[0]
+        size, i = _varint(page, ptr)
+        rowid, i = _varint(page, i)
+        local = size if size <= max_local else None
+        if local is None:  # overflow: SQLite's minLocal/maxLocal rule
+            min_local = (usable - 12) * 32 // 255 - 23
+            local = min_local + (size - min_local) % (usable - 4)
+            if local > max_local:
+                local = min_local
+        end = i + local
+        hdr_len, j = _varint(page, i)
+        types = []
+        while j < i + hdr_len:
+            t, j = _varint(page, j)
+            types.append(t)
+        body = i + hdr_len
+        for t in types[:-1]:
+            body += _serial_len(t)
+        if body < end and end <= page_size:
+            spans.append((rowid, body, end))
+    return spans
+
+
+def _serial_len(t: int) -> int:
+    return {0: 0, 1: 1, 2: 2, 3: 3, 4: 4, 5: 6, 6: 8, 7: 8, 8: 0, 9: 0}.get(
+        t, (t - 12) // 2 if t >= 12 else 0)
+
+
+def corrupt_fts(env: NemesisEnv, params: dict) -> dict:
+    """Garble FTS5 index data on one leaf page of an FTS shadow table (SPEC §16.2, §12).
+
+    Params: ``table`` (default ``messages_fts_data``), ``seed`` (default 0). The page is a leaf
+    of that table's b-tree with no frame in the current WAL; inside it, the bytes of each cell's
+    ``block`` value are overwritten (record headers and b-tree structure are kept), so SQLite's
+    b-tree stays sound and FTS5 itself reports the damage (SQLITE_CORRUPT_VTAB): corruption
+    confined to the FTS shadow tables.
+
+    Returns: ``{"table", "page", "page_size", "rows": [rowid...], "bytes", "in_wal": False,
+    "inode"}``.
+    """
+    db = Path(env.db_path)
+    table = params.get("table", "messages_fts_data")
+    in_wal = wal_pages(_sidecar(env, "wal"))
+    page_size, pages = _pages_of(db, table)
+    candidates = [p for p, t in pages if t == "leaf" and p not in in_wal]
+    rng = random.Random(f"corrupt_fts:{params.get('seed', 0)}")
+    fd = os.open(db, os.O_RDWR)
+    try:
+        for page in candidates[len(candidates) // 2:] + candidates[: len(candidates) // 2]:
+            offset = (page - 1) * page_size
+            raw = bytearray(os.pread(fd, page_size, offset))
+            spans = [s for s in _blob_spans(bytes(raw), page_size) if s[0] not in (1, 10)]
+            if not spans:
+                continue
+            garbled = 0
+            for _rowid, start, end in spans:
+                for k in range(start, end):
+                    raw[k] = rng.getrandbits(8)
+                garbled += end - start
+            os.pwrite(fd, bytes(raw), offset)
+            os.fsync(fd)
+            return {"table": table, "page": page, "page_size": page_size,
+                    "rows": [s[0] for s in spans], "bytes": garbled, "in_wal": False,
+                    "inode": _ident(db)}
+    finally:
+        os.close(fd)
+    raise NemesisError(f"no leaf page of {table} outside the current WAL holds index data "
+                       f"({len(candidates)} candidate page(s)): use a larger fixture or let a "
+                       "checkpoint run first")
+
+
+# ------------------------------------------------------------------------------ foreign close
+def foreign_open_close(env: NemesisEnv, params: dict) -> dict:
+    """Make a role process that holds a connection ``open()``, read and ``close()`` ``state.db``
+    with plain file calls (SPEC §16.2; the hazard of SPEC §1/§4: closing ANY descriptor of an
+    inode drops every POSIX lock the process holds on it, so SQLite's locks vanish silently).
+
+    The runner sends :data:`FOREIGN_SIGNAL` (SIGUSR2) to the role's instances (``role``,
+    ``index``); every role process installs :func:`install_foreign_open_close` at start, whose
+    handler does the open/read/close in the role's own process and records an ``event``
+    ``foreign_open_close`` (inode, bytes read) in the role's history.
+
+    Returns: ``{"signal", "pids", "processes"}``.
+    """
+    sent = []
+    for inst in targets(env, params):
+        try:
+            os.kill(inst.pid, FOREIGN_SIGNAL)
+            sent.append(inst)
+        except ProcessLookupError:
+            pass
+    if not sent:
+        raise NemesisError(f"every instance of {params.get('role')!r} exited before the signal")
+    return {"signal": FOREIGN_SIGNAL.name, "pids": [i.pid for i in sent],
+            "processes": [i.process for i in sent]}
+
+
+def install_foreign_open_close(db_path: str, record) -> None:
+    """In a role process: on SIGUSR2, ``open(db_path, 'rb')``, read 4096 bytes, ``close()``.
+
+    Args:
+        db_path: the store path.
+        record: ``record(**fields)`` writing an ``event`` to the role's history.
+    """
+    def handler(signum, frame) -> None:
+        t0 = time.monotonic()
+        try:
+            with open(db_path, "rb") as fh:  # a plain descriptor, closed: the hazard itself
+                st = os.fstat(fh.fileno())
+                data = fh.read(4096)
+            record(event="foreign_open_close", inode=[st.st_dev, st.st_ino], bytes=len(data),
+                   seconds=round(time.monotonic() - t0, 6))
+        except OSError as exc:
+            record(event="foreign_open_close", error=str(exc))
+
+    signal.signal(FOREIGN_SIGNAL, handler)
+
+
 FILE_FAULTS = {
     "delete_sidecars": delete_sidecars,
+    "rename_sidecars": rename_sidecars,
+    "replace_db": replace_db,
+    "zero_db": zero_db,
+    "truncate_db": truncate_db,
+    "corrupt_page": corrupt_page,
+    "corrupt_fts": corrupt_fts,
+    "foreign_open_close": foreign_open_close,
 }

@@ -158,6 +158,9 @@ def role_main(cfg_dict: dict) -> None:
         ctx.stopping = True
 
     signal.signal(signal.SIGTERM, on_term)
+    from ..nemesis.files import install_foreign_open_close  # SPEC §16.2 foreign_open_close
+
+    install_foreign_open_close(cfg.db_path, lambda **f: ctx.history.record("event", **f))
     events.add_listener(ctx.history.event)
     from . import KINDS
 

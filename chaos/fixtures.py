@@ -1,0 +1,252 @@
+"""Store fixtures: the store a chaos run starts from (SPEC §16.4 ``store:``, §16.6, §12).
+
+``store:`` in a scenario picks one of :data:`FIXTURES` and, optionally, a tmpfs to put the home
+on (needed by ``fill_disk``/``free_disk``, SPEC §16.2):
+
+=================  ================================================================================
+fixture            what ``<run>/home/state.db`` is when the first role starts
+=================  ================================================================================
+``empty``          a fresh current-schema store (created with :class:`hermes_state.SessionDB`)
+``generated``      a current store with ``sessions`` sessions and ``messages`` messages spread
+                   over them (deterministic from the seed; no ``platform_message_id``, so no
+                   checker mistakes them for the run's own appends), written in one transaction
+``schema_vN``      a store at historical schema version N (1..22) built by
+                   :func:`hermes_state.schema_history.build_fixture` (deterministic data, the
+                   gateway's ``sessions/sessions.json`` too); its manifest is written to
+                   ``<run>/fixture-manifest.json`` so checkers can verify every row survived
+``zeroed``         ``bytes`` zero bytes (default 16384): a damaged store (SPEC §12 quarantine)
+``empty_file``     a 0-byte ``state.db``
+``not_sqlite``     a text file that is not a SQLite database
+=================  ================================================================================
+
+``tmpfs: 16M`` mounts a tmpfs of that size on ``<run>/home`` before the fixture is written (root
+only; ``mount -t tmpfs``). When it cannot be mounted the run is not started:
+:class:`TmpfsUnavailable` carries the reason and the runner records every checker as SKIPPED
+with it (SPEC §16.3: never a false PASS).
+
+Every fixture also leaves a verified online backup of itself in ``<run>/sources/backup.db`` when
+the scenario's nemesis asks for ``replace_db`` with ``source: backup`` (see
+:mod:`chaos.nemesis.files`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shutil
+import sqlite3
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+#: Fixture names (``schema_v1`` .. ``schema_v22`` are matched by :data:`SCHEMA_FIXTURE_RE`).
+FIXTURES = ("empty", "generated", "zeroed", "empty_file", "not_sqlite")
+SCHEMA_FIXTURE_RE = re.compile(r"^schema_v([1-9]|1[0-9]|2[0-2])$")
+SIZE_RE = re.compile(r"^(?P<num>[1-9][0-9]*)(?P<unit>[KMG])$")
+_UNITS = {"K": 1024, "M": 1024 ** 2, "G": 1024 ** 3}
+#: Smallest and largest tmpfs a scenario may ask for (bytes).
+TMPFS_MIN = 1024 ** 2
+TMPFS_MAX = 1024 ** 3
+DEFAULT_ZEROED_BYTES = 16384
+MANIFEST_NAME = "fixture-manifest.json"
+SOURCES_DIR = "sources"
+
+_WORDS = ("deploy docker build session gateway agent memory search index commit checkpoint retry "
+          "lock writer reader profile cron desktop token usage title lineage split compression "
+          "message tool result error log fix test python sqlite wal frame page btree").split()
+
+
+class TmpfsUnavailable(RuntimeError):
+    """The store's tmpfs could not be mounted (not root, no ``mount``, a container without the
+    capability...). ``str(exc)`` is the reason; the run is recorded as SKIPPED, never PASS."""
+
+
+def parse_size(text: str) -> int:
+    """``"16M"`` -> 16777216 bytes. Units K, M, G (powers of 1024).
+
+    Raises:
+        ValueError: not ``<positive integer><K|M|G>``.
+    """
+    m = SIZE_RE.match(str(text))
+    if not m:
+        raise ValueError(f"bad size {text!r}: expected a positive integer with a unit K, M or G "
+                         "(e.g. '16M')")
+    return int(m["num"]) * _UNITS[m["unit"]]
+
+
+def schema_version_of(fixture: str) -> int | None:
+    """N for ``schema_vN`` (1..22), else None."""
+    m = SCHEMA_FIXTURE_RE.match(fixture)
+    return int(m.group(1)) if m else None
+
+
+def is_fixture_name(fixture: str) -> bool:
+    """True for a name :func:`prepare_store` knows."""
+    return fixture in FIXTURES or schema_version_of(fixture) is not None
+
+
+def sources_dir(db_path: Path) -> Path:
+    """``<run>/sources``: stores the nemesis copies over the live one (``replace_db``).
+
+    The run layout is ``<run>/home/state.db``, so this is ``db_path.parent.parent / "sources"``:
+    outside the home (and outside a tmpfs the home may be on).
+    """
+    return Path(db_path).parent.parent / SOURCES_DIR
+
+
+# ------------------------------------------------------------------------------- tmpfs
+@dataclass
+class Mount:
+    """A tmpfs this run mounted (:func:`mount_tmpfs`); :meth:`unmount` once the run is checked."""
+
+    path: Path
+    size: int
+
+    def unmount(self) -> None:
+        """Copy the home's files out of the tmpfs, unmount it, and put the copy in its place, so
+        the run directory keeps the final store, captures and spool after the mount is gone.
+
+        Raises:
+            TmpfsUnavailable: ``umount`` failed (the mount is left; the message says so).
+        """
+        keep = self.path.with_name(self.path.name + ".from-tmpfs")
+        shutil.copytree(self.path, keep, symlinks=True)
+        proc = subprocess.run(["umount", str(self.path)], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise TmpfsUnavailable(f"umount {self.path} failed: {proc.stderr.strip()}")
+        self.path.rmdir()
+        keep.rename(self.path)
+
+
+def mount_tmpfs(path: Path, size: int) -> Mount:
+    """Mount a tmpfs of ``size`` bytes on the (empty) directory ``path`` (SPEC §16.2).
+
+    Raises:
+        TmpfsUnavailable: not root, ``mount`` missing, or the mount failed (its stderr).
+    """
+    path.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() != 0:
+        raise TmpfsUnavailable("mounting a tmpfs needs root (the store's disk-full faults need a "
+                               "small filesystem of their own)")
+    try:
+        proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs",
+                               str(path)], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise TmpfsUnavailable(f"cannot run mount: {exc}") from exc
+    if proc.returncode != 0:
+        raise TmpfsUnavailable(f"mount -t tmpfs on {path} failed: "
+                               f"{proc.stderr.strip() or proc.returncode}")
+    return Mount(path, size)
+
+
+# ------------------------------------------------------------------------------- fixtures
+def prepare_store(store: dict, db_path: Path, *, seed: int = 0,
+                  need_backup: bool = False) -> dict:
+    """Write the fixture ``store`` describes at ``db_path`` (SPEC §16.4).
+
+    Args:
+        store: the resolved ``store:`` mapping: ``fixture`` and its parameters (``sessions``,
+            ``messages`` for ``generated``; ``bytes`` for ``zeroed``). ``tmpfs`` is not handled
+            here (see :func:`mount_tmpfs`).
+        db_path: ``<run>/home/state.db``; its directory exists; the file must not.
+        seed: the run seed (``generated`` and ``schema_vN`` content follow it).
+        need_backup: also write ``<run>/sources/backup.db`` (an online backup of the fixture).
+    Returns:
+        Details for the history: ``fixture``, ``bytes`` (size of state.db), and per fixture
+        ``sessions``/``messages`` or ``version``; ``backup`` (path) when written.
+    Raises:
+        ValueError: unknown fixture name.
+    """
+    fixture = store.get("fixture", "empty")
+    out: dict = {"fixture": fixture}
+    version = schema_version_of(fixture)
+    if fixture == "empty":
+        _current_store(db_path, 0, 0, seed)
+    elif fixture == "generated":
+        n_s, n_m = int(store.get("sessions", 20)), int(store.get("messages", 1000))
+        _current_store(db_path, n_s, n_m, seed)
+        out.update(sessions=n_s, messages=n_m)
+    elif version is not None:
+        from hermes_state.schema_history import build_fixture
+
+        manifest = build_fixture(db_path, version, seed=seed)
+        (db_path.parent.parent / MANIFEST_NAME).write_text(
+            json.dumps(manifest, default=str, ensure_ascii=False) + "\n", encoding="utf-8")
+        out.update(version=version, counts=manifest["counts"])
+    elif fixture == "zeroed":
+        db_path.write_bytes(b"\0" * int(store.get("bytes", DEFAULT_ZEROED_BYTES)))
+    elif fixture == "empty_file":
+        db_path.write_bytes(b"")
+    elif fixture == "not_sqlite":
+        db_path.write_text("this is not a SQLite database: a chaos fixture (SPEC §12)\n" * 40)
+    else:
+        raise ValueError(f"unknown store fixture {fixture!r}")
+    out["bytes"] = db_path.stat().st_size
+    os.chmod(db_path, 0o600)
+    if need_backup:
+        out["backup"] = str(backup_copy(db_path, sources_dir(db_path) / "backup.db"))
+    return out
+
+
+def backup_copy(db_path: Path, dest: Path) -> Path:
+    """An online backup (SQLite backup API, ``mode=ro`` source) of ``db_path`` to ``dest``.
+
+    A non-SQLite fixture is copied byte for byte (there is nothing for the backup API to read).
+    """
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    if dest.exists():
+        dest.unlink()
+    head = db_path.read_bytes()[:16]
+    if head != b"SQLite format 3\x00":
+        dest.write_bytes(db_path.read_bytes())
+        return dest
+    src = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+    dst = sqlite3.connect(str(dest))
+    try:
+        src.backup(dst)
+    finally:
+        dst.close()
+        src.close()
+    return dest
+
+
+def other_store(path: Path, seed: int = 0) -> Path:
+    """A small current-schema store of its own (its own generation token, SPEC §10.1) at
+    ``path``: 2 sessions, 6 messages without payload ids. Returns ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for p in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+        if p.exists():
+            p.unlink()
+    _current_store(path, 2, 6, seed + 1)
+    return path
+
+
+def _current_store(db_path: Path, n_sessions: int, n_messages: int, seed: int) -> None:
+    """Create a current-schema store; fill it in one write transaction; checkpoint; close."""
+    from hermes_state import SessionDB
+    from hermes_state.messages import build_append
+
+    db = SessionDB(db_path)
+    try:
+        if n_sessions:
+            rng = random.Random(f"fixture:{seed}")
+            sids = [f"fx-s{i:04d}" for i in range(n_sessions)]
+            for sid in sids:
+                db.create_session(sid, source="fixture")
+            fns = []
+            for k in range(n_messages):
+                sid = sids[k % n_sessions]
+                words = " ".join(rng.choice(_WORDS) for _ in range(rng.randint(8, 40)))
+                fns.append(build_append(sid, ("user", "assistant")[k % 2],
+                                        f"fixture message {k} {words}"))
+
+            def fill(conn: sqlite3.Connection) -> int:
+                for fn in fns:
+                    fn(conn)
+                return len(fns)
+
+            db._conn.execute_write(fill, op="fixture")
+    finally:
+        db.close()

@@ -1,0 +1,99 @@
+"""Disk faults (SPEC §16.2): ``fill_disk`` / ``free_disk`` on the store's own small tmpfs.
+
+The scenario puts the home on a tmpfs (``store: {tmpfs: 16M}``, mounted by the runner, see
+:mod:`chaos.fixtures`). ``fill_disk`` writes a balloon file ``<home>/.chaos-balloon`` until the
+filesystem returns ENOSPC, then gives back ``leave`` bytes; SQLite then meets SQLITE_FULL when a
+commit must grow the WAL or a checkpoint must grow ``state.db``. ``free_disk`` deletes the balloon.
+The heal phase calls :func:`release_balloon` so no run ends with a full disk.
+Refuses (``NemesisError``) when the home is not a mount point: filling the machine's real disk
+is never an option.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+from .base import NemesisEnv, NemesisError
+
+BALLOON_NAME = ".chaos-balloon"
+CHUNK = 64 * 1024
+
+
+def balloon_path(home: Path) -> Path:
+    """``<home>/.chaos-balloon``."""
+    return Path(home) / BALLOON_NAME
+
+
+def _free(home: Path) -> int:
+    st = os.statvfs(home)
+    return st.f_bavail * st.f_frsize
+
+
+def fill_disk(env: NemesisEnv, params: dict) -> dict:
+    """Fill the store's tmpfs with the balloon, leaving ``leave`` bytes (default 0) free.
+
+    Returns: ``{"balloon", "balloon_bytes", "free_before", "free_after", "leave"}`` (bytes).
+    Raises:
+        NemesisError: the home is not a mount point (no ``store: {tmpfs: ...}``).
+    """
+    home = Path(env.db_path).parent
+    if not os.path.ismount(home):
+        raise NemesisError(f"{home} is not a mount point: fill_disk needs the store on its own "
+                           "tmpfs (store: {tmpfs: 16M})")
+    leave = int(params.get("leave", 0))
+    free_before = _free(home)
+    path = balloon_path(home)
+    block = b"\0" * CHUNK
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        while True:
+            try:
+                n = os.write(fd, block)
+            except OSError as exc:
+                if exc.errno != errno.ENOSPC:
+                    raise
+                break
+            if n < len(block):  # a short write: the next one raises ENOSPC
+                continue
+        if len(block) > 1:  # fill the last partial block byte by byte
+            while True:
+                try:
+                    os.write(fd, b"\0")
+                except OSError:
+                    break
+        size = os.fstat(fd).st_size
+        if leave:
+            os.ftruncate(fd, max(0, size - leave))
+    finally:
+        os.close(fd)
+    return {"balloon": str(path), "balloon_bytes": path.stat().st_size, "leave": leave,
+            "free_before": free_before, "free_after": _free(home)}
+
+
+def release_balloon(home: Path) -> int | None:
+    """Delete the balloon if there is one (heal phase, SPEC §16.3). Returns its bytes or None."""
+    path = balloon_path(home)
+    try:
+        size = path.stat().st_size
+        path.unlink()
+    except FileNotFoundError:
+        return None
+    return size
+
+
+def free_disk(env: NemesisEnv, params: dict) -> dict:
+    """Delete the balloon. Returns ``{"freed_bytes", "free_after"}``.
+
+    Raises:
+        NemesisError: there is no balloon (nothing was filled).
+    """
+    home = Path(env.db_path).parent
+    freed = release_balloon(home)
+    if freed is None:
+        raise NemesisError(f"no balloon at {balloon_path(home)}: the disk was not filled")
+    return {"freed_bytes": freed, "free_after": _free(home)}
+
+
+DISK_FAULTS = {"fill_disk": fill_disk, "free_disk": free_disk}
