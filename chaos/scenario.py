@@ -410,7 +410,13 @@ SCHEMA: dict = {
                             "type": "string",
                             "description": "The role holding the store when the sidecars go "
                             "(must name a role).",
-                        }
+                        },
+                        "fault": {
+                            "enum": ["delete_sidecars", "rename_sidecars"],
+                            "default": "delete_sidecars",
+                            "description": "The nemesis fault that retires the WAL (T = its "
+                            "first done record).",
+                        },
                     },
                     ("holder",),
                 ),
