@@ -273,6 +273,8 @@ _FILE_STEPS = [
         "table": {"enum": ["messages_fts_data", "messages_fts_trigram_data"],
                   "default": "messages_fts_data",
                   "description": "The FTS5 shadow table whose index data is garbled."},
+        "pages": {"type": "integer", "minimum": 0, "default": 0,
+                  "description": "Leaf pages to garble; 0 = every page outside the WAL."},
         "seed": _SEED_PROP,
     }, []),
     _step_then("fill_disk", {

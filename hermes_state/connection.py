@@ -110,6 +110,21 @@ def corruption_kind(exc: BaseException) -> str | None:
     return None
 
 
+def btrees_sound(conn: sqlite3.Connection) -> bool:
+    """True when ``PRAGMA quick_check`` finds every b-tree sound (SPEC §12).
+
+    Used after a "malformed" error raised by an FTS query: FTS5 reports damage inside its index
+    blobs as plain SQLITE_CORRUPT (code 11) from MATCH/bm25/snippet, indistinguishable by code
+    from a broken b-tree. If every b-tree (the FTS shadow tables' included) passes quick_check,
+    the damage can only be in the data FTS5 decodes itself: it is confined to the FTS index.
+    O(store size); runs only on that error path. A check that cannot run says False.
+    """
+    try:
+        return [r[0] for r in conn.execute("PRAGMA quick_check")] == ["ok"]
+    except sqlite3.Error:
+        return False
+
+
 def quarantine_if_not_sqlite(db_path: Path) -> Path | None:
     """Move a 0-byte, zero-filled or non-SQLite ``state.db`` aside before connecting (§12).
 

@@ -112,7 +112,17 @@ def _classify(real: str, target: str, fd_ident: tuple[int, int] | None,
         if deleted:
             return f"{name} (deleted)", True
         if fd_ident is not None and idents[path] is not None and fd_ident != idents[path]:
-            return f"{name} (replaced)", True
+            # The identities were taken when the scan started; the path may have been replaced
+            # since (a store quarantined and created afresh by a starting process, SPEC §12).
+            # Only a descriptor of a file that is not at the path NOW is a retired one.
+            try:
+                st = os.stat(path)
+                now: tuple[int, int] | None = (st.st_dev, st.st_ino)
+            except OSError:
+                now = None
+            if now != fd_ident:
+                return f"{name} (replaced)", True
+            idents[path] = now
         return name, False
     # A sidecar renamed aside (``state.db-wal.bak``) is still that generation's log.
     for suffix in ("-wal", "-shm"):

@@ -283,7 +283,13 @@ def _in_snapshot(conn: sqlite3.Connection, fn):
         return fn()
     finally:
         if began and conn.in_transaction:
-            conn.execute("COMMIT")
+            try:
+                conn.execute("COMMIT")
+            except sqlite3.DatabaseError:
+                # A read snapshot has nothing to commit: after a statement that met FTS damage
+                # SQLite can refuse the COMMIT with that error; ending it by ROLLBACK is the same.
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
 
 
 def _search(conn: sqlite3.Connection, q: _Query) -> list[dict]:
@@ -318,6 +324,17 @@ def _index_route(conn: sqlite3.Connection, q: _Query, table: str, expr: str, tab
         return [] if _match_page(conn, q, table, expr, pending, 1, 0) else None
     except sqlite3.OperationalError as exc:
         log.debug("FTS query on %s failed (%s); falling back", table, exc)
+        return None
+    except sqlite3.DatabaseError as exc:
+        from .connection import btrees_sound, corruption_kind  # lazy: no import cycle
+
+        kind = corruption_kind(exc)
+        if kind != "fts" and not (kind == "structural" and btrees_sound(conn)):
+            raise
+        # SPEC §12: damage confined to the FTS index must not stop search (nor, through the
+        # read path, the whole handle): this query falls back to trigram/LIKE; the next write
+        # switches the index off (fts_stale) and `doctor --fix` rebuilds it.
+        log.warning("the search index %s is damaged (%s): falling back to a scan", table, exc)
         return None
 
 

@@ -354,46 +354,54 @@ def _serial_len(t: int) -> int:
 
 
 def corrupt_fts(env: NemesisEnv, params: dict) -> dict:
-    """Garble FTS5 index data on one leaf page of an FTS shadow table (SPEC §16.2, §12).
+    """Garble FTS5 index data on leaf pages of an FTS shadow table (SPEC §16.2, §12).
 
-    Params: ``table`` (default ``messages_fts_data``), ``seed`` (default 0). The page is a leaf
-    of that table's b-tree with no frame in the current WAL; inside it, the bytes of each cell's
-    ``block`` value are overwritten (record headers and b-tree structure are kept), so SQLite's
-    b-tree stays sound and FTS5 itself reports the damage (SQLITE_CORRUPT_VTAB): corruption
-    confined to the FTS shadow tables.
+    Params: ``table`` (default ``messages_fts_data``), ``pages`` (how many leaf pages; default
+    0 = every eligible one), ``seed`` (default 0). Eligible: a leaf of that table's b-tree with no
+    frame in the current WAL. Inside a page, the bytes of each cell's ``block`` value are
+    overwritten, except the averages (rowid 1) and structure (rowid 10) records; record headers
+    and the b-tree structure are kept, so SQLite's b-tree stays sound and FTS5 itself reports the
+    damage when a query or a merge reads a garbled segment: corruption confined to the FTS
+    shadow tables.
 
-    Returns: ``{"table", "page", "page_size", "rows": [rowid...], "bytes", "in_wal": False,
+    Returns: ``{"table", "pages": [page numbers], "page_size", "cells", "bytes", "in_wal": False,
     "inode"}``.
     """
     db = Path(env.db_path)
     table = params.get("table", "messages_fts_data")
+    want = int(params.get("pages", 0))
     in_wal = wal_pages(_sidecar(env, "wal"))
     page_size, pages = _pages_of(db, table)
     candidates = [p for p, t in pages if t == "leaf" and p not in in_wal]
     rng = random.Random(f"corrupt_fts:{params.get('seed', 0)}")
+    rng.shuffle(candidates)
+    done, cells, garbled = [], 0, 0
     fd = os.open(db, os.O_RDWR)
     try:
-        for page in candidates[len(candidates) // 2:] + candidates[: len(candidates) // 2]:
+        for page in candidates:
+            if want and len(done) >= want:
+                break
             offset = (page - 1) * page_size
             raw = bytearray(os.pread(fd, page_size, offset))
             spans = [s for s in _blob_spans(bytes(raw), page_size) if s[0] not in (1, 10)]
             if not spans:
                 continue
-            garbled = 0
             for _rowid, start, end in spans:
                 for k in range(start, end):
                     raw[k] = rng.getrandbits(8)
                 garbled += end - start
+            cells += len(spans)
             os.pwrite(fd, bytes(raw), offset)
-            os.fsync(fd)
-            return {"table": table, "page": page, "page_size": page_size,
-                    "rows": [s[0] for s in spans], "bytes": garbled, "in_wal": False,
-                    "inode": _ident(db)}
+            done.append(page)
+        os.fsync(fd)
     finally:
         os.close(fd)
-    raise NemesisError(f"no leaf page of {table} outside the current WAL holds index data "
-                       f"({len(candidates)} candidate page(s)): use a larger fixture or let a "
-                       "checkpoint run first")
+    if not done:
+        raise NemesisError(f"no leaf page of {table} outside the current WAL holds index data "
+                           f"({len(candidates)} candidate page(s)): use a larger fixture or let "
+                           "a checkpoint run first")
+    return {"table": table, "pages": sorted(done), "page_size": page_size, "cells": cells,
+            "bytes": garbled, "in_wal": False, "inode": _ident(db)}
 
 
 # ------------------------------------------------------------------------------ foreign close

@@ -1,0 +1,305 @@
+"""File and disk faults (SPEC §16.2) on real stores, real files and real processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from chaos import fixtures
+from chaos.nemesis import FAULTS, NemesisEnv, NemesisError
+from chaos.nemesis.files import wal_pages
+from hermes_state import SessionDB
+from hermes_state.errors import (
+    DeletedWalGenerationError,
+    StateDbCorruptError,
+    StateDbReplacedError,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def store(tmp_path: Path, fixture: str = "empty", **params) -> tuple[Path, NemesisEnv]:
+    home = tmp_path / "run" / "home"
+    home.mkdir(parents=True)
+    db = home / "state.db"
+    fixtures.prepare_store({"fixture": fixture, **params}, db, seed=1)
+    return db, NemesisEnv(db, lambda: [])
+
+
+def fire(name: str, env: NemesisEnv, **params) -> dict:
+    return FAULTS[name](env, params)
+
+
+def ident(p: Path) -> list:
+    st = os.stat(p)
+    return [st.st_dev, st.st_ino]
+
+
+def test_rename_sidecars_moves_the_wal_aside_and_the_holder_refuses(tmp_path):
+    db, env = store(tmp_path)
+    with SessionDB(db) as s:
+        s.create_session("a", source="cli")
+        wal = Path(f"{db}-wal")
+        before = ident(wal)
+        out = fire("rename_sidecars", env, files=["wal"])
+        assert out["renamed"] == {"state.db-wal": "state.db-wal.aside"}
+        assert out["inodes"]["state.db-wal"] == before
+        assert ident(Path(f"{db}-wal.aside")) == before and not wal.exists()
+        with pytest.raises(DeletedWalGenerationError):
+            s.append_message("a", "user", "after the rename")
+    with pytest.raises(NemesisError, match="nothing to rename"):
+        fire("rename_sidecars", env, files=["wal"])
+
+
+@pytest.mark.parametrize("how", ["mv", "cp"])
+def test_replace_db_is_detected_by_the_live_writer(tmp_path, how):
+    db, env = store(tmp_path)
+    with SessionDB(db) as s:
+        s.create_session("a", source="cli")
+        s.append_message("a", "user", "before")
+        out = fire("replace_db", env, how=how, source="other")
+        assert out["same_inode"] is (how == "cp")
+        assert (out["inode_before"] == out["inode_after"]) is (how == "cp")
+        assert out["inode_after"] == ident(db)
+        with pytest.raises(StateDbReplacedError):
+            s.append_message("a", "user", "after")
+    # the file at the path is the other store, intact, with none of our rows
+    assert sqlite3.connect(db).execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+    assert sqlite3.connect(db).execute(
+        "SELECT count(*) FROM sessions WHERE id = 'a'").fetchone() == (0,)
+
+
+def test_replace_db_from_the_backup_by_mv(tmp_path):
+    db, env = store(tmp_path, "generated", sessions=2, messages=4)
+    fixtures.backup_copy(db, fixtures.sources_dir(db) / "backup.db")
+    with SessionDB(db) as s:
+        s.create_session("new", source="cli")
+        out = fire("replace_db", env, how="mv", source="backup")
+        assert not out["same_inode"] and out["source_path"].endswith("sources/backup.db")
+        with pytest.raises(StateDbReplacedError):
+            s.append_message("new", "user", "x")
+
+
+def test_zero_and_truncate_db_keep_the_inode(tmp_path):
+    db, env = store(tmp_path, "generated", sessions=1, messages=20)
+    inode, size = ident(db), db.stat().st_size
+    out = fire("zero_db", env)
+    assert out == {"inode": inode, "bytes": size}
+    assert set(db.read_bytes()) == {0} and db.stat().st_size == size
+    out = fire("truncate_db", env, bytes=1000)
+    assert out["bytes_before"] == size and out["bytes_after"] == 1000 and ident(db) == inode
+
+
+def test_wal_pages_reads_the_frames_of_the_current_generation(tmp_path):
+    db, _ = store(tmp_path)
+    s = SessionDB(db)
+    try:
+        s.create_session("a", source="cli")
+        pages = wal_pages(Path(f"{db}-wal"))
+        root = sqlite3.connect(f"file:{db}?mode=ro", uri=True).execute(
+            "SELECT rootpage FROM sqlite_master WHERE name = 'sessions'").fetchone()[0]
+        assert root in pages  # the insert wrote the sessions b-tree
+    finally:
+        s.close()
+    assert wal_pages(tmp_path / "nope-wal") == set()
+
+
+def test_corrupt_page_breaks_a_btree_and_recover_salvages_the_rest(tmp_path):
+    db, env = store(tmp_path, "generated", sessions=10, messages=2000)
+    out = fire("corrupt_page", env, table="messages", pick="leaf")
+    assert out["table"] == "messages" and out["pagetype"] == "leaf" and not out["in_wal"]
+    with pytest.raises(sqlite3.DatabaseError, match="malformed"):
+        sqlite3.connect(db).execute("SELECT count(*), sum(length(content)) FROM messages").fetchone()
+    s = SessionDB(db)
+    with pytest.raises(StateDbCorruptError):
+        for sid in [f"fx-s{i:04d}" for i in range(10)]:
+            s.get_messages(sid)
+    s.close()
+    salvaged = tmp_path / "salvaged.db"
+    proc = subprocess.run([sys.executable, "-m", "hermes_state", "--home", str(db.parent),
+                           "sessions", "recover", "--source", str(db), "--allow-partial",
+                           "--output", str(salvaged)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    got = sqlite3.connect(salvaged).execute("SELECT count(*) FROM messages").fetchone()[0]
+    assert 0 < got < 2000  # one leaf's rows are gone, the rest came back
+
+
+def test_corrupt_fts_is_confined_and_search_falls_back(tmp_path):
+    """The fault damages FTS5 data only; the store (SPEC §12) keeps writing and searching."""
+    db, env = store(tmp_path, "generated", sessions=20, messages=3000)
+    out = fire("corrupt_fts", env)
+    assert out["pages"] and out["cells"] >= len(out["pages"]) and not out["in_wal"]
+    raw = sqlite3.connect(db)
+    assert raw.execute("PRAGMA integrity_check").fetchall() == [("ok",)]  # b-trees sound
+    with pytest.raises(sqlite3.DatabaseError) as ei:
+        raw.execute("INSERT INTO messages_fts(messages_fts, rank) VALUES('integrity-check', 1)")
+    assert ei.value.sqlite_errorcode == 267  # SQLITE_CORRUPT_VTAB: FTS5 reports it
+    raw.close()
+    with SessionDB(db) as s:
+        s.create_session("x", source="cli")
+        # a query that reads the damaged segments falls back to a scan instead of failing the
+        # whole handle (a real bug found with this fault: it used to raise StateDbCorruptError)
+        hits = s.search_messages("deploy")
+        assert hits
+        for h in hits:
+            content = s._read(lambda c, i=h["id"]: c.execute(
+                "SELECT content FROM messages WHERE id = ?", (i,)).fetchone()[0])
+            assert "deploy" in content
+        s.append_message("x", "user", "still writing after the damage")
+        s._conn.rebuild_fts()
+        assert [h["session_id"] for h in s.search_messages("still writing")] == ["x"]
+    raw = sqlite3.connect(db)
+    raw.execute("INSERT INTO messages_fts(messages_fts, rank) VALUES('integrity-check', 1)")
+
+
+def test_corrupt_fts_refuses_when_every_page_is_in_the_wal(tmp_path):
+    db, env = store(tmp_path)
+    s = SessionDB(db)
+    try:
+        s.create_session("a", source="cli")
+        s.append_message("a", "user", "only in the wal")
+        with pytest.raises(NemesisError, match="WAL"):
+            fire("corrupt_fts", env)
+    finally:
+        s.close()
+
+
+def _tmpfs_store(tmp_path: Path, size: str = "2M"):
+    home = tmp_path / "run" / "home"
+    try:
+        mount = fixtures.mount_tmpfs(home, fixtures.parse_size(size))
+    except fixtures.TmpfsUnavailable as exc:
+        pytest.skip(f"cannot mount a tmpfs here: {exc}")
+    db = home / "state.db"
+    fixtures.prepare_store({"fixture": "empty"}, db)
+    return mount, db, NemesisEnv(db, lambda: [])
+
+
+def test_fill_disk_makes_commits_fail_with_sqlite_full_until_free_disk(tmp_path):
+    mount, db, env = _tmpfs_store(tmp_path)
+    try:
+        with SessionDB(db) as s:
+            s.create_session("a", source="cli")
+            out = fire("fill_disk", env)
+            assert out["free_after"] == 0 and out["balloon_bytes"] > 0
+            with pytest.raises(sqlite3.OperationalError) as ei:
+                for i in range(200):
+                    s.append_message("a", "user", f"{i} " + "x" * 8000)
+            assert ei.value.sqlite_errorcode & 0xFF == 13  # SQLITE_FULL
+            done = fire("free_disk", env)
+            assert done["freed_bytes"] == out["balloon_bytes"] and done["free_after"] > 0
+            s.append_message("a", "user", "after free_disk")
+            assert s.get_messages("a")[-1]["content"] == "after free_disk"
+        with pytest.raises(NemesisError, match="no balloon"):
+            fire("free_disk", env)
+    finally:
+        mount.unmount()
+
+
+def test_fill_disk_never_fills_a_disk_that_is_not_the_stores_own_mount(tmp_path):
+    _, env = store(tmp_path)
+    with pytest.raises(NemesisError, match="not a mount point"):
+        fire("fill_disk", env)
+
+
+HOLDER = """
+import sys, time
+from hermes_state import SessionDB
+from chaos.nemesis.files import install_foreign_open_close
+db = SessionDB(sys.argv[1])
+db.create_session("h", source="cli")
+db.append_message("h", "user", "first")
+install_foreign_open_close(sys.argv[1], lambda **f: print("EVENT", f, flush=True))
+print("READY", flush=True)
+sys.stdin.readline()            # wait: the fault fires, another process closes the store
+try:
+    db.append_message("h", "user", "second")
+    print("WROTE", flush=True)
+except Exception as exc:
+    print("REFUSED", type(exc).__name__, flush=True)
+"""
+
+
+@dataclass
+class _Inst:
+    process: str
+    role: str
+    index: int
+    pid: int
+
+    def alive(self) -> bool:
+        return True
+
+
+def test_foreign_open_close_drops_the_holders_locks(tmp_path):
+    """SPEC §16.2: a plain open/read/close of state.db in a process with a connection drops
+    its POSIX locks; another process's close then believes it is the last connection and
+    deletes the WAL under the holder, whose next write refuses (SPEC §10.1)."""
+    db, _ = store(tmp_path)
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(db)], cwd=ROOT, text=True,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout.readline().strip() == "READY"
+        env = NemesisEnv(db, lambda: [_Inst("h-0", "h", 0, holder.pid)])
+        out = FAULTS["foreign_open_close"](env, {"role": "h", "index": None})
+        assert out == {"signal": "SIGUSR2", "pids": [holder.pid], "processes": ["h-0"]}
+        event = holder.stdout.readline()
+        assert event.startswith("EVENT") and "'bytes': 4096" in event
+        # another process opens, writes and closes: with the holder's locks gone it is "last"
+        other = sqlite3.connect(str(db))
+        other.execute("PRAGMA journal_mode").fetchone()
+        other.execute("SELECT count(*) FROM sessions").fetchone()
+        other.close()
+        assert not Path(f"{db}-wal").exists()  # deleted under the holder
+        holder.stdin.write("\n")
+        holder.stdin.flush()
+        assert holder.stdout.readline().split() == ["REFUSED", "DeletedWalGenerationError"]
+    finally:
+        holder.kill()
+        holder.wait(10)
+
+
+@pytest.mark.slow
+def test_zeroed_store_two_starters_scenario_quarantines_once(tmp_path):
+    out = tmp_path / "runs"
+    proc = subprocess.run([sys.executable, "-m", "chaos", "run",
+                           str(ROOT / "scenarios" / "zeroed_store_two_starters.yaml"),
+                           "--out", str(out)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=180)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    run_dir = next(d for d in out.iterdir() if d.is_dir())
+    assert len(list((run_dir / "home").glob("state.db.corrupt.*.bak"))) == 1
+    history = [json.loads(x) for x in (run_dir / "history.jsonl").read_text().splitlines()]
+    assert sum(1 for r in history if r.get("event") == "quarantine") == 1
+    opens = [r for r in history if r.get("op") == "open" and r.get("type") in ("ok", "fail")]
+    assert len(opens) == 3 and all(r["type"] == "ok" for r in opens)
+
+
+def test_holder_scan_judges_a_descriptor_against_the_path_now(tmp_path):
+    """Found by zeroed_store_two_starters: a starter scanned /proc while the other starter
+    quarantined the zeroed file and opened the fresh one; the scan compared that descriptor
+    with the inode it had stat'ed at its start, called it "(replaced)" and refused to open
+    (SPEC §10.4 is about files no longer at the path, §12 says both starters work)."""
+    from hermes_state import holders
+
+    db = tmp_path / "state.db"
+    db.write_bytes(b"\0" * 4096)
+    real, stale = holders._watched(db)  # the scan starts: state.db is the zeroed file
+    os.rename(db, tmp_path / "state.db.corrupt.bak")  # the other starter moves it aside...
+    db.write_bytes(b"")  # ...and creates the fresh store, which it holds open
+    with open(db, "rb") as fh:
+        st = os.fstat(fh.fileno())
+        hit = holders._classify(real, str(db), (st.st_dev, st.st_ino), stale)
+    assert hit == ("state.db", False)
+    gone = holders._classify(real, str(db), (st.st_dev, st.st_ino + 1), stale)
+    assert gone == ("state.db (replaced)", True)  # a descriptor of another file still is
