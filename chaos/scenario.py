@@ -415,9 +415,8 @@ SCHEMA: dict = {
                         },
                         "fault": {
                             "enum": ["delete_sidecars", "rename_sidecars"],
-                            "default": "delete_sidecars",
                             "description": "The nemesis fault that retires the WAL (T = its "
-                            "first done record).",
+                            "first done record); default delete_sidecars.",
                         },
                     },
                     ("holder",),
