@@ -106,7 +106,7 @@ def _report(args, err: Console) -> int:
 
 
 def _replay(args, err: Console) -> int:
-    from .replay import RunDirError, replay
+    from .replay import RunDirError, replay, run_summary
     from .report import comparison_table
 
     console = Console(stderr=True, soft_wrap=True) if args.json else Console(soft_wrap=True)
@@ -120,9 +120,25 @@ def _replay(args, err: Console) -> int:
                                    title=f"{result.results.get('scenario')} seed "
                                          f"{result.results.get('seed')}: "
                                          f"{args.run_dir.name} vs {result.run_dir.name}"))
+    console.print(_summary_table(run_summary(args.run_dir), run_summary(result.run_dir)))
+    console.print("same seed: same workload choices and fault schedule; OS scheduling and machine load "
+                  "change the timing and so the counts",
+                  style="dim", highlight=False)
     if args.json:
         print(json.dumps(result.results, default=str))
     return result.exit_code
+
+
+def _summary_table(left: dict, right: dict):
+    from rich.table import Table
+
+    table = Table(title="workload and faults side by side")
+    table.add_column("what", no_wrap=True)
+    table.add_column("original")
+    table.add_column("replay")
+    for key in list(left) + [k for k in right if k not in left]:
+        table.add_row(key, left.get(key, "-"), right.get(key, "-"))
+    return table
 
 
 def _watch(args, err: Console) -> int:

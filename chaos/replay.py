@@ -113,3 +113,44 @@ def replay(run_dir: str | os.PathLike, *, out_dir: str | os.PathLike | None = No
     target = Path(out_dir) if out_dir is not None else run_dir.parent
     result = run_scenario(scenario, out_dir=target, console=console)
     return original, result
+
+
+def run_summary(run_dir: str | os.PathLike) -> dict[str, str]:
+    """A few comparable lines about a run's history (for ``replay``'s side-by-side table).
+
+    Returns:
+        ``{"faults fired": "kill@1.02s, ...", "operations": "ok N, fail N, info N",
+        "appends": "ok N, fail N, info N", "processes": "name:exitcode, ..."}``; times are seconds
+        since the run's first phase record. Empty dict when the history cannot be read.
+    """
+    from .history import read_file
+
+    path = Path(run_dir) / "history.jsonl"
+    try:
+        records = read_file(path)
+    except OSError:
+        return {}
+    t0 = next((r["t"] for r in records if r.get("type") == "phase"), None)
+    if t0 is None and records:
+        t0 = records[0].get("t", 0.0)
+    fired = [f"{r.get('fault')}@{r['t'] - t0:.2f}s" for r in records
+             if r.get("type") == "nemesis" and r.get("phase") == "done"]
+    never = [str(r.get("fault")) for r in records
+             if r.get("type") == "nemesis" and r.get("phase") == "never"]
+    counts = {"ok": 0, "fail": 0, "info": 0}
+    appends = {"ok": 0, "fail": 0, "info": 0}
+    for r in records:
+        typ = r.get("type")
+        if typ in counts:
+            counts[typ] += 1
+            if r.get("op") == "append":
+                appends[typ] += 1
+    exits = sorted(f"{r.get('process')}:{r.get('exitcode')}" for r in records
+                   if r.get("type") == "process" and r.get("phase") == "exit")
+    out = {"faults fired": ", ".join(fired) or "none",
+           "operations": ", ".join(f"{k} {v}" for k, v in counts.items()),
+           "appends": ", ".join(f"{k} {v}" for k, v in appends.items()),
+           "processes (exit code)": ", ".join(exits) or "none"}
+    if never:
+        out["faults never fired"] = ", ".join(never)
+    return out

@@ -7,6 +7,7 @@ under tmp_path, then reads the page back with :mod:`html.parser`.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from html.parser import HTMLParser
@@ -34,8 +35,9 @@ expect:
 
 
 def run_chaos(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "COLUMNS": "220"}  # rich tables: one line per row
     return subprocess.run([sys.executable, "-m", "chaos", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=180)
+                          text=True, timeout=180, env=env)
 
 
 class Page(HTMLParser):
@@ -139,6 +141,9 @@ def test_replay_runs_the_same_scenario_and_seed_into_a_new_directory(tmp_path):
     assert (new_dir / "report.html").exists()
     # Both verdicts side by side (stderr carries the console under --json).
     assert "original" in proc.stderr and "replay" in proc.stderr
+    # The same fault schedule ran again: kill, stop, cont fired in both runs.
+    row = next(line for line in proc.stderr.splitlines() if "faults fired" in line)
+    assert row.count("kill@") == 2 and row.count("stop@") == 2
 
 
 def test_report_and_replay_refuse_a_directory_that_is_not_a_run(tmp_path):
