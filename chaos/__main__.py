@@ -24,7 +24,8 @@ def _parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run scenario files and check their invariants")
     run.add_argument("files", nargs="+", type=Path, help="scenario YAML files")
     run.add_argument("--seed", type=_seed, default=None, help="override the scenario seed")
-    run.add_argument("--repeat", type=int, default=1, help="run each scenario K times")
+    run.add_argument("--repeat", type=_repeat, default=1,
+                     help="run each scenario K times (seeds N, N+1, ...)")
     run.add_argument("--out", type=Path, default=Path("runs"), help="where run directories go")
     run.add_argument("--json", action="store_true", help="print results.json objects on stdout")
     val = sub.add_parser("validate", help="validate scenario files; exit 2 on any problem")
@@ -56,6 +57,13 @@ def _seed(text: str) -> int:
     value = int(text)
     if not 0 <= value < 2**63:
         raise argparse.ArgumentTypeError("a seed is an integer in [0, 2**63)")
+    return value
+
+
+def _repeat(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("--repeat is a count of runs, at least 1")
     return value
 
 
@@ -95,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
 
         console = Console(stderr=True, soft_wrap=True) if args.json else Console(soft_wrap=True)
         worst = EXIT_OK
+        done = []
         for sc in scenarios:
             for k in range(max(1, args.repeat)):
                 seed = (args.seed if args.seed is not None else sc.seed) + k
@@ -102,6 +111,11 @@ def main(argv: list[str] | None = None) -> int:
                 if args.json:
                     print(json.dumps(result.results, default=str))
                 worst = max(worst, result.exit_code)
+                done.append(result.results)
+        if len(done) > 1:
+            from .report import runs_table
+
+            console.print(runs_table(done))
         return worst
     except KeyboardInterrupt:
         err.print("[red]interrupted: every role process was stopped[/]")

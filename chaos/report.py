@@ -73,6 +73,25 @@ def comparison_table(left: list, right: list, left_title: str, right_title: str,
     return table
 
 
+def runs_table(results: list[dict], title: str = "runs") -> Table:
+    """One row per run (``results.json`` dicts): scenario | seed | verdict | not passing | dir.
+
+    The verdict is PASS when every checker passed or was skipped, else FAIL (exit code 1).
+    """
+    table = Table(title=title)
+    for col in ("scenario", "seed", "verdict", "not passing", "run directory"):
+        table.add_column(col, no_wrap=col != "not passing")
+    for res in results:
+        verdicts = res.get("verdicts") or []
+        bad = [f"{_field(v, 'checker')} {_field(v, 'status')}" for v in verdicts
+               if _field(v, "status") not in ("PASS", "SKIPPED")]
+        status = "PASS" if exit_code_of(verdicts) == 0 else "FAIL"
+        table.add_row(str(res.get("scenario", "?")), str(res.get("seed", "?")),
+                      styled_status(status), ", ".join(bad),
+                      str(res.get("run_dir", "")).rsplit("/", 1)[-1])
+    return table
+
+
 def write_results(path: Path, payload: dict) -> None:
     """Write ``results.json`` (indent 2, sorted keys)."""
     path.write_text(json.dumps(payload, indent=2, sort_keys=True, default=str) + "\n")

@@ -113,6 +113,19 @@ def test_run_writes_a_self_contained_report_with_lanes_and_faults(tmp_path):
     assert {a["data-fault"] for a in parse(report).with_attr("data-fault")} == set(fired)
 
 
+def test_repeat_runs_successive_seeds_and_ends_with_a_table_of_runs(tmp_path):
+    sc = tmp_path / "tiny.yaml"
+    sc.write_text(SCENARIO)
+    out = tmp_path / "runs"
+    proc = run_chaos("run", str(sc), "--out", str(out), "--repeat", "2", "--seed", "40")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    dirs = sorted(d.name for d in out.iterdir())
+    assert [d.rsplit("-", 1)[1] for d in dirs] == ["seed40", "seed41"]
+    table = proc.stdout.rsplit("runs\n", 1)[1]
+    assert all(name in table for name in dirs) and table.count("PASS") == 2
+    assert run_chaos("run", str(sc), "--repeat", "0", "--out", str(out)).returncode == 2
+
+
 def test_recheck_rejudges_the_saved_run_and_keeps_the_old_verdicts(tmp_path):
     run_dir, _ = tiny_run(tmp_path)
     before = json.loads((run_dir / "results.json").read_text())
