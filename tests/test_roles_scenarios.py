@@ -140,3 +140,7 @@ def test_cron_writer_close_never_disturbs_the_gateway(tmp_path):
     assert not [r for r in history if r.get("event") in ("refusal", "capture")]
     ckpt_modes = {r.get("mode") for r in history if r.get("event") == "checkpoint"}
     assert ckpt_modes == {"PASSIVE"}
+    # The sampler saw one WAL inode at the path the whole run: no close rotated it.
+    inodes = {r["path"]["wal"]["ino"] for r in history if r["type"] == "sample"
+              and isinstance(r.get("path"), dict) and r["path"].get("wal")}
+    assert len(inodes) == 1, inodes
