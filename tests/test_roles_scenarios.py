@@ -89,12 +89,14 @@ def test_prune_handoff_skips_sessions_with_a_turn_in_progress(tmp_path):
     conn = sqlite3.connect(run_dir / "final" / "state.db")
     try:
         kept = {r[0] for r in conn.execute("SELECT id FROM sessions")}
-        ended = {r[0] for r in conn.execute("SELECT id FROM sessions WHERE ended_at IS NOT NULL")}
     finally:
         conn.close()
     assert set(ran["busy_ended"]) <= kept  # skipped, not pruned
     assert not any(s.startswith("cli-") for s in kept)  # the finished CLI sessions went
-    assert ended - set(ran["busy_ended"]), "only busy sessions ended: nothing was prunable"
+    created = {r["session_id"] for r in done(history, "create_session", "gateway-0")
+               if r["type"] == "ok"}
+    pruned = created - kept
+    assert pruned and not pruned & set(ran["busy_ended"])  # ended, idle parents went
 
 
 @pytest.mark.slow
@@ -135,7 +137,8 @@ def test_checkpoint_starvation_wal_grows_while_pinned_and_recovers(tmp_path):
 @pytest.mark.slow
 def test_cron_writer_close_never_disturbs_the_gateway(tmp_path):
     results, history, _ = run(tmp_path, "cron_writer")
-    assert len(done(history, "close", "cron-0")) == 10
+    opens, closes = done(history, "open", "cron-0"), done(history, "close", "cron-0")
+    assert len(opens) == len(closes) >= 3
     assert not [r for r in history if r["type"] in ("fail", "info")]
     assert not [r for r in history if r.get("event") in ("refusal", "capture")]
     ckpt_modes = {r.get("mode") for r in history if r.get("event") == "checkpoint"}
