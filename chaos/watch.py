@@ -246,9 +246,9 @@ class Watcher:
                 f"checkpoints seen {len(self.checkpoints)}  waiting {len(self.waiting)}")
 
     def results(self, started_at: str, duration: float) -> dict:
+        current_hold = time.monotonic() - self.owner_since
         if self.owner is not None:
-            self.longest[self.owner] = max(self.longest.get(self.owner, 0.0),
-                                           time.monotonic() - self.owner_since)
+            self.longest[self.owner] = max(self.longest.get(self.owner, 0.0), current_hold)
         owners = [{"pid": p, "command": self.commands.get(p, "?"), "longest_hold_s": round(s, 3)}
                   for p, s in sorted(self.longest.items(), key=lambda kv: -kv[1])]
         sizes = self.wal_sizes or [0]
@@ -259,8 +259,10 @@ class Watcher:
             "write-lock owner": "; ".join(f"PID {o['pid']} ({o['command']}) longest hold "
                                           f"{o['longest_hold_s']:.1f}s" for o in owners)
                                 or "nobody took the write lock while watched",
-            "write lock at the end": (f"PID {self.owner} ({self.commands.get(self.owner, '?')})"
-                                      if self.owner is not None else "free"),
+            "write lock at the end": (
+                f"state.db write lock held by PID {self.owner} "
+                f"({self.commands.get(self.owner, '?')}) for {current_hold:.1f}s"
+                if self.owner is not None else "free"),
             "WAL size": f"min {min(sizes)}, max {max(sizes)}, last {sizes[-1]} bytes",
             "checkpoints seen": (f"{len(self.checkpoints)}: " + "; ".join(
                 c["reasons"][0] for c in self.checkpoints[:3])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from html.parser import HTMLParser
@@ -16,8 +17,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def run_chaos(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "COLUMNS": "220"}  # rich tables: one line per row
     return subprocess.run([sys.executable, "-m", "chaos", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=180)
+                          text=True, timeout=180, env=env)
 
 
 def make_store(home: Path) -> Path:
@@ -53,8 +55,9 @@ def test_watch_names_the_process_holding_begin_immediate(tmp_path, spawn):
     assert "lock_holder" in results["write_lock_owners"][0]["command"]  # cut at 80 chars
     assert [h["pid"] for h in results["holders_seen"]] == [holder.pid]
     # The terminal names it as the write-lock owner (SPEC §10.2 wording).
-    assert f"state.db write lock held by PID {holder.pid}" in proc.stdout
     assert f"PID {holder.pid}" in proc.stdout.split("write-lock owner", 1)[1]
+    assert (f"state.db write lock held by PID {holder.pid}"
+            in results["observations"]["write lock at the end"])
     # Samples went into the history, and the page has its lane with the lock span.
     history = [json.loads(x) for x in (run_dir / "history.jsonl").read_text().splitlines()]
     samples = [r for r in history if r["type"] == "sample"]
