@@ -225,8 +225,9 @@ def section_c(demo: Demo, home: Path) -> None:
     with open(db, "r+b") as fh:
         fh.seek((victim - 1) * page_size)
         fh.write(b"\xa5" * page_size)
-    code, _, _ = demo.cli(home, "doctor")
-    demo.expect(code == 1, "doctor reports the damage (exit 1)")
+    code, out, _ = demo.cli(home, "doctor")
+    demo.expect(code == 1 and "[issue] the store is damaged" in out,
+                "doctor reports the damage (exit 1)")
     demo.say("# (doctor's read-only open of a WAL store left empty -wal/-shm sidecars: SQLite "
              "creates them; they are part of the store)")
     before = digest(home)

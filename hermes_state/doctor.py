@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import holders
-from .connection import wal_reset_exposure
+from .connection import corruption_kind, wal_reset_exposure
 from .paths import sqlite_uri
 from .schema import FTS_TABLES, SCHEMA_VERSION
 
@@ -235,6 +235,13 @@ def _health(conn: sqlite3.Connection, report: DoctorReport) -> None:
                               "only a writable open can roll back",
                        "fix: when no process holds the store, `doctor --fix` rolls it back "
                        "(so does starting one Hermes process); never delete state.db-journal")
+            return
+        if corruption_kind(exc) == "structural":
+            report.add(ISSUE, f"the store is damaged: {exc}",
+                       "fix: stop every process using it, then run `sessions recover --source "
+                       f"{report.db_path} --inspect-only` (it changes no file) and follow the "
+                       "command it prints, or restore the newest snapshot (`backup list`, then "
+                       "`backup restore ID`)")
             return
         report.add(ISSUE, f"reading the store failed: {exc}",
                    f"fix: `sessions recover --source {report.db_path} --inspect-only` shows what "

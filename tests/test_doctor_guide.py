@@ -229,3 +229,31 @@ def test_exposure_line_names_the_remedy_when_exposed(tmp_path, capsys):
         assert "Python linked against a fixed SQLite" in exposure[0]["detail"][0]
     else:
         assert "has the WAL-reset fix" in exposure[0]["title"]
+
+
+def test_damaged_store_points_to_inspect_only_then_snapshots(tmp_path, capsys):
+    """'When the three steps do not work': doctor says the file is damaged and what to run."""
+    path = tmp_path / "state.db"
+    with SessionDB(path) as db:
+        db.create_session("s", source="cli")
+        for i in range(300):
+            db.append_message("s", "user", f"row {i} " + "x" * 300)
+    raw = sqlite3.connect(str(path))
+    pages = [r[0] for r in raw.execute("SELECT pageno FROM dbstat WHERE name = 'messages' "
+                                       "AND pagetype = 'leaf' ORDER BY pageno")]
+    page_size = raw.execute("PRAGMA page_size").fetchone()[0]
+    raw.close()
+    with open(path, "r+b") as fh:
+        fh.seek((pages[len(pages) // 2] - 1) * page_size)
+        fh.write(b"\xa5" * page_size)
+    assert cli(["--home", str(tmp_path), "doctor"]) == 1
+    out = capsys.readouterr().out
+    assert "[issue] the store is damaged: database disk image is malformed" in out
+    assert f"`sessions recover --source {path} --inspect-only` (it changes no file)" in out
+    assert "`backup restore ID`" in out
+    before = tree_digest(tmp_path)
+    assert cli(["sessions", "recover", "--source", str(path), "--inspect-only"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["errors"][0].startswith("messages: ")
+    assert "--allow-partial` keeps every readable row" in captured.err
+    assert tree_digest(tmp_path) == before
