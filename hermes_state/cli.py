@@ -75,9 +75,14 @@ def cmd_backup(args: argparse.Namespace) -> int:
             _print_json(items)
         else:
             for item in items:
-                print(f"{item.get('id')}  verified={item.get('verified')}  "
-                      f"sessions={item.get('sessions')}  messages={item.get('messages')}")
-            if not items:
+                counts = ("" if item.get("sessions") is None else
+                          f"  sessions={item.get('sessions')}  messages={item.get('messages')}")
+                print(f"{item.get('id')}  {item.get('kind', 'snapshot')}  "
+                      f"verified={item.get('verified')}{counts}")
+            if items:
+                print("restore one with `backup restore ID` after stopping every process using "
+                      "the store")
+            else:
                 print("no snapshots")
         return EXIT_OK
     if args.action == "restore":
@@ -305,11 +310,27 @@ def cmd_replay_spool(args: argparse.Namespace) -> int:
 
 # --------------------------------------------------------------------------- parser
 
+class _Subparsers:
+    """``add_subparsers()`` whose every parser also takes the common ``--home``/``-p``."""
+
+    def __init__(self, action, common: argparse.ArgumentParser) -> None:
+        self._action, self._common = action, common
+
+    def add_parser(self, name: str, **kw) -> argparse.ArgumentParser:
+        return self._action.add_parser(name, parents=[self._common], **kw)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="hermes-state", description="Operate a hermes session store.")
     p.add_argument("--home", help="HERMES_HOME to use (default: $HERMES_HOME or ~/.hermes)")
     p.add_argument("-p", "--profile", help="named profile under <home>/profiles/<name>")
-    sub = p.add_subparsers(dest="cmd", required=True)
+    # The recovery guide writes `doctor -p <profile>`: every subcommand takes --home/-p too
+    # (SUPPRESS keeps a value given before the subcommand when it is not repeated after it).
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--home", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    common.add_argument("-p", "--profile", default=argparse.SUPPRESS,
+                        help="named profile under <home>/profiles/<name>")
+    sub = _Subparsers(p.add_subparsers(dest="cmd", required=True), common)
 
     doc = sub.add_parser("doctor", help="check the store; exit 1 when something needs action")
     doc.add_argument("--fix", action="store_true", help="do the safe repairs when nothing holds it")
@@ -324,7 +345,7 @@ def build_parser() -> argparse.ArgumentParser:
     bk.set_defaults(fn=cmd_backup)
 
     ses = sub.add_parser("sessions", help="list, show, search, export, prune, optimize, recover")
-    ss = ses.add_subparsers(dest="sub", required=True)
+    ss = _Subparsers(ses.add_subparsers(dest="sub", required=True), common)
     ls = ss.add_parser("list")
     ls.add_argument("--source")
     ls.add_argument("--limit", type=int, default=20)

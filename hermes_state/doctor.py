@@ -119,6 +119,12 @@ def _ro_connect(db_path: Path) -> sqlite3.Connection:
     return conn
 
 
+def _holder_dict(h: holders.Holder) -> dict:
+    """``{"pid", "command", "files", "retired"}`` of one holder for ``--json``."""
+    return {"pid": h.pid, "command": h.command, "files": list(h.files),
+            "retired": list(h.retired)}
+
+
 def run_doctor(db_path: str | os.PathLike, *, fix: bool = False) -> DoctorReport:
     """Check one store (SPEC §9).
 
@@ -132,7 +138,10 @@ def run_doctor(db_path: str | os.PathLike, *, fix: bool = False) -> DoctorReport
     report = DoctorReport(str(db))
     scan = holders.scan(db)
     retired = scan.retired_holders
+    report.stats["scan_complete"] = scan.complete
+    report.stats["holders"] = [_holder_dict(h) for h in scan.holders]
     if retired:
+        report.stats["retired_holders"] = [_holder_dict(h) for h in retired]
         report.stopped_early = True
         report.add(ISSUE, f"{len(retired)} process(es) still hold a retired WAL generation",
                    *[f"PID {h.pid} ({h.command})" for h in retired],

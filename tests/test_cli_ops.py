@@ -139,3 +139,20 @@ def test_prune_under_another_holder_is_refused(store, spawn, capsys):
     assert cli(["--home", str(store.parent), "sessions", "prune", "--older-than", "0",
                 "--yes"]) == 1
     assert "Refusing `sessions prune`" in capsys.readouterr().err
+
+
+def test_profile_and_home_are_accepted_after_the_subcommand_too(tmp_path, capsys):
+    """The guide writes `doctor -p <profile>`: the option works on either side."""
+    path = tmp_path / "profiles" / "work" / "state.db"
+    path.parent.mkdir(parents=True)
+    with SessionDB(path) as db:
+        db.create_session("w", source="cli")
+    for argv in (["--home", str(tmp_path), "doctor", "-p", "work"],
+                 ["-p", "work", "doctor", "--home", str(tmp_path)],
+                 ["--home", str(tmp_path), "-p", "work", "doctor"]):
+        assert cli(argv) == 0
+        assert capsys.readouterr().out.startswith(f"doctor: {path}\n")
+    assert cli(["--home", str(tmp_path), "sessions", "list", "--profile", "work"]) == 0
+    assert capsys.readouterr().out.startswith("w ")
+    assert cli(["--home", str(tmp_path), "doctor", "-p", "nope"]) == 0
+    assert not (tmp_path / "profiles" / "nope").exists()  # doctor creates nothing

@@ -55,6 +55,13 @@ def test_three_steps_doctor_names_the_holder_until_it_is_stopped(retired, capsys
     assert "quick_check" not in out and "sessions," not in out  # stopped: no health check
     assert tree_digest(path.parent) == before  # doctor opened nothing: no new -wal/-shm
 
+    assert cli(["--home", str(path.parent), "doctor", "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["stopped_early"] is True and report["exit_code"] == 1
+    [held] = report["stats"]["retired_holders"]
+    assert held["pid"] == child.pid and held["retired"]
+    assert all(name.endswith("(deleted)") for name in held["retired"])
+
     assert cli(["--home", str(path.parent), "doctor", "--fix"]) == 1  # --fix does nothing
     assert "--fix" not in capsys.readouterr().out.split("doctor stops here")[1]
     assert tree_digest(path.parent) == before
@@ -188,6 +195,12 @@ def test_every_kind_of_evidence_file_comes_with_what_to_do(tmp_path, capsys):
     assert "Do NOT copy it back over state.db: it has the same damage" in out
     assert "1 snapshot(s) in " in out and "`backup restore ID`" in out
     assert "never delete them, never copy state.db alone" in out
+    assert cli(["--home", str(tmp_path), "backup", "list"]) == 0
+    listed = capsys.readouterr().out.splitlines()
+    assert f"{bak.name}  pre-update  verified=True" in listed
+    assert any(line.endswith("  snapshot  verified=True  sessions=1  messages=0")
+               for line in listed)
+    assert listed[-1].startswith("restore one with `backup restore ID` after stopping")
     # The guide's way back from the pre-update copy: inspect it first, then restore it.
     assert cli(["sessions", "recover", "--source", str(bak), "--inspect-only"]) == 0
     assert cli(["--home", str(tmp_path), "backup", "restore", bak.name]) == 0
