@@ -270,3 +270,24 @@ def test_damaged_store_points_to_inspect_only_then_snapshots(tmp_path, capsys):
     assert json.loads(captured.out)["errors"][0].startswith("messages: ")
     assert "--allow-partial` keeps every readable row" in captured.err
     assert tree_digest(tmp_path) == before
+
+
+def test_fix_is_skipped_while_another_process_holds_the_store(tmp_path, capsys):
+    """'Do not run doctor --fix while processes run': it reports and repairs nothing."""
+    path = tmp_path / "state.db"
+    _killed_mid_transaction(path)
+    # A raw reader holding the files (a SessionDB writer would roll the journal back itself).
+    reader = subprocess.Popen([sys.executable, "-c", "import sys; f = open(sys.argv[1], 'rb'); "
+                               "print('open', flush=True); sys.stdin.read()", str(path)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert reader.stdout.readline().strip() == "open"
+        before = tree_digest(tmp_path)
+        assert cli(["--home", str(tmp_path), "doctor", "--fix"]) == 1
+        out = capsys.readouterr().out
+        assert f"PID {reader.pid} (" in out
+        assert "[warn] --fix skipped: another process holds the store" in out
+        assert tree_digest(tmp_path) == before
+    finally:
+        reader.stdin.close()
+        reader.wait(timeout=60)
