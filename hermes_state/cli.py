@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sqlite3
 import sys
 from pathlib import Path
@@ -409,6 +410,11 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_FAIL
     except HermesStateError as exc:
         print(str(exc), file=sys.stderr)
+        return EXIT_FAIL
+    except BrokenPipeError:
+        # The reader went away (`hermes-state doctor | head`): not an error of the store.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
         return EXIT_FAIL
     except (sqlite3.Error, OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -156,3 +156,22 @@ def test_profile_and_home_are_accepted_after_the_subcommand_too(tmp_path, capsys
     assert capsys.readouterr().out.startswith("w ")
     assert cli(["--home", str(tmp_path), "doctor", "-p", "nope"]) == 0
     assert not (tmp_path / "profiles" / "nope").exists()  # doctor creates nothing
+
+
+def test_a_closed_pipe_is_not_reported_as_a_store_error(store):
+    """`hermes-state sessions export | head -1`: no 'run doctor' advice for a closed pipe."""
+    import subprocess
+    import sys
+
+    with SessionDB(store) as db:
+        db._write(lambda c: c.executemany(  # ~600 KB of JSON lines: far over a pipe buffer
+            "INSERT INTO sessions(id, source, started_at, system_prompt) VALUES (?, 'cli', 1, ?)",
+            [(f"s{i}", "x" * 200) for i in range(3000)]))
+    proc = subprocess.Popen([sys.executable, "-m", "hermes_state", "--home", str(store.parent),
+                             "sessions", "export", "--format", "jsonl"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout.readline().startswith(b"{")
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 1
+    assert "Broken pipe" not in err and "doctor" not in err, err
