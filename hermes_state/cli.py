@@ -190,19 +190,25 @@ def cmd_prune(args: argparse.Namespace) -> int:
                                       gateway_owner_pid=owner)
     with _open_ro(args) as ro:
         preview = ro.prune_candidates(older_than_days=args.older_than, source=args.source)
-    print(f"{len(preview)} ended session(s) older than {args.older_than:g} days"
-          + (f" from {args.source}" if args.source else "") + " would be pruned")
+    result: dict = {"older_than_days": args.older_than, "source": args.source,
+                    "candidates": list(preview), "action": decision.action}
+    say = (lambda *a: None) if args.json else print  # noqa: E731
+    say(f"{len(preview)} ended session(s) older than {args.older_than:g} days"
+        + (f" from {args.source}" if args.source else "") + " would be pruned")
     for sid in preview[:20]:
-        print(f"  {sid}")
+        say(f"  {sid}")
     if len(preview) > 20:
-        print(f"  ... and {len(preview) - 20} more")
+        say(f"  ... and {len(preview) - 20} more")
     if decision.action == "dry_run":
+        args.json and _print_json(result)
         return EXIT_OK
     if decision.action == "handoff":
         with _open_rw(args) as db:
             rid = maintenance.request_prune(db, older_than_days=args.older_than, source=args.source)
-        print(f"the gateway (PID {decision.owner_pid}) owns the store: prune handed to it as "
-              f"request {rid}; it runs between turns and skips sessions with a turn in progress")
+        result.update(request_id=rid, gateway_pid=decision.owner_pid)
+        say(f"the gateway (PID {decision.owner_pid}) owns the store: prune handed to it as "
+            f"request {rid}; it runs between turns and skips sessions with a turn in progress")
+        args.json and _print_json(result)
         return EXIT_OK
     if not args.yes and sys.stdin.isatty():
         answer = input("prune them? [y/N] ")
@@ -213,7 +219,9 @@ def cmd_prune(args: argparse.Namespace) -> int:
         raise CliError("prune needs confirmation", "re-run with --yes (or --dry-run to preview)")
     with _open_rw(args) as db:
         n = db.prune_sessions(older_than_days=args.older_than, source=args.source)
-    print(f"pruned {n} session(s)")
+    result["pruned"] = n
+    say(f"pruned {n} session(s)")
+    args.json and _print_json(result)
     return EXIT_OK
 
 
@@ -377,6 +385,7 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--dry-run", action="store_true")
     pr.add_argument("--yes", action="store_true")
     pr.add_argument("--force", action="store_true", help="skip the live-writer gate")
+    pr.add_argument("--json", action="store_true")
     pr.set_defaults(fn=cmd_prune)
     for name, fn in (("optimize", cmd_optimize), ("optimize-storage", cmd_optimize_storage)):
         op = ss.add_parser(name)
@@ -398,6 +407,21 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _refusal_dict(exc: HermesStateError) -> dict:
+    """``--json`` form of a refusal: ``{"refused", "error", "message", "detail", "holders":
+    [{"pid", "command", "files"}], "scan_complete"}`` (the text still goes to stderr)."""
+    found = []
+    for h in getattr(exc, "holders", None) or []:
+        pid, command, files = h.as_tuple() if hasattr(h, "as_tuple") else h
+        found.append({"pid": pid, "command": command, "files": list(files)})
+    unreadable = getattr(exc, "unreadable", None)
+    incomplete = getattr(exc, "incomplete", None)
+    complete = (not unreadable) if unreadable is not None else (
+        None if incomplete is None else not incomplete)
+    return {"refused": True, "error": type(exc).__name__, "message": exc.user_message,
+            "detail": exc.operator_detail, "holders": found, "scan_complete": complete}
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``hermes-state`` console script. Returns the exit code."""
     args = build_parser().parse_args(argv)
@@ -410,6 +434,8 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_FAIL
     except HermesStateError as exc:
         print(str(exc), file=sys.stderr)
+        if getattr(args, "json", False):
+            _print_json(_refusal_dict(exc))
         return EXIT_FAIL
     except BrokenPipeError:
         # The reader went away (`hermes-state doctor | head`): not an error of the store.

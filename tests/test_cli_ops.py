@@ -175,3 +175,43 @@ def test_a_closed_pipe_is_not_reported_as_a_store_error(store):
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=60) == 1
     assert "Broken pipe" not in err and "doctor" not in err, err
+
+
+@pytest.mark.parametrize("command", [["optimize"], ["optimize-storage"],
+                                     ["prune", "--older-than", "0", "--yes"]])
+def test_gate_refusal_in_json_names_the_holders(store, spawn, capsys, command):
+    child = spawn("store_child.py")
+    pid = child.ok("open", path=str(store))["pid"]
+    assert cli(["--home", str(store.parent), "sessions", *command, "--json"]) == 1
+    captured = capsys.readouterr()
+    assert f"Refusing `sessions {command[0]}`" in captured.err  # the text stays on stderr
+    refusal = json.loads(captured.out)
+    assert refusal["refused"] is True and refusal["error"] == "MaintenanceRefused"
+    assert refusal["scan_complete"] is True
+    [holder] = refusal["holders"]
+    assert holder["pid"] == pid and "state.db-wal" in holder["files"]
+
+
+def test_backup_restore_refusal_in_json(store, spawn, capsys):
+    assert cli(["--home", str(store.parent), "backup", "--json"]) == 0
+    sid = json.loads(capsys.readouterr().out)["id"]
+    child = spawn("store_child.py")
+    pid = child.ok("open", path=str(store))["pid"]
+    assert cli(["--home", str(store.parent), "backup", "restore", sid, "--json"]) == 1
+    refusal = json.loads(capsys.readouterr().out)
+    assert refusal["error"] == "RestoreRefused" and refusal["scan_complete"] is True
+    assert [h["pid"] for h in refusal["holders"]] == [pid]
+
+
+def test_prune_json_reports_candidates_and_what_was_done(store, capsys):
+    with SessionDB(store) as db:
+        db._write(lambda c: c.execute("UPDATE sessions SET started_at = 0, ended_at = 1"))
+        db._write(lambda c: c.execute("UPDATE messages SET timestamp = 1"))
+    assert cli(["--home", str(store.parent), "sessions", "prune", "--older-than", "1",
+                "--dry-run", "--json"]) == 0
+    preview = json.loads(capsys.readouterr().out)
+    assert preview["candidates"] == ["old"] and preview["action"] == "dry_run"
+    assert cli(["--home", str(store.parent), "sessions", "prune", "--older-than", "1",
+                "--yes", "--json"]) == 0
+    done = json.loads(capsys.readouterr().out)
+    assert done["action"] == "run" and done["pruned"] == 1
