@@ -68,20 +68,31 @@ def run_bare(path: Path, n: int) -> float:
     return elapsed
 
 
+def measure(n: int = 5000, runs: int = 5) -> dict:
+    """Alternate ours / bare ``runs`` times on fresh stores of ``n`` appends each.
+
+    Returns:
+        ``{"ours": [s per run], "bare": [s per run]}`` (wall seconds for ``n`` appends).
+    """
+    root = Path(tempfile.mkdtemp(prefix="bench-append-"))
+    ours, bare = [], []
+    try:
+        for k in range(runs):
+            ours.append(run_ours(fresh_store(root, f"ours{k}"), n))
+            bare.append(run_bare(fresh_store(root, f"bare{k}"), n))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return {"ours": ours, "bare": bare}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("-n", type=int, default=5000, help="messages per run")
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    root = Path(tempfile.mkdtemp(prefix="bench-append-"))
-    ours, bare = [], []
-    try:
-        for k in range(args.runs):
-            ours.append(run_ours(fresh_store(root, f"ours{k}"), args.n))
-            bare.append(run_bare(fresh_store(root, f"bare{k}"), args.n))
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    res = measure(args.n, args.runs)
+    ours, bare = res["ours"], res["bare"]
     mo, mb = statistics.median(ours), statistics.median(bare)
     result = {"what": "append_message, one process", "n": args.n, "runs": args.runs,
               "ours_s": mo, "bare_s": mb, "ours_range_s": [min(ours), max(ours)],

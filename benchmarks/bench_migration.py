@@ -97,6 +97,78 @@ def _warm(path: Path) -> None:
             pass
 
 
+def migrate_once(v1_store: Path, work: Path, backfill: bool = False) -> dict:
+    """Copy ``v1_store`` into ``work``, time ``VACUUM INTO`` of it, then its migration.
+
+    Both timings see a warm page cache (the copy was just read). With ``backfill``, also time
+    :func:`hermes_state.fts_layout.optimize_storage` afterwards (finishes any FTS back-fill the
+    open deferred, SPEC §2.4; not part of the §17 ratio).
+
+    Returns:
+        ``{"vacuum_s", "migrate_s", "ratio", "steps": {version: s}, "stats": {...},
+        "backfill_s": s | None, "fts_pending_after_open": (P, H) | None}``.
+    """
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    db_path = work / "state.db"
+    shutil.copyfile(v1_store, db_path)
+    _warm(db_path)
+    conn = sqlite3.connect(str(db_path), isolation_level=None)
+    t = time.perf_counter()
+    conn.execute(f"VACUUM INTO '{work / 'vacuum-into.db'}'")
+    vacuum_s = time.perf_counter() - t
+    conn.close()
+    steps: list[dict] = []
+    listener = lambda e: e["event"] == "migration" and steps.append(e)  # noqa: E731
+    events.add_listener(listener)
+    t = time.perf_counter()
+    try:
+        db = SessionDB(db_path)
+    finally:
+        migrate_s = time.perf_counter() - t
+        events.remove_listener(listener)
+    from hermes_state.fts_layout import optimize_storage, rebuild_markers
+
+    try:
+        pending = db._read(rebuild_markers)
+        backfill_s = None
+        if backfill:
+            t = time.perf_counter()
+            optimize_storage(db)
+            backfill_s = time.perf_counter() - t
+        stats = dict(db.connection.migration_report.stats)
+    finally:
+        db.close()
+    shutil.rmtree(work, ignore_errors=True)
+    return {"vacuum_s": vacuum_s, "migrate_s": migrate_s, "ratio": migrate_s / vacuum_s,
+            "steps": {e["step"]: e["seconds"] for e in steps}, "stats": stats,
+            "backfill_s": backfill_s, "fts_pending_after_open": pending}
+
+
+def measure(messages: int = 100_000, sessions: int = 500, runs: int = 3,
+            root: Path | None = None) -> dict:
+    """Build one v1 store of ``messages`` rows, then :func:`migrate_once` ``runs`` times.
+
+    The last run also times the FTS back-fill to completion (``backfill_s``).
+
+    Returns:
+        ``{"messages", "store_bytes", "build_s", "runs": [migrate_once dicts]}``.
+    """
+    tmp = Path(tempfile.mkdtemp(prefix="bench-migration-", dir=root))
+    try:
+        v1 = tmp / "v1.db"
+        t = time.perf_counter()
+        build_v1_store(v1, messages, sessions)
+        build_s = time.perf_counter() - t
+        out = [migrate_once(v1, tmp / f"run{k}", backfill=(k == runs - 1))
+               for k in range(runs)]
+        return {"messages": messages, "store_bytes": v1.stat().st_size, "build_s": build_s,
+                "runs": out}
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--messages", type=int, default=100_000)

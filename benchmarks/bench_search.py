@@ -64,7 +64,7 @@ def _make_text(rng: random.Random, weights: list[float]) -> str:
     return " ".join(words)
 
 
-def build_store(path: Path, n_messages: int, seed: int = 7) -> None:
+def build_store(path: Path, n_messages: int, seed: int = 7, quiet: bool = False) -> None:
     """Create ``path`` with ``n_messages`` messages in ``n_messages // 40`` sessions."""
     rng = random.Random(seed)
     weights = [1.0 / (i + 1) ** 0.9 for i in range(len(_WORDS))]
@@ -91,9 +91,11 @@ def build_store(path: Path, n_messages: int, seed: int = 7) -> None:
                 "INSERT INTO messages (session_id, role, content, timestamp) VALUES (?, ?, ?, ?)",
                 rows), op="bench_fill")
             done += len(rows)
-            print(f"\r  built {done:,}/{n_messages:,} messages", end="", flush=True)
+            if not quiet:
+                print(f"\r  built {done:,}/{n_messages:,} messages", end="", flush=True)
         db.checkpoint("PASSIVE")
-    print(f"\r  built {n_messages:,} messages in {time.perf_counter() - t0:.1f} s" + " " * 10)
+    if not quiet:
+        print(f"\r  built {n_messages:,} messages in {time.perf_counter() - t0:.1f} s" + " " * 10)
 
 
 def _time(fn, runs: int) -> float:
@@ -106,13 +108,21 @@ def _time(fn, runs: int) -> float:
     return statistics.median(samples)
 
 
-def bench(path: Path, runs: int) -> float:
-    """Run every query both ways; print a table; return the overall ratio."""
+def bench(path: Path, runs: int, quiet: bool = False) -> dict:
+    """Run every query both ways; print a table unless ``quiet``.
+
+    Returns:
+        ``{"messages": int, "queries": [{"query", "hits", "bare_s", "search_s", "ratio"}],
+        "bare_s": sum of medians, "search_s": sum of medians, "ratio": overall ratio,
+        "geomean": geometric mean of the per-query ratios}``.
+    """
+    say = (lambda *a, **k: None) if quiet else print
+    per_query: list[dict] = []
     with SessionDB(path, read_only=True) as db:
         conn = db.connection.conn
         n = conn.execute("SELECT count(*) FROM messages").fetchone()[0]
-        print(f"store: {path} ({n:,} messages), {runs} runs per query, median times")
-        print(f"{'query':28} {'hits':>8} {'bare ms':>9} {'search ms':>10} {'ratio':>6}")
+        say(f"store: {path} ({n:,} messages), {runs} runs per query, median times")
+        say(f"{'query':28} {'hits':>8} {'bare ms':>9} {'search ms':>10} {'ratio':>6}")
         total_bare = total_search = 0.0
         ratios = []
         for query in QUERIES:
@@ -139,13 +149,16 @@ def bench(path: Path, runs: int) -> float:
             total_bare += b
             total_search += s
             ratios.append(s / b)
-            print(f"{query:28} {hits:>8,} {b * 1e3:>9.2f} {s * 1e3:>10.2f} {s / b:>6.2f}")
+            per_query.append({"query": query, "hits": hits, "bare_s": b, "search_s": s,
+                              "ratio": s / b})
+            say(f"{query:28} {hits:>8,} {b * 1e3:>9.2f} {s * 1e3:>10.2f} {s / b:>6.2f}")
         overall = total_search / total_bare
         geo = statistics.geometric_mean(ratios)
-        print(f"overall (sum of medians): {total_search * 1e3:.1f} ms / {total_bare * 1e3:.1f} ms"
+        say(f"overall (sum of medians): {total_search * 1e3:.1f} ms / {total_bare * 1e3:.1f} ms"
               f" = {overall:.2f}x   geometric mean of ratios {geo:.2f}x   "
               f"target <= {TARGET_RATIO}x")
-        return overall
+        return {"messages": n, "queries": per_query, "bare_s": total_bare,
+                "search_s": total_search, "ratio": overall, "geomean": geo}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -166,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if not path.exists():
             build_store(path, args.messages)
-        ratio = bench(path, args.runs)
+        ratio = bench(path, args.runs)["ratio"]
     finally:
         if tmp is not None and not args.keep:
             shutil.rmtree(tmp, ignore_errors=True)
