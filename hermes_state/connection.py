@@ -276,6 +276,7 @@ class StoreConnection:
         self._main_fd: int | None = None
         self._initial_disk_app_id: int | None = None
         self.journal_mode = "?"
+        self._backfill = None  # fts_backfill.BackfillThread after a deferred FTS re-index
         _log_exposure_once()
         if read_only:
             self.conn = self._connect_ro()
@@ -293,6 +294,7 @@ class StoreConnection:
         except BaseException:
             self.conn.close()
             raise
+        self._start_backfill()
         events.enabled() and events.emit(
             "open", db=str(self.db_path), journal_mode=self.journal_mode,
             sqlite=sqlite3.sqlite_version, generation=self.generation.as_dict())
@@ -458,6 +460,14 @@ class StoreConnection:
             migrations.warn_if_newer(self.db_path, self._schema_version_seen)
             return
         self.migration_report = migrations.prepare_store(self)
+
+    def _start_backfill(self) -> None:
+        """Resume a deferred FTS back-fill in a background thread (SPEC §2.4, fts_backfill)."""
+        from . import fts_backfill
+
+        if self.read(fts_backfill.wanted):
+            self._backfill = fts_backfill.BackfillThread(self)
+            self._backfill.start()
 
     def _record_generation(self) -> None:
         token = self.conn.execute(
@@ -867,6 +877,8 @@ class StoreConnection:
     # ------------------------------------------------------------------ close
     def close(self) -> None:
         """SPEC §10.5: healthy ⇒ PASSIVE checkpoint then close; retired ⇒ capture, no checkpoint."""
+        if self._backfill is not None:
+            self._backfill.stop()  # before taking the lock: it may be waiting for it
         with self._lock:
             if self._closed:
                 return

@@ -28,6 +28,29 @@ Data steps (the version table is in :mod:`hermes_state.schema_history`):
   title, the others become NULL; the count is logged (never aborts the open).
 * v10 inline trigram table (``content``; ``role='tool'`` rows excluded) + back-fill.
 * v11 both FTS tables re-created inline over ``content, tool_name, tool_calls`` + re-index.
+* v10/v11 on a BIG store (more than :data:`DEFER_FTS_ROWS` messages): deferred re-index, see
+  below.
+
+Decision: deferred FTS re-index for big stores (SPEC §17 "migration <= 3x VACUUM INTO", §2.4).
+Re-indexing inside the open costs far more than copying the store: on 100 k messages v10 + v11
+took ~4.5 s against 0.17 s for ``VACUUM INTO`` (27x), and no FTS5 tuning brings one synchronous
+build of both indexes near 3x (the trigram build alone is ~10x). SPEC §2.4 already defines a
+resumable, crash-safe background rebuild (gated triggers + markers P/H + chunked back-fill, with
+search LIKE-scanning the pending range), so a store with more than :data:`DEFER_FTS_ROWS`
+messages does not re-index in the open: the first of v10/v11 it runs drops the legacy inline
+tables and switches to the v23 external-content layout with markers P = 0, H = MAX(id) and
+``state_meta['fts_backfill'] = 'auto'`` -- the same switch as ``optimize-storage``
+(:func:`hermes_state.fts_layout._switch`), in constant time: the legacy tables are RENAMED to
+``retired_messages_fts*`` rather than dropped (a DROP frees every page inside the open) and the
+background thread frees them in small chunks after the back-fill; a later v11 finds that layout and does
+nothing. The back-fill then runs in a background thread of every writable open
+(:mod:`hermes_state.fts_backfill`) until done, or via ``sessions optimize-storage``. The
+guarantees hold: each version step is still one transaction with its bump (a crash inside rolls
+the switch back, a crash after resumes at the next step), no row is lost or indexed twice
+(triggers and back-fill cover disjoint ranges) and no message is unfindable meanwhile. Small
+stores keep the synchronous inline re-index (sub-second; nothing pending after the open), so
+they stay on the legacy ``inline-v11`` layout until ``optimize-storage`` as SPEC §3 describes;
+big stores land directly on the v23 layout, skipping that later rewrite.
 * v16 delegated sub-agents: ``parent_session_id IS NOT NULL AND source IN ('subagent',
   'delegate')`` => ``model_config = json_set(COALESCE(model_config, '{}'), '$._delegate_from',
   parent_session_id)`` unless already tagged; a ``model_config`` that is not a JSON object is
@@ -83,6 +106,8 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger("hermes_state.migrations")
 
 SESSIONS_JSON_MAX_BYTES = 64 * 1024 * 1024
+#: Stores with more messages than this defer the v10/v11 FTS re-index (module docstring).
+DEFER_FTS_ROWS = 20_000
 #: How long an open keeps waiting while ANOTHER process is visibly advancing the migration.
 PATIENCE_S = 600.0
 
@@ -223,7 +248,41 @@ def _step_v4(ctx: _Ctx, conn: sqlite3.Connection) -> dict:
     return {"titles_cleared": ensure_title_index(conn)}
 
 
+def _defer_fts(conn: sqlite3.Connection) -> dict | None:
+    """Switch to the v23 layout with a pending background rebuild when the store is big.
+
+    Returns:
+        ``{"fts_deferred": rows pending}`` when this step deferred (or an earlier one already
+        did: the live layout is the v23 one), None when the caller re-indexes inline.
+    """
+    from .fts_backfill import AUTO_KEY, RETIRED_PREFIX
+    from .fts_layout import _switch, rebuild_markers
+    from .schema_history import EXTERNAL_LAYOUT, live_fts_layout
+
+    if live_fts_layout(conn) == EXTERNAL_LAYOUT:
+        return {"fts_deferred": 0}
+    high = conn.execute("SELECT COALESCE(MAX(id), 0) FROM messages").fetchone()[0]
+    if high <= DEFER_FTS_ROWS or conn.execute(
+            "SELECT COUNT(*) FROM messages").fetchone()[0] <= DEFER_FTS_ROWS:
+        return None
+    for table in ("messages_fts", "messages_fts_trigram"):
+        if _exists(conn, table):
+            for suffix in ("ai", "ad", "au"):
+                conn.execute(f"DROP TRIGGER IF EXISTS {table}_{suffix}")
+            # DROP TABLE would free every page now (~0.5 s per 100 k rows); a rename is
+            # constant time and the background thread frees the pages in small chunks.
+            conn.execute(f"DROP TABLE IF EXISTS {RETIRED_PREFIX}{table}")
+            conn.execute(f"ALTER TABLE {table} RENAME TO {RETIRED_PREFIX}{table}")
+    _switch(conn)
+    conn.execute("INSERT OR REPLACE INTO state_meta(key, value) VALUES (?, 'auto')", (AUTO_KEY,))
+    low, high = rebuild_markers(conn) or (0, 0)
+    return {"fts_deferred": high - low}
+
+
 def _step_v10(ctx: _Ctx, conn: sqlite3.Connection) -> dict:
+    deferred = _defer_fts(conn)
+    if deferred is not None:
+        return deferred
     if not trigram_supported(conn):
         log.info("this SQLite has no trigram tokenizer: v10 skips messages_fts_trigram "
                  "(CJK/substring search falls back to LIKE, SPEC §6.3)")
@@ -236,6 +295,9 @@ def _step_v10(ctx: _Ctx, conn: sqlite3.Connection) -> dict:
 
 
 def _step_v11(ctx: _Ctx, conn: sqlite3.Connection) -> dict:
+    deferred = _defer_fts(conn)
+    if deferred is not None:
+        return deferred
     _drop_fts(conn, "messages_fts")
     _drop_fts(conn, "messages_fts_trigram")
     _create_layout_table(conn, "inline-v11", "messages_fts")
