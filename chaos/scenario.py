@@ -249,10 +249,16 @@ _FILE_STEPS = [
         "how": {"enum": ["mv", "cp"], "default": "mv",
                 "description": "mv: rename a copy over state.db (new inode); cp: rewrite "
                 "state.db in place (same inode)."},
-        "source": {"enum": ["other", "empty", "backup"], "default": "other",
+        "source": {"enum": ["other", "empty", "backup", "file"], "default": "other",
                    "description": "other: a small store with its own generation token; empty: "
                    "a fresh empty store; backup: a copy of the fixture taken before the run "
-                   "(same token; mv only)."},
+                   "(same token; mv only); file: the store at `path`."},
+        "path": {"type": "string", "pattern": "\\S",
+                 "description": "source file: a store path relative to the home (e.g. "
+                 "'../recovered.db', written by a `run` recover step)."},
+        "sidecars": {"enum": ["keep", "aside"], "default": "keep",
+                     "description": "keep: leave state.db-wal/-shm at the path (a bare mv/cp); "
+                     "aside: rename them out of the way (the careful operator's swap)."},
     }, []),
     _step_then("zero_db", {}, []),
     _step_then("truncate_db", {
@@ -1853,6 +1859,9 @@ def _semantic_store(data: dict, raw_steps: Any, emit_at) -> None:
         if fault in ("fill_disk", "free_disk") and "tmpfs" not in store:
             emit_at(["nemesis", i, "fault"], f"{fault} needs the store on its own tmpfs: add "
                     "store: {tmpfs: 16M} (never fills the machine's disk)")
+        if fault == "replace_db" and (step.get("source") == "file") != ("path" in step):
+            emit_at(["nemesis", i, "source"], "source: file needs `path` (and `path` needs "
+                    "source: file)")
         if (fault == "replace_db" and step.get("how") == "cp"
                 and step.get("source") == "backup"):
             emit_at(["nemesis", i, "source"], "cp of the fixture's own backup keeps the inode "

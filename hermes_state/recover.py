@@ -588,6 +588,11 @@ def _build_output(work: sqlite3.Connection, scans: dict[str, _TableScan], partia
             report["warnings"].append(
                 f"{n} session(s) referenced by other rows have no readable session row; they "
                 f"were recreated as placeholders with source='{RECOVERED_SOURCE}'")
+        out["recounted_sessions"] = _recount(db, conn)
+        if out["recounted_sessions"]:
+            report["warnings"].append(
+                f"{len(out['recounted_sessions'])} session(s) lost unreadable messages; their "
+                "message_count was set to the messages actually recovered")
         _carry_sequence(db, work)
         conn.execute("PRAGMA foreign_keys=ON")
         out.update(_verify_output(conn, baseline, inserted, len(out["placeholder_sessions"])))
@@ -625,6 +630,28 @@ def _placeholders(db, conn: sqlite3.Connection) -> list[str]:
         part = missing[i:i + INSERT_CHUNK]
         db.connection.execute_write(lambda c, part=part: insert(c, part), op="recover")
     return sorted(missing)
+
+
+def _recount(db, conn: sqlite3.Connection) -> list[str]:
+    """Set ``sessions.message_count`` to the recovered rows where they differ (SPEC §14, §16.3).
+
+    With ``--allow-partial`` a session whose messages sat on unreadable pages keeps its copied
+    counter while fewer rows arrive; the new store must be consistent (its counter equals its
+    rows). Returns the ids of the sessions changed, sorted.
+    """
+    stale = [r[0] for r in conn.execute(
+        "SELECT s.id FROM sessions s LEFT JOIN messages m ON m.session_id = s.id GROUP BY s.id "
+        "HAVING COALESCE(s.message_count, 0) != COUNT(m.id)")]
+    if stale:
+        def fn(c: sqlite3.Connection) -> None:
+            for i in range(0, len(stale), INSERT_CHUNK):
+                part = stale[i:i + INSERT_CHUNK]
+                marks = ",".join("?" * len(part))
+                c.execute("UPDATE sessions SET message_count = (SELECT COUNT(*) FROM messages m "
+                          f"WHERE m.session_id = sessions.id) WHERE id IN ({marks})", part)
+
+        db.connection.execute_write(fn, op="recover")
+    return sorted(stale)
 
 
 def _carry_sequence(db, work: sqlite3.Connection) -> None:

@@ -130,8 +130,14 @@ def test_corrupt_page_breaks_a_btree_and_recover_salvages_the_rest(tmp_path):
                            "--output", str(salvaged)], cwd=ROOT, capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 0, proc.stderr
-    got = sqlite3.connect(salvaged).execute("SELECT count(*) FROM messages").fetchone()[0]
+    out = sqlite3.connect(salvaged)
+    got = out.execute("SELECT count(*) FROM messages").fetchone()[0]
     assert 0 < got < 2000  # one leaf's rows are gone, the rest came back
+    # the salvaged store is consistent: every session's counter equals its recovered rows (a
+    # bug found with this fault: recover used to copy the old counters verbatim)
+    assert out.execute("SELECT count(*) FROM sessions s WHERE message_count != (SELECT count(*) "
+                       "FROM messages m WHERE m.session_id = s.id)").fetchone() == (0,)
+    assert json.loads(proc.stdout)["output"]["recounted_sessions"]
 
 
 def test_corrupt_fts_is_confined_and_search_falls_back(tmp_path):

@@ -19,7 +19,9 @@ a different fault). ``replace_db`` sources:
 * ``backup``: ``<run>/sources/backup.db``, an online backup of the fixture taken before the run
   (the same generation token as the live store). Only with ``how: mv``: a ``cp`` of a same-token
   copy over the live file keeps inode and ``application_id``, which SPEC §10.1 cannot detect,
-  so the scenario loader refuses that combination.
+  so the scenario loader refuses that combination;
+* ``file``: the store at ``path`` (relative to the home), e.g. the output of a ``recover``
+  run earlier in the schedule: the operator's swap after a salvage.
 """
 
 from __future__ import annotations
@@ -33,10 +35,12 @@ import struct
 import time
 from pathlib import Path
 
+from hermes_state.paths import utc_stamp
+
 from .base import NemesisEnv, NemesisError, targets
 
 WAL_MAGIC = (0x377F0682, 0x377F0683)
-REPLACE_SOURCES = ("other", "empty", "backup")
+REPLACE_SOURCES = ("other", "empty", "backup", "file")
 FOREIGN_SIGNAL = signal.SIGUSR2
 
 
@@ -96,8 +100,14 @@ def rename_sidecars(env: NemesisEnv, params: dict) -> dict:
 
 
 # ------------------------------------------------------------------------------ main file
-def _replace_source(env: NemesisEnv, source: str) -> Path:
+def _replace_source(env: NemesisEnv, source: str, path: str | None = None) -> Path:
     from .. import fixtures
+
+    if source == "file":
+        src = Path(env.db_path).parent / (path or "")
+        if not path or not src.is_file():
+            raise NemesisError(f"replace_db source file: no store at {src}")
+        return src
 
     where = fixtures.sources_dir(env.db_path)
     if source == "backup":
@@ -131,14 +141,16 @@ def replace_db(env: NemesisEnv, params: dict) -> dict:
     Params: ``how``: ``mv`` (default; the source is copied to ``state.db.chaos-new`` in the same
     directory then renamed over ``state.db``: a new inode) or ``cp`` (``state.db`` is truncated
     and rewritten in place: the same inode, other content); ``source``: ``other`` | ``empty`` |
-    ``backup`` (module docstring). The sidecars at the path are left alone, as a user's ``mv``/
-    ``cp`` would.
+    ``backup`` | ``file`` (with ``path``; module docstring); ``sidecars``: ``keep`` (default: left
+    at the path, as a user's bare ``mv``/``cp`` would) or ``aside`` (renamed
+    ``state.db-wal.replaced-<UTCSTAMP>``: the careful operator's swap, so no frame of the old
+    store is replayed onto the new one).
 
     Returns: ``{"how", "source", "source_path", "inode_before", "inode_after", "bytes_before",
     "bytes_after", "same_inode"}``.
     """
     how = params.get("how", "mv")
-    src = _replace_source(env, params.get("source", "other"))
+    src = _replace_source(env, params.get("source", "other"), params.get("path"))
     db = Path(env.db_path)
     before = _ident(db)
     if before is None:
@@ -153,8 +165,16 @@ def replace_db(env: NemesisEnv, params: dict) -> dict:
         shutil.copyfile(src, db)  # O_TRUNC on the existing inode, like cp(1)
     else:
         raise NemesisError(f"replace_db how must be 'mv' or 'cp', not {how!r}")
+    moved = {}
+    if params.get("sidecars", "keep") == "aside":
+        for which in ("wal", "shm"):
+            side = _sidecar(env, which)
+            if side.exists():
+                dest = side.with_name(f"{side.name}.replaced-{utc_stamp()}")
+                os.rename(side, dest)
+                moved[side.name] = dest.name
     after = _ident(db)
-    return {"how": how, "source": params.get("source", "other"), "source_path": str(src),
+    return {"how": how, "sidecars_moved": moved, "source": params.get("source", "other"), "source_path": str(src),
             "inode_before": before, "inode_after": after, "same_inode": before == after,
             "bytes_before": size_before, "bytes_after": db.stat().st_size}
 
