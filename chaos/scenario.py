@@ -96,6 +96,7 @@ CHECKERS = (
     "single_wal_generation",
     "liveness_after_heal",
     "error_taxonomy",
+    "fixture_preserved",
 )
 #: Store event kinds (``hermes_state.events``) a scenario may list in ``must_observe``.
 EVENT_KINDS = ("retry", "checkpoint", "refusal", "capture", "write_gave_up", "quarantine",
@@ -572,6 +573,12 @@ SCHEMA: dict = {
                             "DeletedWalGenerationError).",
                         }
                     },
+                ),
+                "fixture_preserved": _checker(
+                    "fixture_preserved",
+                    "Every row of the schema_vN fixture survived the migration to version 23 "
+                    "and is searchable (SPEC §16.6).",
+                    {},
                 ),
             },
         },

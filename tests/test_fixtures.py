@@ -184,3 +184,41 @@ def test_a_run_whose_tmpfs_cannot_be_mounted_is_skipped_not_passed(tmp_path):
     assert [v["status"] for v in results["verdicts"]] == ["SKIPPED"]
     assert "tmpfs is unavailable" in results["verdicts"][0]["summary"]
     assert results["processes"] == []
+
+
+def test_fixture_preserved_checker_passes_a_migrated_fixture_and_fails_a_lost_row(tmp_path):
+    from chaos.checkers import CHECKERS, CheckContext
+
+    db = run_home(tmp_path)
+    fixtures.prepare_store({"fixture": "schema_v16"}, db, seed=2)
+    with SessionDB(db) as s:  # the current code migrates it to version 23
+        s.create_session("added-by-a-role", source="cli")
+    ctx = CheckContext(history=[], store_path=db, home=db.parent, run_dir=tmp_path / "run",
+                       scenario={})
+    verdict = CHECKERS["fixture_preserved"](ctx, {})
+    assert verdict.status == "PASS", verdict.summary
+    raw = sqlite3.connect(db)
+    raw.execute("DELETE FROM messages WHERE id = (SELECT max(id) FROM messages "
+                "WHERE session_id != 'added-by-a-role')")
+    raw.commit()
+    raw.close()
+    verdict = CHECKERS["fixture_preserved"](ctx, {})
+    assert verdict.status == "FAIL" and verdict.figures["problems"] >= 1
+
+
+def test_fixture_preserved_is_inconclusive_without_a_schema_fixture(tmp_path):
+    from chaos.checkers import CHECKERS, CheckContext
+
+    db = run_home(tmp_path)
+    fixtures.prepare_store({"fixture": "empty"}, db)
+    ctx = CheckContext(history=[], store_path=db, home=db.parent, run_dir=tmp_path / "run",
+                       scenario={})
+    assert CHECKERS["fixture_preserved"](ctx, {}).status == "INCONCLUSIVE"
+
+
+def test_replace_db_source_file_needs_a_path():
+    assert problems("store: {fixture: empty}",
+                    "  - {at: 1s, fault: replace_db, source: file}")[0].startswith(
+        "nemesis[0].source: source: file needs `path`")
+    assert problems("store: {fixture: empty}", "  - {at: 1s, fault: replace_db, source: file, "
+                    "path: ../r.db, sidecars: aside}") == []

@@ -19,6 +19,7 @@ from typing import Callable
 
 from . import (
     checkpoint_cadence,
+    fixture_preserved,
     integrity,
     no_lost_writes,
     recovery,
@@ -34,6 +35,7 @@ CHECKERS: dict[str, Callable[[CheckContext, dict], Verdict]] = {
     "retry_jitter": retry_jitter.check,
     "checkpoint_cadence": checkpoint_cadence.check,
     "recovery": recovery.check,
+    "fixture_preserved": fixture_preserved.check,
 }
 
 
