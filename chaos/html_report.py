@@ -339,6 +339,16 @@ class Timeline:
                 if lane is not None:
                     out.setdefault(lane, []).append(
                         ("wait", t, t_next, f"{lane} waits on a store lock"))
+            readers = set()
+            for lk in s.get("locks") or []:
+                if (isinstance(lk, dict) and str(lk.get("lock", "")).startswith("read mark")
+                        and not lk.get("waiting")):
+                    lane = self.lane_of(lk.get("process")) or self.lane_of(lk.get("pid"))
+                    if lane is not None and lane not in readers:
+                        readers.add(lane)
+                        out.setdefault(lane, []).append(
+                            ("read", t, t_next, f"{lane} is in a read transaction ({lk['lock']}): "
+                                                "a checkpoint cannot pass its snapshot"))
             for entry in s.get("procs") or []:
                 if isinstance(entry, dict) and any(
                         isinstance(entry.get(k), dict) and entry[k].get("current") is False
@@ -478,7 +488,7 @@ def _timeline_svg(tl: Timeline) -> str:
                        f'y="{mid + 4:.1f}">{"✕" if bad else "|"}{_title(f"{name}: {how}")}</text>')
         for what, a, b, title in spans.get(name, []):
             xa, xb = LABEL_W + tl.x(a), LABEL_W + tl.x(b)
-            sy, sh = {"stopped": (y + 1, LANE_H - 2),
+            sy, sh = {"stopped": (y + 1, LANE_H - 2), "read": (y + LANE_H - 5, 3),
                       "retired": (y + LANE_H - 6, 5)}.get(what, (y + 2, 5))
             out.append(f'<rect class="span-{what}" data-kind="{what}" x="{xa:.1f}" '
                        f'y="{sy}" width="{max(2.0, xb - xa):.1f}" height="{sh}">'
@@ -766,6 +776,7 @@ pre{white-space:pre-wrap;max-height:320px;overflow:auto;background:#f8f8f8;paddi
 .ev-migration{fill:#17becf}
 .span-lock{fill:#7a1fa0;fill-opacity:.75} .span-wait{fill:#ff7f0e;fill-opacity:.8}
 .span-stopped{fill:#555;fill-opacity:.35} .span-retired{fill:#d62728;fill-opacity:.6}
+.span-read{fill:#17becf;fill-opacity:.8}
 .wal-line{fill:none;stroke:#1f77b4;stroke-width:1.5}
 .legend span{display:inline-block;margin-right:14px}
 .sw{display:inline-block;width:10px;height:10px;margin-right:4px;vertical-align:middle}
@@ -793,7 +804,8 @@ def render(records: list[dict], results: dict, scenario: dict, title: str = "cha
               '</i>retry, waiting on a lock</span><span><i class="sw" style="background:#1f77b4">'
               '</i>checkpoint</span><span><i class="sw" style="background:#555;opacity:.4"></i>'
               'stopped (SIGSTOP)</span><span><i class="sw" style="background:#d62728;opacity:.6">'
-              '</i>holds a retired WAL generation</span>')
+              '</i>holds a retired WAL generation</span><span><i class="sw" '
+              'style="background:#17becf"></i>in a read transaction (read mark)</span>')
     timeline = _timeline_svg(tl).replace('class="timeline"', 'class="timeline zoomable"', 1)
     latency = _latency_svg(tl).replace('class="latency"', 'class="latency zoomable"', 1)
     wal = _wal_svg(tl).replace('class="wal"', 'class="wal zoomable"', 1)
