@@ -111,3 +111,26 @@ def test_checkpoints_are_seen_from_the_wal_and_shm_headers(tmp_path, spawn):
     writer.ok("close")  # the last connection checkpoints and removes the WAL
     gone = look()
     assert any("truncated" in r for r in checkpoint_reasons(third, gone))
+
+
+def test_watch_names_a_holder_of_a_deleted_wal_generation(tmp_path, spawn):
+    home = tmp_path / "home"
+    db = make_store(home)
+    gateway = spawn("store_child.py")
+    gateway.ok("open", path=str(db))
+    gateway.ok("create", sid="s")
+    for suffix in ("-wal", "-shm"):  # what a user's "cleanup" does under a live gateway
+        Path(f"{db}{suffix}").unlink()
+    out = tmp_path / "runs"
+    proc = run_chaos("watch", "--home", str(home), "--duration", "0.5", "--out", str(out))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (run_dir,) = list(out.iterdir())
+    results = json.loads((run_dir / "results.json").read_text())
+    (retired,) = results["retired_holders"]
+    assert retired["pid"] == gateway.pid
+    assert sorted(retired["files"]) == ["state.db-shm (deleted)", "state.db-wal (deleted)"]
+    assert f"PID {gateway.pid}" in results["observations"]["retired WAL generation"]
+    assert f"PID {gateway.pid}" in proc.stdout and "retired WAL generation" in proc.stdout
+    page = Tags()
+    page.feed((run_dir / "report.html").read_text())
+    assert any(t.get("data-kind") == "retired" for t in page.tags)
