@@ -247,32 +247,41 @@ class _Inst:
         return True
 
 
-def test_foreign_open_close_drops_the_holders_locks(tmp_path):
-    """SPEC §16.2: a plain open/read/close of state.db in a process with a connection drops
-    its POSIX locks; another process's close then believes it is the last connection and
-    deletes the WAL under the holder, whose next write refuses (SPEC §10.1)."""
-    db, _ = store(tmp_path)
+def _holder_after(db: Path, fire_fault: bool) -> tuple[list[str], bool]:
+    """Start a holder, optionally fire foreign_open_close at it, let another process open and
+    close the store, then let the holder write. Returns (its last line, WAL still there)."""
     holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(db)], cwd=ROOT, text=True,
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     try:
         assert holder.stdout.readline().strip() == "READY"
-        env = NemesisEnv(db, lambda: [_Inst("h-0", "h", 0, holder.pid)])
-        out = FAULTS["foreign_open_close"](env, {"role": "h", "index": None})
-        assert out == {"signal": "SIGUSR2", "pids": [holder.pid], "processes": ["h-0"]}
-        event = holder.stdout.readline()
-        assert event.startswith("EVENT") and "'bytes': 4096" in event
-        # another process opens, writes and closes: with the holder's locks gone it is "last"
+        if fire_fault:
+            env = NemesisEnv(db, lambda: [_Inst("h-0", "h", 0, holder.pid)])
+            out = FAULTS["foreign_open_close"](env, {"role": "h", "index": None})
+            assert out == {"signal": "SIGUSR2", "pids": [holder.pid], "processes": ["h-0"]}
+            event = holder.stdout.readline()
+            assert event.startswith("EVENT") and "'bytes': 4096" in event
         other = sqlite3.connect(str(db))
-        other.execute("PRAGMA journal_mode").fetchone()
         other.execute("SELECT count(*) FROM sessions").fetchone()
         other.close()
-        assert not Path(f"{db}-wal").exists()  # deleted under the holder
+        wal_left = Path(f"{db}-wal").exists()
         holder.stdin.write("\n")
         holder.stdin.flush()
-        assert holder.stdout.readline().split() == ["REFUSED", "DeletedWalGenerationError"]
+        return holder.stdout.readline().split(), wal_left
     finally:
         holder.kill()
         holder.wait(10)
+
+
+def test_foreign_open_close_drops_the_holders_locks(tmp_path):
+    """SPEC §16.2: a plain open/read/close of state.db in a process with a connection drops
+    its POSIX locks; another process's close then believes it is the last connection and
+    deletes the WAL under the holder, whose next write refuses (SPEC §10.1)."""
+    db, _ = store(tmp_path / "control")
+    # control: while the holder keeps its locks, the other process's close is not the last one
+    assert _holder_after(db, fire_fault=False) == (["WROTE"], True)
+    db, _ = store(tmp_path / "fault")
+    assert _holder_after(db, fire_fault=True) == (["REFUSED", "DeletedWalGenerationError"],
+                                                  False)
 
 
 @pytest.mark.slow
