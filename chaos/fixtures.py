@@ -111,8 +111,11 @@ class Mount:
         Raises:
             TmpfsUnavailable: ``umount`` failed (the mount is left; the message says so).
         """
+        from .nemesis.disk import BALLOON_NAME
+
         keep = self.path.with_name(self.path.name + ".from-tmpfs")
-        shutil.copytree(self.path, keep, symlinks=True)
+        shutil.copytree(self.path, keep, symlinks=True,
+                        ignore=shutil.ignore_patterns(BALLOON_NAME))  # a balloon is no evidence
         proc = subprocess.run(["umount", str(self.path)], capture_output=True, text=True)
         if proc.returncode != 0:
             raise TmpfsUnavailable(f"umount {self.path} failed: {proc.stderr.strip()}")

@@ -131,7 +131,8 @@ def test_scenario_store_fields_are_validated():
                for p in problems("store: {fixture: schema_v23}"))
     assert problems("store: {fixture: empty, sessions: 3}") == [
         "store.sessions: 'sessions' applies to fixture 'generated' only, not 'empty'"]
-    assert problems("store: {fixture: empty, tmpfs: 2G}") == ["store.tmpfs: tmpfs 2G is outside 1M..1G"]
+    assert problems("store: {fixture: empty, tmpfs: 2G}") == [
+        "store.tmpfs: tmpfs 2G is outside 1M..1G"]
     assert problems("store: {fixture: empty}", "  - {at: 1s, fault: fill_disk}")[0].startswith(
         "nemesis[0].fault: fill_disk needs the store on its own tmpfs")
     assert problems("store: {fixture: empty, tmpfs: 16M}", "  - {at: 1s, fault: fill_disk}") == []
@@ -163,8 +164,11 @@ def test_tmpfs_mount_keeps_the_files_after_unmount(tmp_path):
     home = tmp_path / "run" / "home"
     mount = fixtures.mount_tmpfs(home, 4 * 1024 * 1024)
     assert os.path.ismount(home)
-    fixtures.prepare_store({"fixture": "generated", "sessions": 1, "messages": 3}, home / "state.db")
+    fixtures.prepare_store({"fixture": "generated", "sessions": 1, "messages": 3},
+                           home / "state.db")
+    (home / ".chaos-balloon").write_bytes(b"\0" * 4096)  # a fill_disk never freed
     mount.unmount()
+    assert not (home / ".chaos-balloon").exists()
     assert not os.path.ismount(home)
     assert rows(home / "state.db", "SELECT count(*) FROM messages") == [(3,)]
 

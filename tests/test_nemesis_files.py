@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -118,7 +116,8 @@ def test_corrupt_page_breaks_a_btree_and_recover_salvages_the_rest(tmp_path):
     out = fire("corrupt_page", env, table="messages", pick="leaf")
     assert out["table"] == "messages" and out["pagetype"] == "leaf" and not out["in_wal"]
     with pytest.raises(sqlite3.DatabaseError, match="malformed"):
-        sqlite3.connect(db).execute("SELECT count(*), sum(length(content)) FROM messages").fetchone()
+        sqlite3.connect(db).execute(
+            "SELECT count(*), sum(length(content)) FROM messages").fetchone()
     s = SessionDB(db)
     with pytest.raises(StateDbCorruptError):
         for sid in [f"fx-s{i:04d}" for i in range(10)]:

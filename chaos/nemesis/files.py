@@ -174,7 +174,8 @@ def replace_db(env: NemesisEnv, params: dict) -> dict:
                 os.rename(side, dest)
                 moved[side.name] = dest.name
     after = _ident(db)
-    return {"how": how, "sidecars_moved": moved, "source": params.get("source", "other"), "source_path": str(src),
+    return {"how": how, "sidecars_moved": moved, "source": params.get("source", "other"),
+            "source_path": str(src),
             "inode_before": before, "inode_after": after, "same_inode": before == after,
             "bytes_before": size_before, "bytes_after": db.stat().st_size}
 
