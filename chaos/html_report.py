@@ -434,7 +434,7 @@ def _marker(shape: str, x: float, y: float, cls: str, title: str, attrs: str = "
     return f'<path class="{cls}" d="{d}" {attrs}>{_title(title)}</path>'
 
 
-def _timeline_svg(tl: Timeline) -> str:
+def _timeline_svg(tl: Timeline, results: dict | None = None) -> str:
     top = AXIS_H + 18
     lanes_h = max(1, len(tl.lanes)) * LANE_H
     height = top + lanes_h + 10
@@ -509,6 +509,11 @@ def _timeline_svg(tl: Timeline) -> str:
                    f'height="{lanes_h}"/><text class="fault-label" x="{xa + 2:.1f}" '
                    f'y="{top + 10}">{_e(f["fault"])}</text>'
                    f'{_title(_fault_title(tl, f, det))}</g>')
+    for checker, status, t, text in _evidence_times(results or {}):
+        x = LABEL_W + tl.x(t)
+        out.append(f'<line class="evidence" data-evidence-of="{_e(checker)}" x1="{x:.1f}" '
+                   f'y1="{top - 6}" x2="{x:.1f}" y2="{top + lanes_h}">'
+                   f'{_title(f"{checker} {status} evidence at {tl.rel(t):.3f}s: {text}")}</line>')
     out.append("</svg>")
     return "".join(out)
 
@@ -690,7 +695,27 @@ def _wal_svg(tl: Timeline) -> str:
     return "".join(out)
 
 
-def _verdicts_html(results: dict) -> str:
+def _evidence_line(tl: Timeline, item) -> str:
+    text = json.dumps(item, default=str, ensure_ascii=False)
+    if isinstance(item, dict) and isinstance(item.get("t"), (int, float)):
+        return f"+{tl.rel(item['t']):.3f}s  {text}"
+    return text
+
+
+def _evidence_times(results: dict) -> list[tuple[str, str, float, str]]:
+    """``(checker, status, t, one-line text)`` for evidence items of verdicts that did not pass."""
+    out = []
+    for v in results.get("verdicts") or []:
+        if v.get("status") in ("PASS", "SKIPPED"):
+            continue
+        for item in v.get("evidence") or []:
+            if isinstance(item, dict) and isinstance(item.get("t"), (int, float)):
+                out.append((str(v.get("checker")), str(v.get("status")), float(item["t"]),
+                            json.dumps(item, default=str, ensure_ascii=False)[:300]))
+    return out
+
+
+def _verdicts_html(results: dict, tl: Timeline) -> str:
     verdicts = results.get("verdicts") or []
     if not verdicts:
         obs = results.get("observations")
@@ -709,8 +734,8 @@ def _verdicts_html(results: dict) -> str:
         ev_html = ""
         if evidence:
             ev_html = (f"<details><summary>evidence ({len(evidence)})</summary><pre>"
-                       + _e("\n".join(json.dumps(e, default=str, ensure_ascii=False)
-                                      for e in evidence)) + "</pre></details>")
+                       + _e("\n".join(_evidence_line(tl, e) for e in evidence))
+                       + "</pre></details>")
         err_html = f"<details open><summary>error</summary><pre>{_e(err)}</pre></details>" if err else ""
         rows.append(f'<tr class="verdict" data-checker="{_e(v.get("checker"))}" '
                     f'data-status="{_e(status)}"><td>{_e(v.get("checker"))}</td>'
@@ -777,6 +802,7 @@ pre{white-space:pre-wrap;max-height:320px;overflow:auto;background:#f8f8f8;paddi
 .span-lock{fill:#7a1fa0;fill-opacity:.75} .span-wait{fill:#ff7f0e;fill-opacity:.8}
 .span-stopped{fill:#555;fill-opacity:.35} .span-retired{fill:#d62728;fill-opacity:.6}
 .span-read{fill:#17becf;fill-opacity:.8}
+.evidence{stroke:#d62728;stroke-width:1.5;stroke-dasharray:3 2}
 .wal-line{fill:none;stroke:#1f77b4;stroke-width:1.5}
 .legend span{display:inline-block;margin-right:14px}
 .sw{display:inline-block;width:10px;height:10px;margin-right:4px;vertical-align:middle}
@@ -805,14 +831,16 @@ def render(records: list[dict], results: dict, scenario: dict, title: str = "cha
               '</i>checkpoint</span><span><i class="sw" style="background:#555;opacity:.4"></i>'
               'stopped (SIGSTOP)</span><span><i class="sw" style="background:#d62728;opacity:.6">'
               '</i>holds a retired WAL generation</span><span><i class="sw" '
-              'style="background:#17becf"></i>in a read transaction (read mark)</span>')
-    timeline = _timeline_svg(tl).replace('class="timeline"', 'class="timeline zoomable"', 1)
+              'style="background:#17becf"></i>in a read transaction (read mark)</span>'
+              '<span><i class="sw" style="border-left:2px dashed #d62728"></i>evidence of a '
+              'checker that did not pass</span>')
+    timeline = _timeline_svg(tl, results).replace('class="timeline"', 'class="timeline zoomable"', 1)
     latency = _latency_svg(tl).replace('class="latency"', 'class="latency zoomable"', 1)
     wal = _wal_svg(tl).replace('class="wal"', 'class="wal zoomable"', 1)
     return ("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>"
             f"{_header_html(tl, results, scenario, title)}"
-            f"<h2>Verdicts</h2>{_verdicts_html(results)}"
+            f"<h2>Verdicts</h2>{_verdicts_html(results, tl)}"
             f"<h2>Timeline</h2><p class=\"legend\">{legend}</p>"
             '<p><label>zoom <input id="zoom" type="range" min="1" max="12" step="0.5" value="1">'
             f'</label> (times are seconds since the start; hover a mark for details)</p>'

@@ -104,6 +104,20 @@ def test_run_writes_a_self_contained_report_with_lanes_and_faults(tmp_path):
             assert not value.startswith(("http://", "https://", "//")), (key, value)
     assert "<link" not in report.read_text()
 
+    # Evidence of a checker that did not pass is marked on the timeline at its time.
+    from chaos.html_report import load_run, render
+
+    records, results, scenario = load_run(run_dir)
+    ack = next(r for r in records if r["type"] == "ok" and r["op"] == "append")
+    failed = dict(results, verdicts=[{"checker": "no_lost_writes", "status": "FAIL",
+                                      "summary": "1 lost", "figures": {"lost": 1},
+                                      "evidence": [ack]}])
+    page2 = Page()
+    page2.feed(render(records, failed, scenario))
+    (mark,) = page2.with_attr("data-evidence-of")
+    assert mark["data-evidence-of"] == "no_lost_writes"
+    assert page.with_attr("data-evidence-of") == []  # every checker passed: no mark
+
     # `chaos report` rebuilds the page from the saved files and prints the verdict table.
     report.unlink()
     again = run_chaos("report", str(run_dir))
