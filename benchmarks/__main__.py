@@ -248,6 +248,25 @@ def _cells(r: dict) -> list[str]:
             {True: "PASS", False: "FAIL", None: "info"}[r["pass"]]]
 
 
+def _note(r: dict) -> str:
+    """The extra figures that decide or explain a row (errors, p99/p50, back-fill time)."""
+    e = r.get("extra", {})
+    if r["id"] == "writers8":
+        return (f"{e['errors']} errors; p50 {e['p50_ms']:.2f} ms, p99 {e['p99_ms']:.2f} ms, "
+                f"p99/p50 {e['p99_over_p50']:.0f}x")
+    if r["id"] == "retry":
+        return f"p50 ours {e['p50_ours_ms']:.2f} ms, bare {e['p50_bare_ms']:.2f} ms; " \
+               f"bare errors {e['bare_errors']}"
+    if r["id"] == "migration" and e.get("fts_backfill_to_complete_s") is not None:
+        return (f"{e['stats'].get('fts_deferred', 0):,} rows left to the background FTS "
+                f"back-fill, complete {e['fts_backfill_to_complete_s']:.1f} s later")
+    if r["id"] == "chaos":
+        return f"overhead {e['overhead_s']:.2f} s, exits {e['exits']}"
+    if r["id"] == "search":
+        return f"sum of medians {e['sum_search_ms']:.0f} / {e['sum_bare_ms']:.0f} ms"
+    return e.get("skipped", "")
+
+
 _HEAD = ["row", "ours: median (min-max)", "reference: median (min-max)", "ratio", "target",
          "result"]
 
@@ -259,8 +278,10 @@ def render(result: dict, console=None) -> None:
 
     console = console or Console(width=max(150, Console().width))
     m = result["machine"]
-    table = Table(title=f"SPEC §17 benchmarks ({result['mode']}): {m['cpu_count']} CPUs, "
-                        f"Python {m['python']}, SQLite {m['sqlite']}")
+    load = m.get("loadavg_at_start")
+    table = Table(title=f"SPEC §17 benchmarks ({result['mode']}): {m['cpu_count']} CPUs"
+                        + (f" (load {load[0]:.1f})" if load else "")
+                        + f", Python {m['python']}, SQLite {m['sqlite']}")
     for col in _HEAD:
         table.add_column(col, no_wrap=True)
     colour = {"PASS": "[green]PASS[/]", "FAIL": "[red]FAIL[/]", "info": "info"}
@@ -270,18 +291,21 @@ def render(result: dict, console=None) -> None:
         table.add_row(*cells)
     console.print(table)
     for r in result["rows"]:
-        console.print(f"  {r['id']}: {r['what']}  vs  {r['reference']}", highlight=False)
+        note = _note(r)
+        console.print(f"  {r['id']}: {r['what']}  vs  {r['reference']}"
+                      + (f"  [{note}]" if note else ""), highlight=False)
     console.print(f"total {result['total_s']:.1f} s; command: {result['command']}",
                   highlight=False)
 
 
 def markdown(result: dict) -> str:
     """The table of ``result`` as GitHub markdown (for the README)."""
-    lines = ["| " + " | ".join(_HEAD[:1] + ["what", "compared with"] + _HEAD[1:]) + " |",
-             "|" + "---|" * (len(_HEAD) + 2)]
+    lines = ["| " + " | ".join(_HEAD[:1] + ["what", "compared with"] + _HEAD[1:] + ["notes"])
+             + " |", "|" + "---|" * (len(_HEAD) + 3)]
     for r in result["rows"]:
         c = _cells(r)
-        lines.append("| " + " | ".join([c[0], r["what"], r["reference"]] + c[1:]) + " |")
+        lines.append("| " + " | ".join([c[0], r["what"], r["reference"]] + c[1:] + [_note(r)])
+                     + " |")
     return "\n".join(lines)
 
 
