@@ -330,3 +330,11 @@ def test_scenario_run_step_needs_a_command_and_resolves_defaults():
     s = sc.load_scenario_text(base % ", command: optimize, force: true, timeout: 30s")
     assert s.nemesis[0].params == {"command": "optimize", "force": True, "dry_run": False,
                                    "args": [], "timeout": 30.0}
+
+
+def test_command_records_keep_the_writer_pid(tmp_path, live_gateway):
+    db, gw = live_gateway
+    _, hist = run_role(tmp_path, "maintenance", {"command": "doctor"}, 60, db=db, name="doc")
+    [inv] = [r for r in hist if r.get("op") == "run" and r["type"] == "invoke"]
+    [res] = [r for r in hist if r.get("op") == "run" and r["type"] != "invoke"]
+    assert res["pid"] == inv["pid"] != res["child_pid"]

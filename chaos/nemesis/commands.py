@@ -52,7 +52,8 @@ class CommandResult:
         exit_code: the exit status (negative = killed by that signal; None = timed out and
             killed).
         stdout, stderr: excerpts (head and tail, :data:`EXCERPT_CHARS` each at most).
-        pid: the child's pid; ``duration_s``: wall seconds it ran.
+        child_pid: the command process's pid (not ``pid``: a history record's ``pid`` is the
+            process that wrote it); ``duration_s``: wall seconds it ran.
         named_pids: every ``PID N`` the output mentions (holders of a refusal), in order.
         timed_out: True when it ran past the timeout and was killed.
     """
@@ -62,7 +63,7 @@ class CommandResult:
     exit_code: int | None
     stdout: str
     stderr: str
-    pid: int
+    child_pid: int
     duration_s: float
     named_pids: list[int] = field(default_factory=list)
     timed_out: bool = False

@@ -7,7 +7,7 @@ Each run is one op named ``run`` with ``command``, ``force``, ``dry_run``: ``ok`
 ``fail`` on any other exit status (a refusal, SPEC §11: the command changed nothing), ``info``
 when it was killed or timed out (outcome unknown). Every completion carries ``exit_code``,
 ``argv``, ``stdout``/``stderr`` excerpts, ``named_pids`` (the holders a refusal names) and the
-child's ``pid`` (shared code: :mod:`chaos.nemesis.commands`).
+command process's ``child_pid`` (shared code: :mod:`chaos.nemesis.commands`).
 
 Workload: ``command``, ``force``, ``dry_run``, ``args`` (extra CLI words, e.g.
 ``["--older-than", "0", "--source", "cli"]``), ``first_at``, ``every``, ``times``, ``timeout``.
