@@ -180,6 +180,13 @@ def run_doctor(db_path: str | os.PathLike, *, fix: bool = False) -> DoctorReport
                    *[h.line() for h in scan.holders])
     else:
         report.add(OK, "no other process holds the store")
+    owner = holders.write_lock_owner(db)
+    report.stats["write_lock_owner"] = (None if owner is None
+                                        else {"pid": owner[0], "command": owner[1]})
+    if owner is not None:
+        report.add(OK, f"state.db write lock held by PID {owner[0]} ({owner[1]}) at this moment",
+                   "normal for a moment per write; if writes keep giving up, that process is "
+                   "the one to look at")
     if not scan.complete:
         report.add(WARN, "cannot prove the store is quiet: some processes of this user could not "
                          "be inspected", *[f"PID {p}" for p in scan.unreadable])

@@ -291,3 +291,19 @@ def test_fix_is_skipped_while_another_process_holds_the_store(tmp_path, capsys):
     finally:
         reader.stdin.close()
         reader.wait(timeout=60)
+
+
+def test_doctor_names_the_write_lock_owner(tmp_path, spawn, capsys):
+    """The write give-up error says "run `doctor` to see who holds the store": doctor does."""
+    path = tmp_path / "state.db"
+    with SessionDB(path) as db:
+        db.create_session("s", source="cli")
+    assert cli(["--home", str(tmp_path), "doctor", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["stats"]["write_lock_owner"] is None
+    holder = spawn("lock_holder.py", path)
+    assert holder.readline() == "LOCKED", holder.stderr()
+    assert cli(["--home", str(tmp_path), "doctor"]) == 0
+    out = capsys.readouterr().out
+    assert f"[ok] state.db write lock held by PID {holder.pid} (" in out
+    assert cli(["--home", str(tmp_path), "doctor", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["stats"]["write_lock_owner"]["pid"] == holder.pid
