@@ -44,7 +44,21 @@ def _open_ro(args: argparse.Namespace):
     if not path.exists():
         raise CliError(f"no session store at {path}",
                        "check --home/--profile (or HERMES_HOME); the store is created on first use")
+    _warn_if_retired(path)
     return SessionDB(path, read_only=True)
+
+
+def _warn_if_retired(path: Path) -> None:
+    """Read commands still work under a retired-WAL holder (SPEC §10.4), but what they show
+    misses that holder's last writes: say so on stderr, naming the holders and ``doctor``."""
+    from . import holders
+
+    retired = holders.scan(path).retired_holders
+    if retired:
+        names = ", ".join(f"PID {h.pid} ({h.command})" for h in retired)
+        print(f"warning: {names} still hold(s) a retired WAL generation of {path}: what is shown "
+              "here lacks what they wrote since; nothing is lost. Stop them, then run "
+              "`hermes-state doctor`.", file=sys.stderr)
 
 
 def _open_rw(args: argparse.Namespace):

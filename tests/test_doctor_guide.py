@@ -307,3 +307,15 @@ def test_doctor_names_the_write_lock_owner(tmp_path, spawn, capsys):
     assert f"[ok] state.db write lock held by PID {holder.pid} (" in out
     assert cli(["--home", str(tmp_path), "doctor", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["stats"]["write_lock_owner"]["pid"] == holder.pid
+
+
+def test_read_commands_work_under_a_retired_holder_but_warn(retired, capsys):
+    """SPEC §10.4: read-only listing still works; the CLI says what it cannot show."""
+    path, child, _ = retired
+    assert cli(["--home", str(path.parent), "sessions", "list"]) == 0
+    err = capsys.readouterr().err
+    assert f"warning: PID {child.pid} (" in err
+    assert "still hold(s) a retired WAL generation" in err and "`hermes-state doctor`" in err
+    child.kill()
+    assert cli(["--home", str(path.parent), "sessions", "list"]) == 0
+    assert capsys.readouterr().err == ""
