@@ -167,7 +167,7 @@ def run_doctor(db_path: str | os.PathLike, *, fix: bool = False) -> DoctorReport
         conn = _ro_connect(db)
     except sqlite3.Error as exc:
         report.add(ISSUE, f"cannot open the store read-only: {exc}",
-                   "fix: `sessions recover --source STATE.DB --inspect-only` shows what is "
+                   f"fix: `sessions recover --source {db} --inspect-only` shows what is "
                    "readable")
         return report
     try:
@@ -242,8 +242,10 @@ def _health(conn: sqlite3.Connection, report: DoctorReport) -> None:
             report.add(OK, "quick_check ok")
         else:
             report.add(ISSUE, "quick_check found damage", *check[:20],
-                       "fix: stop every process using the store, then `sessions recover --source "
-                       "STATE.DB --output NEW.db --allow-partial`")
+                       "fix: stop every process using it, then run `sessions recover --source "
+                       f"{report.db_path} --inspect-only` (it changes no file) and follow the "
+                       "command it prints, or restore the newest snapshot (`backup list`, then "
+                       "`backup restore ID`)")
     except sqlite3.DatabaseError as exc:
         if _needs_rollback(exc, report.db_path):
             report.stats["hot_journal"] = True

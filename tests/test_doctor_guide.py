@@ -319,3 +319,26 @@ def test_read_commands_work_under_a_retired_holder_but_warn(retired, capsys):
     child.kill()
     assert cli(["--home", str(path.parent), "sessions", "list"]) == 0
     assert capsys.readouterr().err == ""
+
+
+def test_quick_check_lines_come_with_the_guides_next_steps(tmp_path, capsys):
+    """A damaged freelist: quick_check answers with lines instead of an error."""
+    import struct
+
+    path = tmp_path / "state.db"
+    with SessionDB(path) as db:
+        db.create_session("s", source="cli")
+        for i in range(200):
+            db.append_message("s", "user", f"row {i} " + f"word{i} " * 40)
+        db._write(lambda c: c.execute("DELETE FROM messages WHERE id > 50"))
+    header = path.read_bytes()[:100]
+    page_size, trunk = struct.unpack(">H", header[16:18])[0], struct.unpack(">I", header[32:36])[0]
+    assert trunk > 0
+    with open(path, "r+b") as fh:  # the first freelist trunk page claims 0xFFFFFF leaves
+        fh.seek((trunk - 1) * page_size + 4)
+        fh.write(struct.pack(">I", 0xFFFFFF))
+    assert cli(["--home", str(tmp_path), "doctor"]) == 1
+    out = capsys.readouterr().out
+    assert "[issue] quick_check found damage" in out
+    assert f"`sessions recover --source {path} --inspect-only` (it changes no file)" in out
+    assert "STATE.DB" not in out
