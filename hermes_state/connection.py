@@ -631,7 +631,8 @@ class StoreConnection:
             t0 = time.monotonic()
             attempt = 0
             fts_repaired = False
-            owner_run: tuple[int, float, int] | None = None  # (pid, first seen, sightings)
+            # (pid, first seen, last seen, sightings) of the write-lock owner at failed attempts
+            owner_run: tuple[int, float, float, int] | None = None
             while True:
                 attempt += 1
                 try:
@@ -785,26 +786,27 @@ class StoreConnection:
 
         return self.execute_write(fn, op="rebuild_fts")
 
-    def _sight_lock_owner(self, run: tuple[int, float, int] | None
-                          ) -> tuple[int, float, int] | None:
+    def _sight_lock_owner(self, run: tuple[int, float, float, int] | None
+                          ) -> tuple[int, float, float, int] | None:
         """Note who holds the write lock right after a failed attempt (SPEC §10.2).
 
         Args:
-            run: ``(pid, first_seen_monotonic_s, sightings)`` of the owner seen at the previous
-                failed attempts in a row, or None.
+            run: ``(pid, first_seen_s, last_seen_s, sightings)`` (monotonic seconds) of the
+                owner seen at the previous failed attempts in a row, or None.
         Returns:
             The updated run: extended when the same pid holds the lock now, restarted when
             another pid does, None when no owner is visible (the run is broken).
         """
         pid = holders.write_lock_owner_pid(self.db_path)
+        now = time.monotonic()
         if pid is None:
             return None
         if run is not None and run[0] == pid:
-            return (pid, run[1], run[2] + 1)
-        return (pid, time.monotonic(), 1)
+            return (pid, run[1], now, run[3] + 1)
+        return (pid, now, now, 1)
 
     def _gave_up(self, attempts: int, waited: float, exc: BaseException,
-                 owner_run: tuple[int, float, int] | None = None) -> WriteContentionError:
+                 owner_run: tuple[int, float, float, int] | None = None) -> WriteContentionError:
         """The error after the last attempt; names the write-lock owner (SPEC §4, §10.2).
 
         How long the owner has held the lock is not knowable from ``/proc/locks``; what is
@@ -818,7 +820,7 @@ class StoreConnection:
         if owner:
             pid, command = owner
             if owner_run is not None and owner_run[0] == pid:
-                sightings, seen_s = owner_run[2], time.monotonic() - owner_run[1]
+                sightings, seen_s = owner_run[3], owner_run[2] - owner_run[1]
                 seen = (f"seen holding it at {sightings} consecutive failed attempt(s) of this "
                         f"writer over {seen_s:.1f}s" if sightings > 1
                         else "seen holding it at this writer's last failed attempt")
