@@ -19,11 +19,17 @@ from typing import Callable
 
 from . import (
     checkpoint_cadence,
+    error_taxonomy,
     fixture_preserved,
     integrity,
+    latency,
+    liveness_after_heal,
+    maintenance_refusal,
+    no_lockup,
     no_lost_writes,
     recovery,
     retry_jitter,
+    single_wal_generation,
     stale_wal_refusal,
 )
 from .base import FAIL, INCONCLUSIVE, PASS, SKIPPED, CheckContext, Verdict
@@ -36,6 +42,12 @@ CHECKERS: dict[str, Callable[[CheckContext, dict], Verdict]] = {
     "checkpoint_cadence": checkpoint_cadence.check,
     "recovery": recovery.check,
     "fixture_preserved": fixture_preserved.check,
+    "maintenance_refusal": maintenance_refusal.check,
+    "no_lockup": no_lockup.check,
+    "latency": latency.check,
+    "single_wal_generation": single_wal_generation.check,
+    "liveness_after_heal": liveness_after_heal.check,
+    "error_taxonomy": error_taxonomy.check,
 }
 
 

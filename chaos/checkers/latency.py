@@ -1,0 +1,89 @@
+"""``latency``: p50/p95/p99/max per op kind, with optional bounds (SPEC §16.3).
+
+SPEC §16.3: "``latency``: p50/p95/p99/max per op kind (reported; an optional bound)."
+
+The latency of an operation is its completion's ``latency_s`` (measured by the role around the
+call), else ``t(completion) - t(invoke)``. Only completed operations count (``ok`` and ``fail``;
+an ``info`` has no known end). Percentiles use the nearest-rank method (p-th percentile = the
+``ceil(p/100 * n)``-th smallest value), so every reported figure is a latency that was observed.
+
+Params (seconds or a duration string): ``p99_bound``, ``max_bound`` (FAIL when an op kind's
+p99 / max exceeds it; evidence: the slowest operations of that kind), ``ops`` (the op kinds the
+bounds apply to; default every op kind except the adversaries' ``hold_lock``/``hold_read``/
+``long_read``, which are long by design). Without a bound the verdict is PASS with the figures.
+INCONCLUSIVE when no operation completed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+from .base import FAIL, INCONCLUSIVE, PASS, CheckContext, Verdict, brief, pair_ops
+from .samples import seconds
+
+NAME = "latency"
+ADVERSARY_OPS = frozenset({"hold_lock", "hold_read", "long_read"})
+
+
+def percentile(sorted_values: list[float], p: float) -> float:
+    """Nearest-rank percentile of an ascending, non-empty list (``p`` in (0, 100])."""
+    k = max(1, math.ceil(p / 100.0 * len(sorted_values)))
+    return sorted_values[k - 1]
+
+
+def latency_of(op) -> float | None:
+    """Seconds an op took, or None for an op without a known end (``info``)."""
+    if op.done is None or op.kind == "info":
+        return None
+    lat = op.done.get("latency_s")
+    if isinstance(lat, (int, float)) and not isinstance(lat, bool):
+        return float(lat)
+    if op.invoke is None:
+        return None
+    return max(0.0, float(op.done["t"]) - float(op.invoke["t"]))
+
+
+def check(ctx: CheckContext, params: dict) -> Verdict:
+    p99_bound = seconds(params.get("p99_bound"), "latency.p99_bound")
+    max_bound = seconds(params.get("max_bound"), "latency.max_bound")
+    only = set(params.get("ops") or ())
+    per_op: dict[str, list] = defaultdict(list)
+    for op in pair_ops(ctx.history):
+        lat = latency_of(op)
+        if lat is not None:
+            per_op[op.op].append((lat, op))
+    if not per_op:
+        return Verdict(NAME, INCONCLUSIVE, "no operation completed: no latency to report", {})
+    table = {}
+    for name, items in sorted(per_op.items()):
+        items.sort(key=lambda x: x[0])
+        vals = [x[0] for x in items]
+        table[name] = {"n": len(vals), "p50_s": round(percentile(vals, 50), 6),
+                       "p95_s": round(percentile(vals, 95), 6),
+                       "p99_s": round(percentile(vals, 99), 6), "max_s": round(vals[-1], 6),
+                       "ok": sum(1 for _, o in items if o.kind == "ok"),
+                       "fail": sum(1 for _, o in items if o.kind == "fail")}
+    fig: dict = {"ops": table, "p99_bound_s": p99_bound, "max_bound_s": max_bound}
+    problems: list[str] = []
+    evidence: list = []
+    for name, row in table.items():
+        if (only and name not in only) or (not only and name in ADVERSARY_OPS):
+            continue
+        over = []
+        if p99_bound is not None and row["p99_s"] > p99_bound:
+            over.append(f"p99 {row['p99_s'] * 1000:.1f} ms > {p99_bound * 1000:.1f} ms")
+        if max_bound is not None and row["max_s"] > max_bound:
+            over.append(f"max {row['max_s'] * 1000:.1f} ms > {max_bound * 1000:.1f} ms")
+        if over:
+            problems.append(f"{name}: {', '.join(over)}")
+            for lat, op in per_op[name][-3:][::-1]:
+                evidence.append({"violation": f"slow {name}", "latency_s": round(lat, 6),
+                                 "record": brief(op.record())})
+    summary = "; ".join(f"{name} n={r['n']} p50 {r['p50_s'] * 1000:.1f} ms, "
+                        f"p99 {r['p99_s'] * 1000:.1f} ms, max {r['max_s'] * 1000:.1f} ms"
+                        for name, r in sorted(table.items(), key=lambda kv: -kv[1]["n"])[:4])
+    if problems:
+        fig["violations"] = problems
+        return Verdict(NAME, FAIL, "; ".join(problems), fig, evidence)
+    return Verdict(NAME, PASS, summary, fig, evidence)

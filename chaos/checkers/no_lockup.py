@@ -1,0 +1,140 @@
+"""``no_lockup``: no operation waits longer than a bound without progress (SPEC §16.3, §4, §10.2).
+
+SPEC §16.3: "no operation waited longer than a bound without progress; on a stall the report
+names the holders and the write-lock owner at that moment."
+
+For every operation of a store client: its wait is the time from ``invoke`` to its completion
+(``ok`` or ``fail``: progress means the caller got an answer; store ``retry`` events are not
+progress). An operation that never completed waits until its process exited (the synthesized
+``info``) or the history ends. Time during which the operation's *own* process was frozen by the
+nemesis (``stop`` … ``cont``, or the heal's SIGCONT) is not counted: a frozen process cannot
+progress by definition; the processes waiting on it are what this checker judges.
+
+A wait longer than ``bound`` is a stall: FAIL. The evidence names, from the sampler
+(:mod:`chaos.sampler`) at the moment the wait crossed the bound, the processes holding the store
+(with retired generations marked), the write-lock owner (``/proc/locks``), the waiters and the
+stopped processes.
+
+Excluded: the adversaries' bare transactions (``hold_lock``, ``hold_read``, ``long_read``, and
+every op of a ``lock_holder``/``long_reader`` role) and ``ignore_ops``.
+
+Params: ``bound`` (seconds or duration string, default 5 s), ``ignore_ops`` (op names).
+INCONCLUSIVE when no operation was judged.
+"""
+
+from __future__ import annotations
+
+from .base import (
+    FAIL,
+    INCONCLUSIVE,
+    PASS,
+    CheckContext,
+    Verdict,
+    brief,
+    exit_records,
+    fmt_t,
+    pair_ops,
+    role_kinds,
+    role_of,
+)
+from .samples import Samples, moment, seconds
+
+NAME = "no_lockup"
+DEFAULT_BOUND_S = 5.0
+ADVERSARY_OPS = frozenset({"hold_lock", "hold_read", "long_read"})
+ADVERSARY_KINDS = frozenset({"lock_holder", "long_reader"})
+
+
+def frozen_intervals(history: list[dict]) -> dict[str, list[tuple[float, float]]]:
+    """``{process: [(stopped at, resumed at), ...]}`` from nemesis ``stop``/``cont`` ``done``
+    records (field ``processes``) and the ``heal`` phase (SIGCONT to every role)."""
+    end_t = max((float(r.get("t", 0.0)) for r in history), default=0.0)
+    heal = next((float(r["t"]) for r in history
+                 if r.get("type") == "phase" and r.get("phase") == "heal"), None)
+    since: dict[str, float] = {}
+    out: dict[str, list[tuple[float, float]]] = {}
+    for r in history:
+        if r.get("type") != "nemesis" or r.get("phase") != "done":
+            continue
+        t = float(r.get("t", 0.0))
+        if heal is not None and t > heal:
+            break
+        for name in r.get("processes") or []:
+            if r.get("fault") == "stop":
+                since.setdefault(name, t)
+            elif r.get("fault") == "cont" and name in since:
+                out.setdefault(name, []).append((since.pop(name), t))
+    for name, t in since.items():
+        out.setdefault(name, []).append((t, heal if heal is not None else end_t))
+    return out
+
+
+def _overlap(a: float, b: float, spans: list[tuple[float, float]]) -> float:
+    return sum(max(0.0, min(b, y) - max(a, x)) for x, y in spans)
+
+
+def check(ctx: CheckContext, params: dict) -> Verdict:
+    bound = seconds(params.get("bound", DEFAULT_BOUND_S), "no_lockup.bound")
+    ignore = ADVERSARY_OPS | set(params.get("ignore_ops") or ())
+    hist = ctx.history
+    kinds = role_kinds(ctx.scenario)
+    end_t = max((float(r.get("t", 0.0)) for r in hist), default=0.0)
+    exits = exit_records(hist)
+    frozen = frozen_intervals(hist)
+    samples = Samples(hist)
+
+    judged = 0
+    longest = (0.0, None)
+    frozen_total = 0.0
+    stalls: list[dict] = []
+    for op in pair_ops(hist):
+        if op.op in ignore or kinds.get(role_of(op.process)) in ADVERSARY_KINDS:
+            continue
+        start = op.t_invoke
+        completed = (op.done is not None and not op.done.get("synthesized")
+                     and op.kind in ("ok", "fail"))
+        if op.done is not None:  # a synthesized info is stamped at the process's exit
+            end = float(op.done["t"])
+        else:
+            ex = exits.get(op.process)
+            end = float(ex["t"]) if ex else end_t
+        lost_to_freeze = _overlap(start, end, frozen.get(op.process, []))
+        frozen_total += lost_to_freeze
+        wait = max(0.0, end - start - lost_to_freeze)
+        judged += 1
+        if wait > longest[0]:
+            longest = (wait, op)
+        if wait > bound:
+            crossed = start + bound
+            at = samples.at_or_after(crossed)
+            if at is None or float(at["t"]) > end:
+                at = samples.nearest(crossed)
+            stalls.append({"violation": "stall", "process": op.process, "pid": op.pid,
+                           "op": op.op, "op_id": op.op_id, "waited_s": round(wait, 3),
+                           "completed": completed, "outcome": op.kind,
+                           "invoked_t": round(start, 6), "bound_crossed_t": round(crossed, 6),
+                           "at_that_moment": moment(at), "record": brief(op.record())})
+
+    fig: dict = {"bound_s": bound, "ops_judged": judged, "stalls": len(stalls),
+                 "longest_wait_s": round(longest[0], 4),
+                 "longest_wait_op": None if longest[1] is None else
+                 f"{longest[1].process} {longest[1].op} ({longest[1].op_id})",
+                 "frozen_time_excluded_s": round(frozen_total, 3), "samples": len(samples)}
+    if samples.unavailable:
+        fig["samples_unavailable"] = samples.unavailable
+    if stalls:
+        stalls.sort(key=lambda s: -s["waited_s"])
+        first = stalls[0]
+        at = first["at_that_moment"]
+        fig["stalled_processes"] = sorted({s["process"] for s in stalls})
+        summary = (f"{len(stalls)} op(s) waited longer than {bound:g} s; longest "
+                   f"{first['process']} {first['op']} {first['waited_s']:.2f} s "
+                   f"(invoked t={fmt_t(first['invoked_t'])}); at that moment write lock: "
+                   f"{at.get('write_lock_owner') or 'nobody'}; holders: "
+                   f"{'; '.join(at.get('holders') or []) or 'none sampled'}"
+                   + (f"; stopped: {', '.join(at['stopped'])}" if at.get("stopped") else ""))
+        return Verdict(NAME, FAIL, summary, fig, stalls)
+    if judged == 0:
+        return Verdict(NAME, INCONCLUSIVE, "no store operation to judge", fig)
+    return Verdict(NAME, PASS, f"{judged} ops, longest wait {longest[0]:.3f} s "
+                   f"({fig['longest_wait_op']}) <= bound {bound:g} s", fig)

@@ -1,0 +1,113 @@
+"""``single_wal_generation``: nobody commits into a retired WAL (SPEC §16.3, §10.1).
+
+SPEC §16.3: "(continuous): sampled during the run, no role process writes while it holds a
+``-wal`` inode that is not the one at the path."
+
+From the sampler's records (:mod:`chaos.sampler`): for each role process, the samples where its
+``wal`` entry has ``current: false`` (deleted, or another inode now at the path) are the times it
+held a retired generation. An ``ok`` write op (``WRITE_OPS``) of that process is a **violation**
+when the last sample before its ``invoke`` and the first sample after its ``ok`` both show the
+process holding the same retired ``-wal`` inode: the whole call ran while it held the retired
+generation, and it committed (split brain: a second WAL). When only one side shows it (the
+generation changed during the call, or the process exited before the next sample) the write is
+counted as ``ambiguous`` and not judged. Store ``write`` events of the process are judged the same
+way (their ``t`` on both sides).
+
+Figures: samples, samples in which some role held a retired WAL, the processes that did, their
+ok writes inside and around those windows. Evidence: each violating write record with the two
+samples' entries for its process.
+
+Params: ``min_samples`` (default 5): fewer samples in which a role process held the store is
+INCONCLUSIVE (the sampler saw nothing). SKIPPED when the sampler could not sample (no ``/proc``).
+"""
+
+from __future__ import annotations
+
+from .base import (
+    FAIL,
+    INCONCLUSIVE,
+    PASS,
+    SKIPPED,
+    WRITE_OPS,
+    CheckContext,
+    Verdict,
+    brief,
+    fmt_t,
+    pair_ops,
+)
+from .samples import Samples, proc_entry
+
+NAME = "single_wal_generation"
+
+
+def _retired_wal(sample: dict | None, process: str):
+    """The retired ``-wal`` inode the process holds in ``sample``, else None."""
+    entry = proc_entry(sample, process)
+    wal = (entry or {}).get("wal")
+    if wal and not wal.get("current"):
+        return (wal.get("dev"), wal.get("ino"))
+    return None
+
+
+def check(ctx: CheckContext, params: dict) -> Verdict:
+    min_samples = int(params.get("min_samples", 5))
+    samples = Samples(ctx.history)
+    if samples.unavailable:
+        return Verdict(NAME, SKIPPED, f"the sampler could not sample: {samples.unavailable}",
+                       {"samples": 0})
+    holding_samples = [s for s in samples.records
+                       if any(p.get("db") or p.get("wal") for p in s.get("procs") or [])]
+    retired_samples = [s for s in samples.records
+                       if any(p.get("wal") and not p["wal"].get("current") and p.get("parent") is None
+                              for p in s.get("procs") or [])]
+    retired_procs = sorted({p["process"] for s in retired_samples for p in s.get("procs") or []
+                            if p.get("wal") and not p["wal"].get("current")
+                            and p.get("parent") is None})
+    fig: dict = {"samples": len(samples), "samples_with_a_holder": len(holding_samples),
+                 "samples_with_a_retired_wal": len(retired_samples),
+                 "processes_holding_a_retired_wal": retired_procs}
+    if len(holding_samples) < min_samples:
+        return Verdict(NAME, INCONCLUSIVE,
+                       f"only {len(holding_samples)} sample(s) with a role holding the store "
+                       f"(< min_samples {min_samples}): the run was not observed", fig)
+
+    # (start t, end t, process, record) for every committed write to judge
+    writes = [(op.t_invoke, op.t_done, op.process, op.record()) for op in pair_ops(ctx.history)
+              if op.op in WRITE_OPS and op.kind == "ok" and op.t_done is not None
+              and op.process in retired_procs]
+    writes += [(float(r["t"]), float(r["t"]), r.get("process"), r) for r in ctx.history
+               if r.get("type") == "event" and r.get("event") == "write"
+               and r.get("process") in retired_procs]
+    violations, ambiguous, judged = [], 0, 0
+    for t0, t1, process, rec in writes:
+        before = samples.at_or_before(t0)
+        after = samples.at_or_after(t1)
+        a, b = _retired_wal(before, process), _retired_wal(after, process)
+        if a is None and b is None:
+            continue
+        judged += 1
+        if a is not None and a == b:
+            violations.append({
+                "violation": "write while holding a retired -wal", "process": process,
+                "retired_wal": {"dev": a[0], "ino": a[1]},
+                "sample_before": {"t": before["t"], "entry": proc_entry(before, process),
+                                  "at_path": (before.get("path") or {}).get("wal")},
+                "sample_after": {"t": after["t"], "entry": proc_entry(after, process),
+                                 "at_path": (after.get("path") or {}).get("wal")},
+                "record": brief(rec)})
+        else:
+            ambiguous += 1
+    fig.update({"writes_near_a_retired_wal": judged, "violations": len(violations),
+                "ambiguous": ambiguous})
+    if violations:
+        v = violations[0]
+        return Verdict(NAME, FAIL,
+                       f"{len(violations)} write(s) committed while the writer held a retired "
+                       f"-wal; first: {v['process']} at t={fmt_t(v['record'].get('t'))} holding "
+                       f"inode {v['retired_wal']['ino']} (path has "
+                       f"{(v['sample_before']['at_path'] or {}).get('ino', 'no -wal')})",
+                       fig, violations)
+    summary = (f"{len(samples)} samples; {len(retired_samples)} with a retired -wal held "
+               f"({', '.join(retired_procs) or 'by nobody'}); 0 writes committed into it"
+               + (f", {ambiguous} ambiguous" if ambiguous else ""))
+    return Verdict(NAME, PASS, summary, fig)
