@@ -21,7 +21,7 @@ FAIL when:
 Params: ``allow_in``: subset of ``["capture", "spool"]`` (default ``[]``); ``expect_loss``
 (default false): the scenario destroys acknowledged writes on purpose (e.g. the user deletes the
 WAL after a crash). Then the verdict is PASS only if a loss is detected, and it lists exactly the
-lost payload ids (``figures["lost_payload_ids"]``, complete, sorted; ``lost_by_process``);
+lost payload ids (``figures["lost_payload_ids"]``, complete, in natural order; ``lost_by_process``);
 no loss is a FAIL (the scenario did not reach the state it targets, or the checker cannot see
 loss). Phantom, unexpected and duplicated payloads fail in both modes.
 INCONCLUSIVE when the history has no append at all, or none was acknowledged (``ok``).
@@ -30,12 +30,20 @@ INCONCLUSIVE when the history has no append at all, or none was acknowledged (``
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 
 from .base import FAIL, INCONCLUSIVE, PASS, CheckContext, Verdict, brief, pair_ops
 from .store import find_captures, payload_ids_in_capture, payload_ids_in_db, spool_payload_ids
 
 NAME = "no_lost_writes"
+_DIGITS = re.compile(r"(\d+)")
+
+
+def natural_key(payload_id: str) -> list:
+    """Sort key putting ``gateway-0-9`` before ``gateway-0-10``."""
+    return [int(p) if p.isdigit() else p for p in _DIGITS.split(payload_id)]
+
 APPEND_OPS = ("append", "append_message")
 ALLOWED_SOURCES = ("capture", "spool")
 _RANK = {"ok": 3, "info": 2, "fail": 1}
@@ -126,7 +134,7 @@ def check(ctx: CheckContext, params: dict) -> Verdict:
     fig["lost"] = len(lost)
     fig["phantom"] = len(phantom)
     if lost:
-        lost.sort()
+        lost.sort(key=natural_key)
         fig["lost_payload_ids"] = lost if expect_loss else lost[:50]
         by_proc: dict[str, int] = {}
         for pid in lost:
