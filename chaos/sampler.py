@@ -44,8 +44,6 @@ import time
 from pathlib import Path
 from typing import Callable, Iterable
 
-import psutil
-
 from hermes_state import holders
 
 from .history import HistoryWriter
@@ -118,6 +116,49 @@ def held_files(pid: int, db_path: str | os.PathLike, at_path: dict | None = None
         if prev is None or (prev["current"] and not current):
             out[key] = entry
     return out
+
+
+#: ``/proc/PID/stat`` state letters as psutil names them.
+_STATES = {"R": "running", "S": "sleeping", "D": "disk-sleep", "T": "stopped", "t": "tracing-stop",
+           "Z": "zombie", "X": "dead", "I": "idle", "P": "parked", "W": "waking", "K": "wake-kill"}
+
+
+def process_table() -> dict[int, tuple[int, str]]:
+    """``{pid: (ppid, status)}`` of every process, from one pass over ``/proc/*/stat``.
+
+    One pass per sample instead of a psutil ``children()`` scan per role (that costs a full
+    process-table walk each time). Status names follow psutil (``running``, ``sleeping``,
+    ``stopped``, ``zombie``, ...).
+    """
+    out: dict[int, tuple[int, str]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as fh:
+                data = fh.read()
+        except OSError:
+            continue
+        rest = data[data.rfind(b")") + 2:].split()
+        if len(rest) < 2:
+            continue
+        state = rest[0].decode("ascii", "replace")
+        out[int(entry.name)] = (int(rest[1]), _STATES.get(state, state))
+    return out
+
+
+def _is_write_lock(rec: holders.LockRecord) -> bool:
+    """The rule of :func:`hermes_state.holders.write_lock_owner` on one held lock: a WRITE lock
+    over byte 120 of ``-shm`` (WAL mode) or over PENDING/RESERVED of the main file."""
+    if rec.waiting or not rec.write:
+        return False
+
+    def covers(b: int) -> bool:
+        return rec.start <= b and (rec.end is None or rec.end >= b)
+
+    if rec.file.endswith("-shm"):
+        return covers(120)
+    return covers(holders.PENDING_BYTE) or covers(holders.PENDING_BYTE + 1)
 
 
 class _InFlight:
@@ -211,31 +252,31 @@ class Sampler:
             if self._stop.wait(self.interval_s):
                 break
 
-    def _procs(self) -> list[tuple[str, int, int | None]]:
-        """``[(name, pid, parent pid or None)]``: the roles and their descendants."""
+    def _procs(self) -> list[tuple[str, int, int | None, str]]:
+        """``[(name, pid, parent pid or None, status)]``: the roles and their descendants."""
+        table = process_table()
+        kids: dict[int, list[int]] = {}
+        for pid, (ppid, _) in table.items():
+            kids.setdefault(ppid, []).append(pid)
         out = []
         for name, pid in self.processes():
-            if pid is None:
+            if pid is None or pid not in table:
                 continue
-            out.append((name, pid, None))
-            try:
-                kids = psutil.Process(pid).children(recursive=True)
-            except psutil.Error:
-                continue
-            out.extend((name, k.pid, pid) for k in kids)
+            out.append((name, pid, None, table[pid][1]))
+            todo = list(kids.get(pid, ()))
+            while todo:
+                k = todo.pop()
+                out.append((name, k, pid, table[k][1]))
+                todo.extend(kids.get(k, ()))
         return out
 
     def sample(self) -> dict:
         """Take one sample now and record it; returns the record."""
         at_path = path_identity(self.db_path)
         procs = self._procs()
-        name_of = {pid: name for name, pid, _ in procs}
+        name_of = {pid: name for name, pid, _, _ in procs}
         entries = []
-        for name, pid, parent in procs:
-            try:
-                status = psutil.Process(pid).status()
-            except psutil.Error:
-                continue
+        for name, pid, parent, status in procs:
             entry = {"process": name, "pid": pid, "status": status}
             if parent is not None:
                 entry["parent"] = parent
@@ -247,9 +288,9 @@ class Sampler:
             locks.append({"pid": rec.pid, "process": name_of.get(rec.pid), "file": rec.file,
                           "start": rec.start, "end": rec.end, "lock": rec.meaning(),
                           "write": rec.write, "waiting": rec.waiting})
-        lo = holders.write_lock_owner(self.db_path)
-        if lo is not None:
-            owner = {"pid": lo[0], "process": name_of.get(lo[0]), "command": lo[1]}
+            if owner is None and _is_write_lock(rec):
+                owner = {"pid": rec.pid, "process": name_of.get(rec.pid),
+                         "command": holders.describe_pid(rec.pid)}
         in_flight = self.inflight.poll()
         waiting = {name_of[lk["pid"]] for lk in locks if lk["waiting"] and lk["pid"] in name_of}
         if owner is not None:
