@@ -109,6 +109,14 @@ def held_files(pid: int, db_path: str | os.PathLike, at_path: dict | None = None
         cur = at_path.get(key)
         current = (not deleted and cur is not None
                    and (cur["dev"], cur["ino"]) == (st.st_dev, st.st_ino))
+        if not current and not deleted:
+            # The path may have changed since ``at_path`` was taken (a first writer just created
+            # the -wal): judge against the path as it is now, after this descriptor was read.
+            try:
+                now = os.stat(path)
+                current = (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino)
+            except OSError:
+                current = False
         entry = {"dev": st.st_dev, "ino": st.st_ino, "deleted": deleted, "current": current}
         prev = out[key]
         # A process may hold two generations (old and new descriptors): keep the retired one,

@@ -38,7 +38,8 @@ def test_stale_wal_scenario_passes_every_checker(tmp_path):
     verdicts = {v["checker"]: v["status"] for v in results["verdicts"]}
     assert verdicts == {"no_lost_writes": "PASS", "stale_wal_refusal": "PASS",
                         "integrity": "PASS", "recovery": "PASS", "checkpoint_cadence": "PASS",
-                        "must_observe": "PASS"}
+                        "single_wal_generation": "PASS", "error_taxonomy": "PASS",
+                        "no_lockup": "PASS", "must_observe": "PASS"}
     history = [json.loads(line) for line in (run_dir / "history.jsonl").read_text().splitlines()]
     # The gateway was refused with the stale-WAL error and left evidence beside the store.
     assert any(r.get("type") == "fail" and r.get("error") == "DeletedWalGenerationError"

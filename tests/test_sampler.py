@@ -112,3 +112,12 @@ def test_exited_process_is_skipped_and_thread_writes_samples(tmp_path, live):
     s.stop()
     lines = [json.loads(x) for x in (hdir / "sampler.jsonl").read_text().splitlines()]
     assert len(lines) >= 2 and all(r["type"] == "sample" for r in lines)
+
+
+def test_a_wal_created_after_the_path_snapshot_is_still_current(tmp_path, live):
+    # The snapshot of the paths predates the -wal (a first writer created it meanwhile): the
+    # holder must not look like it holds a retired generation.
+    path, child = live
+    stale_snapshot = {"db": path_identity(path)["db"], "wal": None, "shm": None}
+    held = held_files(child.pid, path, stale_snapshot)
+    assert held["wal"]["current"] is True and held["shm"]["current"] is True

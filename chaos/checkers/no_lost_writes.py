@@ -22,8 +22,9 @@ Params: ``allow_in``: subset of ``["capture", "spool"]`` (default ``[]``); ``exp
 (default false): the scenario destroys acknowledged writes on purpose (e.g. the user deletes the
 WAL after a crash). Then the verdict is PASS only if a loss is detected, and it lists exactly the
 lost payload ids (``figures["lost_payload_ids"]``, complete, in natural order; ``lost_by_process``);
-no loss is a FAIL (the scenario did not reach the state it targets, or the checker cannot see
-loss). Phantom, unexpected and duplicated payloads fail in both modes.
+no loss is INCONCLUSIVE (the run never reached the state it targets, e.g. the WAL held no
+acknowledged frame when it was deleted: not green either). Phantom, unexpected and duplicated
+payloads fail in both modes.
 INCONCLUSIVE when the history has no append at all, or none was acknowledged (``ok``).
 """
 
@@ -174,8 +175,9 @@ def check(ctx: CheckContext, params: dict) -> Verdict:
         if failed:
             return Verdict(NAME, FAIL, summary, fig, evidence)
         if not lost:
-            return Verdict(NAME, FAIL, "expect_loss: no acknowledged write was lost, but the "
-                           "scenario destroys some: " + summary, fig, evidence)
+            return Verdict(NAME, INCONCLUSIVE, "expect_loss: no acknowledged write was lost: the "
+                           "run never reached the state it targets (no acknowledged write lived "
+                           "only where the fault destroyed it); " + summary, fig, evidence)
         return Verdict(NAME, PASS, f"expected loss detected: {len(lost)} acknowledged append(s) "
                        f"lost ({', '.join(lost[:10])}{', ...' if len(lost) > 10 else ''}); "
                        + summary, fig, evidence)
