@@ -1,8 +1,8 @@
 """``python -m chaos``: run, validate, list, report, replay, watch (SPEC §16.5).
 
-Exit codes: 0 every checker passed, 1 a checker failed (or was INCONCLUSIVE, or every checker
-was SKIPPED), 2 invalid scenario (nothing ran), 3 the toolkit itself failed. A SKIPPED checker
-is otherwise neutral (:func:`chaos.runner.exit_code_for`).
+Exit codes: 0 every checker passed, 1 a checker failed (or was INCONCLUSIVE), 2 invalid
+scenario (nothing ran), 3 the toolkit itself failed. A SKIPPED checker (a stated requirement is
+unmet) is neutral (:func:`chaos.report.exit_code_of`).
 """
 
 from __future__ import annotations

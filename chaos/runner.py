@@ -29,7 +29,7 @@ from . import fixtures
 from . import history as hist
 from .checkers import CheckContext, run_checkers
 from .nemesis import FAULTS, NemesisEnv, NemesisError
-from .report import print_verdicts, write_results
+from .report import exit_code_of, print_verdicts, write_results
 from .roles import role_main
 from .sampler import Sampler
 from .scenario import NemesisStep, RoleSpec, Scenario
@@ -377,7 +377,7 @@ class Runner:
                            run_dir=self.run_dir, scenario=self.sc.to_dict())
         verdicts = run_checkers(ctx, self.sc.expect)
         verdicts += _must_observe(self.sc, records)
-        code = exit_code_for(verdicts)
+        code = exit_code_of(verdicts)  # INCONCLUSIVE is not green, SKIPPED is neutral
         results = {
             "scenario": self.sc.name, "seed": self.sc.seed, "run_dir": str(self.run_dir),
             "duration_s": self.sc.duration, "sqlite": sqlite3.sqlite_version,
@@ -403,20 +403,6 @@ class Runner:
                                highlight=False)
             return
         self.console.print(f"report {path}", highlight=False)
-
-
-def exit_code_for(verdicts) -> int:
-    """The run's exit code from its verdicts (SPEC §16.3, §16.5).
-
-    0 when every verdict is PASS or SKIPPED (a SKIPPED checker — an unmet requirement, e.g. no
-    ``/proc`` — is neutral: it neither fails nor greens the run) and at least one is PASS; 1 when
-    any verdict is FAIL or INCONCLUSIVE (a run that tested nothing must not look green), or when
-    there is no PASS at all (every checker skipped: nothing was checked).
-    """
-    statuses = [v.status for v in verdicts]
-    if any(s in ("FAIL", "INCONCLUSIVE") for s in statuses) or "PASS" not in statuses:
-        return 1
-    return 0
 
 
 def _must_observe(sc: Scenario, records: list[dict]):
