@@ -31,6 +31,9 @@ Record types:
 ``process``  lifecycle: ``phase`` (``spawn``/``exit``), ``role``, ``kind``, ``index``,
              ``exitcode`` (negative = killed by that signal)
 ``phase``    run phase: ``phase`` in ``warm-up``, ``chaos``, ``heal``, ``recover``
+``sample``   what the runner's sampler saw every ~100 ms (``process: "sampler"``, file
+             ``history/sampler.jsonl``): the inodes each role process holds, the WAL size, the
+             write-lock owner, the waiters (fields in :mod:`chaos.sampler`)
 """
 
 from __future__ import annotations

@@ -406,18 +406,28 @@ class Runner:
 
 
 def _must_observe(sc: Scenario, records: list[dict]):
-    """INCONCLUSIVE unless every ``must_observe`` fault fired / store event happened (§16.3)."""
-    from .checkers.base import INCONCLUSIVE, PASS, Verdict
+    """INCONCLUSIVE unless every ``must_observe`` fault fired, store event happened and sampled
+    state was witnessed (SPEC §16.3: a chaos run that tested nothing must not look green).
+    Evidence: the first record of each observation (sample records abridged)."""
+    from .checkers.base import INCONCLUSIVE, PASS, Verdict, brief
+    from .checkers.samples import moment, observed_states
 
     if not sc.must_observe:
         return []
-    fired = {r["fault"] for r in records if r.get("type") == "nemesis" and r.get("phase") == "done"}
-    seen = {r["event"] for r in records if r.get("type") == "event"}
-    missing = [m for m in sc.must_observe if m not in fired and m not in seen]
+    first: dict[str, dict] = {}
+    for r in records:
+        if r.get("type") == "nemesis" and r.get("phase") == "done":
+            first.setdefault(r.get("fault"), brief(r))
+        elif r.get("type") == "event":
+            first.setdefault(r.get("event"), brief(r))
+    for state, sample in observed_states(records).items():
+        first.setdefault(state, {"state": state, **moment(sample)})
+    missing = [m for m in sc.must_observe if m not in first]
     status = INCONCLUSIVE if missing else PASS
     summary = (f"never observed: {', '.join(missing)}" if missing
                else f"observed {', '.join(sc.must_observe)}")
-    return [Verdict("must_observe", status, summary, {"missing": missing}, [])]
+    evidence = [{"observed": m, "first": first[m]} for m in sc.must_observe if m in first]
+    return [Verdict("must_observe", status, summary, {"missing": missing}, evidence)]
 
 
 def run_scenario(scenario: Scenario, *, out_dir: str | os.PathLike = "runs",

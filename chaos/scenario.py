@@ -53,6 +53,7 @@ __all__ = [
     "SIGNAL_FAULTS",
     "CHECKERS",
     "EVENT_KINDS",
+    "SAMPLED_STATES",
 ]
 
 # --------------------------------------------------------------------------------------------
@@ -98,6 +99,9 @@ CHECKERS = (
     "error_taxonomy",
     "fixture_preserved",
 )
+#: States of the store the sampler can witness (chaos/sampler.py) for ``must_observe``: a role
+#: process holding a -wal that is not the one at the path, a write-lock owner, a process waiting.
+SAMPLED_STATES = ("retired_wal_held", "write_lock_held", "lock_wait")
 #: Store event kinds (``hermes_state.events``) a scenario may list in ``must_observe``.
 EVENT_KINDS = ("retry", "checkpoint", "refusal", "capture", "write_gave_up", "quarantine",
                "foreign_open_close")
@@ -585,9 +589,13 @@ SCHEMA: dict = {
         "must_observe": {
             "type": "array",
             "default": [],
-            "items": {"title": "observable", "enum": list(FAULTS) + list(EVENT_KINDS)},
-            "description": "Faults (used by this scenario's nemesis) or store events that must "
-            "happen, else the verdict is INCONCLUSIVE.",
+            "items": {"title": "observable",
+                      "enum": list(FAULTS) + list(EVENT_KINDS) + list(SAMPLED_STATES)},
+            "description": "Faults (used by this scenario's nemesis), store events, or states "
+            "the sampler must witness (`retired_wal_held`: a role holds a -wal that is not the "
+            "one at the path; `write_lock_held`: some process owns the WAL write lock; "
+            "`lock_wait`: a process waits on a lock another owns) that must happen, else the "
+            "verdict is INCONCLUSIVE (the run never reached the state it targets).",
         },
     },
     "$defs": {

@@ -452,3 +452,40 @@ def test_runner_exit_code_from_verdicts(statuses, code):
     from chaos.report import exit_code_of
 
     assert exit_code_of([Verdict("x", s, "") for s in statuses]) == code
+
+
+# ============================================================================ must_observe states
+def test_observed_states_from_samples():
+    from chaos.checkers.samples import observed_states
+
+    h = H()
+    sample(h, [("gateway-0", 1001, "sleeping", held())])
+    assert observed_states(h.records) == {}
+    lock = sample(h, [("gateway-0", 1001, "sleeping", held())],
+                  write_lock={"pid": 3001, "process": "lock-0", "command": "x"},
+                  waiting=["gateway-0"])
+    retired = sample(h, [("gateway-0", 1001, "sleeping", held(current=False, deleted=True))])
+    got = observed_states(h.records)
+    assert got["write_lock_held"] is lock and got["lock_wait"] is lock
+    assert got["retired_wal_held"] is retired
+
+
+def test_must_observe_a_sampled_state_or_inconclusive():
+    from chaos.runner import _must_observe
+    from chaos.scenario import load_scenario_text
+
+    sc = load_scenario_text(
+        "name: x\ndescription: x\nduration: 2s\nroles:\n  - {name: gateway, kind: gateway}\n"
+        "expect: {integrity: {}}\nmust_observe: [retired_wal_held, checkpoint]\n")
+    h = H()
+    h.event("gateway-0", "checkpoint", mode="PASSIVE")
+    sample(h, [("gateway-0", 1001, "sleeping", held())])
+    (v,) = _must_observe(sc, h.records)
+    assert v.status == INCONCLUSIVE and v.figures["missing"] == ["retired_wal_held"]
+    sample(h, [("gateway-0", 1001, "sleeping", held(current=False, deleted=True))])
+    (v,) = _must_observe(sc, h.records)
+    assert v.status == PASS
+    ev = {e["observed"]: e["first"] for e in v.evidence}
+    assert ev["retired_wal_held"]["holders"] == [
+        "PID 1001 gateway-0: db, wal (retired), shm (retired)"]
+    assert ev["checkpoint"]["mode"] == "PASSIVE"

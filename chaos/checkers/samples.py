@@ -71,6 +71,24 @@ class Samples:
         return self.records[bisect.bisect_left(self._ts, t0):bisect.bisect_right(self._ts, t1)]
 
 
+def observed_states(history: Iterable[dict]) -> dict[str, dict]:
+    """``{state: first sample showing it}`` for the sampled states a scenario may require in
+    ``must_observe`` (:data:`chaos.scenario.SAMPLED_STATES`): ``retired_wal_held`` (a role
+    process holds a ``-wal`` that is not the one at the path), ``write_lock_held`` (someone owns
+    the WAL write lock), ``lock_wait`` (a process waits: a blocked lock request, or a write in
+    flight while another process owns the write lock)."""
+    out: dict[str, dict] = {}
+    for s in Samples(history).records:
+        if "retired_wal_held" not in out and any(
+                p.get("wal") and not p["wal"].get("current") for p in s.get("procs") or []):
+            out["retired_wal_held"] = s
+        if "write_lock_held" not in out and s.get("write_lock"):
+            out["write_lock_held"] = s
+        if "lock_wait" not in out and s.get("waiting"):
+            out["lock_wait"] = s
+    return out
+
+
 def proc_entry(sample: dict | None, process: str) -> dict | None:
     """The role process's own entry (not a descendant's) in ``sample``'s ``procs``."""
     for p in (sample or {}).get("procs") or []:
