@@ -48,20 +48,13 @@ def fill_disk(env: NemesisEnv, params: dict) -> dict:
     block = b"\0" * CHUNK
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
-        while True:
-            try:
-                n = os.write(fd, block)
-            except OSError as exc:
-                if exc.errno != errno.ENOSPC:
-                    raise
-                break
-            if n < len(block):  # a short write: the next one raises ENOSPC
-                continue
-        if len(block) > 1:  # fill the last partial block byte by byte
+        for chunk in (block, b"\0"):  # big writes, then byte by byte into the last page
             while True:
                 try:
-                    os.write(fd, b"\0")
-                except OSError:
+                    os.write(fd, chunk)  # a short write is followed by one that hits ENOSPC
+                except OSError as exc:
+                    if exc.errno != errno.ENOSPC:
+                        raise
                     break
         size = os.fstat(fd).st_size
         if leave:
