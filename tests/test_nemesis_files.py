@@ -317,3 +317,34 @@ def test_holder_scan_judges_a_descriptor_against_the_path_now(tmp_path):
     assert hit == ("state.db", False)
     gone = holders._classify(real, str(db), (st.st_dev, st.st_ino + 1), stale)
     assert gone == ("state.db (replaced)", True)  # a descriptor of another file still is
+
+
+@pytest.mark.slow
+def test_disk_full_checkpoint_scenario_reaches_its_state_and_heals(tmp_path):
+    """The scenario's checkers cannot tell a failed checkpoint from a healthy one; this test
+    does: SQLITE_FULL met a checkpoint and commits while the disk was full, and both work again
+    after free_disk (SPEC §16.2)."""
+    if os.geteuid() != 0:
+        pytest.skip("the scenario mounts a tmpfs (root only)")
+    out = tmp_path / "runs"
+    proc = subprocess.run([sys.executable, "-m", "chaos", "run",
+                           str(ROOT / "scenarios" / "disk_full_checkpoint.yaml"),
+                           "--out", str(out)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=180)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    run_dir = next(d for d in out.iterdir() if d.is_dir())
+    history = [json.loads(x) for x in (run_dir / "history.jsonl").read_text().splitlines()]
+    done = {r["fault"]: r["t"] for r in history
+            if r.get("type") == "nemesis" and r.get("phase") == "done"}
+    full, freed = done["fill_disk"], done["free_disk"]
+    ckpt_full = [r for r in history if r.get("event") == "checkpoint"
+                 and full < r["t"] < freed and "full" in r.get("error", "")]
+    commit_full = [r for r in history if r.get("op") == "append" and r.get("type") == "info"
+                   and "full" in r.get("message", "")]
+    healed = [r for r in history if r.get("event") == "checkpoint" and r["t"] > freed
+              and "error" not in r]
+    ok_after = [r for r in history if r.get("op") == "append" and r.get("type") == "ok"
+                and r["t"] > freed]
+    assert ckpt_full and commit_full and healed and ok_after
+    assert not os.path.ismount(run_dir / "home")  # the runner unmounted its tmpfs
+    assert (run_dir / "home" / "state.db").is_file()
