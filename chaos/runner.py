@@ -3,9 +3,18 @@
 Data flows one way: scenario → runner (roles + nemesis) → history → checkers → report. The
 runner never judges; checkers never run processes.
 
-Phases (SPEC §16.3): ``warm-up`` (from start to the first fault), ``chaos`` (faults fire),
-``heal`` (SIGCONT every role, SIGTERM them, SIGKILL what does not exit within
-:data:`STOP_GRACE_S`), ``recover`` (final store snapshot, checkers).
+Phases (SPEC §16.3), each recorded in the history as a ``phase`` record: ``warm-up`` (from the
+start to the first fault), ``chaos`` (faults fire), ``heal`` (at ``phases.heal_at``, default the
+end of ``duration``: every action of ``chaos.nemesis.HEALS`` runs — SIGCONT every process, free
+the disk — and the record carries what each did; roles keep running until ``duration``), then
+the roles are stopped (SIGCONT, SIGTERM, SIGKILL what does not exit within :data:`STOP_GRACE_S`)
+and ``recover`` (final store snapshot, checkers). The chaos phase ends early when every role
+process has exited and nothing (role start, nemesis step) is left to happen.
+
+Scheduling (``at``/``after``) lives in :mod:`chaos.schedule`. Restarts (``restart`` fault) start
+a new :class:`RoleInstance` in the same slot under a fresh process name. Every role process
+runs with ``HERMES_STATE_FAILPOINTS_FILE`` naming its own arm file under ``failpoints/`` so a
+nemesis step can arm a failpoint in it at run time (:mod:`chaos.nemesis.process`).
 """
 
 from __future__ import annotations
@@ -22,17 +31,19 @@ from pathlib import Path
 
 from rich.console import Console
 
+from hermes_state import failpoints
 from hermes_state.connection import wal_reset_exposure
 from hermes_state.paths import utc_stamp
 
 from . import fixtures
 from . import history as hist
 from .checkers import CheckContext, run_checkers
-from .nemesis import FAULTS, NemesisEnv, NemesisError
+from .nemesis import FAULTS, HEALS, NemesisEnv, NemesisError
 from .report import exit_code_of, print_verdicts, write_results
 from .roles import role_main
 from .sampler import Sampler
 from .scenario import NemesisStep, RoleSpec, Scenario
+from .schedule import Schedule
 
 TICK_S = 0.02
 STOP_GRACE_S = 5.0
@@ -45,11 +56,14 @@ class RoleInstance:
     """One OS process playing one instance of a role."""
 
     spec: RoleSpec
-    index: int
+    index: int  # the slot (0 <= index < count); a restart starts a new instance in the same slot
     process: str
     proc: multiprocessing.process.BaseProcess | None = None
     exit_recorded: bool = False
     term_sent: bool = False
+    generation: int = 0  # 0: started by the scenario; k: the k-th restart of the slot
+    replaces: str | None = None  # the process this restart replaced
+    failpoints_file: str = ""  # HERMES_STATE_FAILPOINTS_FILE of the process (run-time arming)
 
     @property
     def role(self) -> str:
@@ -70,6 +84,8 @@ class HistoryTail:
         self.directory = directory
         self.offsets: dict[Path, int] = {}
         self.ok_by_role_op: dict[tuple[str, str], int] = {}
+        self.roles: dict[str, str] = {}  # process -> role (filled by the runner at spawn)
+        self.seen = Counts()
         self.counts = {"ok": 0, "fail": 0, "info": 0, "retry": 0, "refusal": 0, "capture": 0,
                        "checkpoint": 0}
         self.new_notes: list[str] = []
@@ -97,6 +113,8 @@ class HistoryTail:
                 self._count(rec)
 
     def _count(self, rec: dict) -> None:
+        proc = rec.get("process", "")
+        self.seen.add_record(rec, self.roles.get(proc) or proc.rsplit("-", 1)[0])
         typ = rec.get("type")
         if typ in ("ok", "fail", "info"):
             self.counts[typ] += 1
@@ -110,8 +128,10 @@ class HistoryTail:
             ev = rec.get("event")
             if ev in self.counts:
                 self.counts[ev] += 1
-            if ev in ("refusal", "capture", "write_gave_up"):
+            if ev in ("refusal", "capture", "write_gave_up", "failpoint"):
                 detail = rec.get("dir") or rec.get("reason") or ""
+                if ev == "failpoint":
+                    detail = f"{rec.get('name')}={rec.get('action')} at hit {rec.get('hit')}"
                 self.new_notes.append(f"{rec.get('process')} {ev} {detail}")
 
 
@@ -140,6 +160,9 @@ class Runner:
         self.t0 = 0.0
         self.sampler: Sampler | None = None
         self.mount: fixtures.Mount | None = None
+        self.writer: hist.HistoryWriter | None = None
+        self.tail: HistoryTail | None = None
+        self._numbers: dict[str, int] = {}  # role -> next process number for a restart
 
     # ------------------------------------------------------------------ helpers
     def elapsed(self) -> float:
@@ -184,6 +207,11 @@ class Runner:
 
     def _spawn(self, inst: RoleInstance, writer: hist.HistoryWriter) -> None:
         spec = inst.spec
+        fp_dir = self.run_dir / "failpoints"
+        fp_dir.mkdir(exist_ok=True)
+        inst.failpoints_file = str(fp_dir / f"{inst.process}.arm")
+        if self.tail is not None:
+            self.tail.roles[inst.process] = spec.name
         end = spec.stop_at if spec.stop_at is not None else self.sc.duration
         cfg = {
             "role": spec.name, "kind": spec.kind, "index": inst.index, "process": inst.process,
@@ -193,10 +221,35 @@ class Runner:
             "workload": dict(spec.workload), "failpoints": spec.failpoints or "",
         }
         inst.proc = _MP.Process(target=role_main, args=(cfg,), name=inst.process, daemon=False)
-        inst.proc.start()
+        # The spawned interpreter inherits the environment: the arm file is named there.
+        saved = os.environ.get(failpoints.FILE_ENV_VAR)
+        os.environ[failpoints.FILE_ENV_VAR] = inst.failpoints_file
+        try:
+            inst.proc.start()
+        finally:
+            if saved is None:
+                os.environ.pop(failpoints.FILE_ENV_VAR, None)
+            else:
+                os.environ[failpoints.FILE_ENV_VAR] = saved
+        extra = ({"generation": inst.generation, "replaces": inst.replaces}
+                 if inst.generation else {})
         writer.record("process", phase="spawn", role=spec.name, kind=spec.kind,
-                      index=inst.index, child=inst.process, child_pid=inst.proc.pid)
-        self.say(f"spawn [bold]{inst.process}[/] ({spec.kind}) pid {inst.proc.pid}")
+                      index=inst.index, child=inst.process, child_pid=inst.proc.pid,
+                      process_of=inst.process, **extra)
+        again = f" restart #{inst.generation} of slot {inst.index}" if inst.generation else ""
+        self.say(f"spawn [bold]{inst.process}[/] ({spec.kind}) pid {inst.proc.pid}{again}")
+
+    def _restart(self, role: str, slot: int) -> RoleInstance:
+        """Start the next instance of ``role``'s ``slot`` (the ``restart`` fault, SPEC §16.2)."""
+        spec = self.sc.role(role)
+        number = self._numbers.get(role, spec.count)
+        self._numbers[role] = number + 1
+        same = [i for i in self.instances if i.role == role and i.index == slot]
+        inst = RoleInstance(spec, slot, f"{role}-{number}", generation=len(same),
+                            replaces=same[-1].process if same else None)
+        self.instances.append(inst)
+        self._spawn(inst, self.writer)
+        return inst
 
     def _reap(self, writer: hist.HistoryWriter) -> None:
         for inst in self.instances:
@@ -214,7 +267,8 @@ class Runner:
             how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit {code}"
             self.say(f"exit  [bold]{inst.process}[/] pid {inst.pid}: {how}")
 
-    def _fire(self, step: NemesisStep, env: NemesisEnv, writer: hist.HistoryWriter) -> None:
+    def _fire(self, step: NemesisStep, env: NemesisEnv, writer: hist.HistoryWriter) -> bool:
+        """Apply one step's fault; record ``start`` then ``done`` or ``error``. True if done."""
         params = dict(step.params)
         writer.record("nemesis", fault=step.fault, phase="start", step=step.index, **params)
         try:
@@ -223,10 +277,11 @@ class Runner:
             writer.record("nemesis", fault=step.fault, phase="error", step=step.index,
                           error=str(exc), **params)
             self.say(f"[yellow]nemesis {step.fault} failed: {exc}[/]")
-            return
+            return False
         merged = {**params, **details}
         writer.record("nemesis", fault=step.fault, phase="done", step=step.index, **merged)
         self.say(f"[magenta]nemesis {step.fault}[/] {json.dumps(details, default=str)}")
+        return True
 
     # ------------------------------------------------------------------ the run
     def run(self) -> RunResult:
@@ -245,9 +300,9 @@ class Runner:
         except fixtures.TmpfsUnavailable as exc:
             return self._skipped(f"the store's tmpfs is unavailable: {exc}")
         self.t0 = time.monotonic()
-        writer = hist.HistoryWriter(self.hist_dir / "runner.jsonl", "runner")
-        tail = HistoryTail(self.hist_dir)
-        env = NemesisEnv(self.db_path, lambda: list(self.instances))
+        writer = self.writer = hist.HistoryWriter(self.hist_dir / "runner.jsonl", "runner")
+        tail = self.tail = HistoryTail(self.hist_dir)
+        env = NemesisEnv(self.db_path, lambda: list(self.instances), restart=self._restart)
         writer.record("phase", phase="warm-up", store=store_details)
         self.sampler = Sampler(self.db_path, self.hist_dir,
                                self._sampled_processes)
@@ -255,29 +310,29 @@ class Runner:
         pending_roles = [RoleInstance(spec, i, f"{spec.name}-{i}")
                          for spec in self.sc.roles for i in range(spec.count)]
         pending_roles.sort(key=lambda r: r.spec.start_at)
-        pending_steps = list(self.sc.nemesis)
+        schedule = Schedule(self.sc.nemesis)
+        heal_at = self.sc.heal_at if self.sc.heal_at is not None else self.sc.duration
+        healed = False
         chaos_started = False
         last_status = 0.0
         while True:
             now = self.elapsed()
             if now >= self.sc.duration:
                 break
+            if not healed and now >= heal_at:
+                healed = True
+                self._heal_phase(env, writer, schedule)
             while pending_roles and pending_roles[0].spec.start_at <= now:
                 inst = pending_roles.pop(0)
                 self.instances.append(inst)
                 self._spawn(inst, writer)
             tail.poll()
-            for step in list(pending_steps):
-                due = (step.at is not None and step.at <= now) or (
-                    step.after is not None and tail.ok_by_role_op.get(
-                        (step.after["role"], step.after.get("op", "append")), 0)
-                    >= step.after["ok"])
-                if due:
-                    if not chaos_started:
-                        writer.record("phase", phase="chaos")
-                        chaos_started = True
-                    pending_steps.remove(step)
-                    self._fire(step, env, writer)
+            for step in ([] if healed else schedule.due(now, tail.seen)):
+                if not chaos_started:
+                    writer.record("phase", phase="chaos")
+                    chaos_started = True
+                if self._fire(step, env, writer):
+                    tail.seen.steps_done.add(step.index)
             for inst in self.instances:
                 if (inst.spec.stop_at is not None and now >= inst.spec.stop_at
                         and not inst.term_sent and inst.alive()):
@@ -294,11 +349,15 @@ class Runner:
                 self.say(f"live {live}  ok {c['ok']}  fail {c['fail']}  info {c['info']}  "
                          f"retries {c['retry']}  checkpoints {c['checkpoint']}  "
                          f"refusals {c['refusal']}")
+            if (not pending_roles and (healed or not schedule.pending) and self.instances
+                    and not any(i.alive() for i in self.instances)):
+                self._reap(writer)
+                self.say("every role process exited and nothing is left to happen")
+                break
             time.sleep(TICK_S)
-        for step in pending_steps:
-            writer.record("nemesis", fault=step.fault, phase="never", step=step.index)
-            self.say(f"[yellow]nemesis step {step.index} ({step.fault}) never fired[/]")
-        self._heal(writer)
+        if not healed:
+            self._heal_phase(env, writer, schedule)
+        self._stop_roles(writer)
         self.sampler.stop()
         tail.poll()
         writer.record("phase", phase="recover")
@@ -325,8 +384,26 @@ class Runner:
             if inst.proc is not None and inst.proc.exitcode is None:
                 inst.proc.join(5)
 
-    def _heal(self, writer: hist.HistoryWriter) -> None:
-        writer.record("phase", phase="heal")
+    def _heal_phase(self, env: NemesisEnv, writer: hist.HistoryWriter,
+                    schedule: Schedule) -> None:
+        """Start the heal phase (SPEC §16.3): steps not fired by now never fire; every heal
+        action of ``chaos.nemesis.HEALS`` runs; one ``phase`` record carries what each did."""
+        for step in schedule.pending:
+            writer.record("nemesis", fault=step.fault, phase="never", step=step.index)
+            self.say(f"[yellow]nemesis step {step.index} ({step.fault}) never fired[/]")
+        schedule.pending.clear()
+        done: dict = {}
+        for name, heal in HEALS.items():
+            try:
+                done[name] = heal(env)
+            except (NemesisError, OSError) as exc:
+                done[name] = {"error": str(exc)}
+        writer.record("phase", phase="heal", heal=done)
+        self.say(f"[green]heal[/] {json.dumps(done, default=str)}")
+
+    def _stop_roles(self, writer: hist.HistoryWriter) -> None:
+        """Stop every role at the end: SIGCONT, let them exit at their deadline, SIGTERM the
+        rest, SIGKILL what does not exit within :data:`STOP_GRACE_S`."""
         for inst in self.instances:
             if inst.alive():
                 os.kill(inst.pid, signal.SIGCONT)

@@ -63,9 +63,16 @@ __all__ = [
 #: Role kinds implemented by ``chaos/roles`` (SPEC §16.1 names more; they are rejected for now).
 ROLE_KINDS = ("gateway", "cli", "lock_holder", "worktree", "maintenance", "long_reader")
 #: Nemesis faults implemented (SPEC §16.2 names more; they are rejected for now).
-FAULTS = ("delete_sidecars", "kill", "terminate", "stop", "cont", "run")
+FAULTS = ("delete_sidecars", "kill", "terminate", "stop", "cont", "run", "arm_failpoint",
+          "restart")
 #: Faults that send a signal to the instances of a role (they take ``role`` and ``index``).
 SIGNAL_FAULTS = ("kill", "terminate", "stop", "cont")
+#: How ``restart`` stops the live instance of a slot before starting the new one.
+RESTART_STOPS = ("kill", "terminate", "none")
+#: Operation outcomes an ``after`` trigger may count.
+AFTER_OUTCOMES = ("ok", "fail", "info")
+#: The keys that choose an ``after`` trigger (exactly one per trigger).
+AFTER_TRIGGERS = AFTER_OUTCOMES + ("event", "step")
 #: Maintenance commands of the ``maintenance`` role and the ``run`` fault (SPEC §15, §16.2);
 #: kept equal to ``chaos.nemesis.commands.COMMANDS`` (a test checks it).
 MAINTENANCE_COMMANDS = ("optimize", "optimize-storage", "prune", "backup", "doctor", "recover",
@@ -78,8 +85,9 @@ DRY_RUN_COMMANDS = ("optimize", "optimize-storage", "prune", "replay-spool")
 FILE_FAULTS = ("rename_sidecars", "replace_db", "zero_db", "truncate_db", "corrupt_page",
                "corrupt_fts", "fill_disk", "free_disk", "foreign_open_close")
 FAULTS = FAULTS + FILE_FAULTS
-#: Faults aimed at the instances of a role (``role`` required, ``index`` optional).
-ROLE_FAULTS = SIGNAL_FAULTS + ("foreign_open_close",)
+#: Faults aimed at the instances of a role (``role`` required, ``index`` optional): signals,
+#: failpoints armed at run time, restarts (``chaos/nemesis/process.py``), foreign_open_close.
+ROLE_FAULTS = SIGNAL_FAULTS + ("foreign_open_close", "arm_failpoint", "restart")
 #: Store fixtures (SPEC §16.4); ``schema_v1`` .. ``schema_v22`` too (chaos/fixtures.py).
 STORE_FIXTURES = ("empty", "generated", "zeroed", "empty_file", "not_sqlite")
 SCHEMA_FIXTURES = tuple(f"schema_v{n}" for n in range(1, 23))
@@ -104,7 +112,7 @@ CHECKERS = (
 SAMPLED_STATES = ("retired_wal_held", "write_lock_held", "lock_wait")
 #: Store event kinds (``hermes_state.events``) a scenario may list in ``must_observe``.
 EVENT_KINDS = ("retry", "checkpoint", "refusal", "capture", "write_gave_up", "quarantine",
-               "foreign_open_close")
+               "foreign_open_close", "failpoint")
 #: Sidecar files ``delete_sidecars`` may delete.
 SIDECARS = ("wal", "shm")
 #: Places ``no_lost_writes`` may accept an ``ok`` append in besides the final store.
@@ -294,6 +302,44 @@ _FILE_STEPS = [
     }, []),
     _step_then("free_disk", {}, []),
 ]
+_FAILPOINT_NAME = {
+    "type": "string",
+    "pattern": "\\S",
+    "description": "A failpoint name (hermes_state.failpoints.NAMES, e.g. write.before_commit, "
+    "write.after_commit, checkpoint.before, close.before_checkpoint, capture.mid_copy, "
+    "migrate.v20.before_commit).",
+}
+_KILL_STEP_PROPS = {
+    "failpoint": {
+        **_FAILPOINT_NAME,
+        "description": "Instead of SIGKILL now: arm `crash@hit` at this failpoint so the role "
+        "kills itself there (SPEC §16.2 named crash points). " + _FAILPOINT_NAME["description"],
+    },
+    "hit": {
+        "type": "integer",
+        "minimum": 1,
+        "description": "With `failpoint`: crash at the hit-th hit counted from the arming "
+        "(default 1: the next one).",
+    },
+}
+_FAILPOINT_STEP_PROPS = {
+    "failpoint": _FAILPOINT_NAME,
+    "action": {
+        "type": "string",
+        "default": "crash",
+        "description": "crash, crash@N, sleep(MS), sleep(MS)@N, error(ioerr|busy|locked|full|"
+        "corrupt) or off; hits are counted from the arming.",
+    },
+}
+_RESTART_STEP_PROPS = {
+    "stop": {
+        "title": "restart stop",
+        "enum": list(RESTART_STOPS),
+        "default": "kill",
+        "description": "How a live instance of the slot is stopped first: kill (SIGKILL), "
+        "terminate (SIGTERM, SIGKILL after 5 s) or none (left running beside the new one).",
+    },
+}
 
 SCHEMA: dict = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -586,6 +632,40 @@ SCHEMA: dict = {
                 ),
             },
         },
+        "phases": {
+            "title": "phases",
+            "description": "Run phases (SPEC §16.3): warm-up until the first fault, chaos, heal "
+            "(SIGCONT every process, free the disk) and recover (checks after every role "
+            "stopped).",
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "heal_at": _dur(
+                    "When the heal phase starts (> 0, <= duration; default: duration). Roles keep "
+                    "running after it until `duration`, so a checker can see them commit again; "
+                    "nemesis steps not fired by then never fire."
+                ),
+            },
+        },
+        "sweep": {
+            "title": "sweep",
+            "description": "Sweep mode (SPEC §16.2, SQLite's fault loops): run the scenario again "
+            "and again with `failpoint=crash@N` armed in `role` for N = 1, 2, ... until a run "
+            "where the role never reached hit N (the operation completed), checking the "
+            "invariants after each run. Exit 1 if any N fails.",
+            "type": "object",
+            "required": ["failpoint", "role"],
+            "additionalProperties": False,
+            "properties": {
+                "failpoint": _FAILPOINT_NAME,
+                "role": {"type": "string",
+                         "description": "The role whose instances get the crash (must name a "
+                         "role)."},
+                "max": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 50,
+                        "description": "Highest N tried; a sweep still crashing at N = max is "
+                        "INCONCLUSIVE."},
+            },
+        },
         "must_observe": {
             "type": "array",
             "default": [],
@@ -858,20 +938,46 @@ SCHEMA: dict = {
         ),
         "after": {
             "title": "after trigger",
-            "description": "Fire after the role's `ok`-th successful operation `op` (all "
-            "instances together).",
+            "description": "Fire after an event count (SPEC §16.2), exactly one of: `ok`/`fail`/"
+            "`info`: N -- the role's N-th operation `op` with that outcome (all its instances "
+            "together); `event`: KIND -- the `count`-th store event of that kind (of `role` if "
+            "given, else of any process); `step`: I -- nemesis step I is done. `delay` waits "
+            "that long after the trigger.",
             "type": "object",
-            "required": ["role", "ok"],
             "additionalProperties": False,
             "properties": {
-                "role": {"type": "string", "description": "The role counted (must name a role)."},
-                "ok": {"type": "integer", "minimum": 1, "description": "The count to reach."},
+                "role": {
+                    "type": "string",
+                    "description": "The role counted (must name a role; required with "
+                    "ok/fail/info).",
+                },
+                "ok": {"type": "integer", "minimum": 1,
+                       "description": "Count of the role's successful `op`."},
+                "fail": {"type": "integer", "minimum": 1,
+                         "description": "Count of the role's failed `op`."},
+                "info": {"type": "integer", "minimum": 1,
+                         "description": "Count of the role's `op` with an unknown outcome."},
                 "op": {
                     "type": "string",
                     "pattern": "\\S",
-                    "default": "append",
-                    "description": "The operation counted.",
+                    "description": "The operation counted with ok/fail/info (default: append).",
                 },
+                "event": {
+                    "title": "store event",
+                    "enum": list(EVENT_KINDS),
+                    "description": "A store event kind (`failpoint`: an armed failpoint fired).",
+                },
+                "count": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "description": "With `event`: how many such events (default 1).",
+                },
+                "step": {
+                    "type": "integer",
+                    "minimum": 0,
+                    "description": "Index of another nemesis step: fire once it is done.",
+                },
+                "delay": _dur("Wait this long after the trigger before firing (default 0)."),
             },
         },
         "step": {
@@ -893,7 +999,8 @@ SCHEMA: dict = {
                     "zero every byte; truncate_db: truncate to `bytes`; corrupt_page: garble a "
                     "b-tree page; corrupt_fts: garble FTS5 index data; fill_disk/free_disk: a "
                     "balloon file on the store's tmpfs; foreign_open_close: a role process "
-                    "opens, reads and closes state.db with plain file calls.",
+                    "opens, reads and closes state.db with plain file calls; arm_failpoint: arm an "
+                    "action at a named failpoint; restart: start a new instance of the role.",
                 },
             },
             "allOf": [
@@ -911,7 +1018,12 @@ SCHEMA: dict = {
                     },
                     [],
                 ),
-                *(_step_then(f, _SIGNAL_STEP_PROPS, ["role"]) for f in ROLE_FAULTS),
+                *(_step_then(f, _SIGNAL_STEP_PROPS, ["role"]) for f in ROLE_FAULTS
+                  if f not in ("kill", "arm_failpoint", "restart")),
+                _step_then("kill", {**_SIGNAL_STEP_PROPS, **_KILL_STEP_PROPS}, ["role"]),
+                _step_then("arm_failpoint", {**_SIGNAL_STEP_PROPS, **_FAILPOINT_STEP_PROPS},
+                           ["role", "failpoint"]),
+                _step_then("restart", {**_SIGNAL_STEP_PROPS, **_RESTART_STEP_PROPS}, ["role"]),
                 _step_then("run", _command_props("the runner records the exit as null"),
                            ["command"]),
                 *_FILE_STEPS,
@@ -1060,10 +1172,14 @@ class NemesisStep:
         index: position in the ``nemesis`` list.
         fault: one of :data:`FAULTS`.
         at: time offset in seconds, or ``None`` when the step fires ``after`` an event count.
-        after: ``{"role", "ok", "op"}`` (``op`` defaults to ``"append"``) or ``None``.
+        after: the trigger or ``None``: ``{"role", "ok"|"fail"|"info": N, "op"}`` (``op``
+            defaults to ``"append"``), ``{"event", "count", "role"?}`` (``count`` defaults to 1)
+            or ``{"step": I}``; each may carry ``"delay"`` (float seconds).
         params: every other key of the step, defaults filled: ``delete_sidecars`` ->
             ``{"files": [...]}``; signal faults -> ``{"role": str, "index": int | None}``
-            (``None``: every instance).
+            (``None``: every instance); ``kill`` may add ``failpoint``/``hit``; ``arm_failpoint``
+            -> ``{"role", "index", "failpoint", "action"}``; ``restart`` -> ``{"role", "index",
+            "stop"}``.
         line: 1-based line of the step in the file.
     """
 
@@ -1087,6 +1203,8 @@ class Scenario:
         nemesis: the steps in file order.
         expect: checker name -> parameters with defaults filled.
         must_observe: faults/events that must happen for a conclusive verdict.
+        heal_at: start of the heal phase in seconds (``phases.heal_at``), ``None``: at duration.
+        sweep: ``{"failpoint", "role", "max"}`` (sweep mode, :mod:`chaos.sweep`) or ``None``.
         source: the file path (or the ``source`` given to :func:`load_scenario_text`).
         raw: the document as parsed from YAML (no defaults).
     """
@@ -1102,6 +1220,8 @@ class Scenario:
     must_observe: list[str]
     source: str
     raw: dict = field(repr=False)
+    heal_at: float | None = None
+    sweep: dict | None = None
 
     def role(self, name: str) -> RoleSpec:
         """Return the role called ``name``.
@@ -1171,6 +1291,8 @@ class Scenario:
             "nemesis": steps,
             "expect": copy.deepcopy(self.expect),
             "must_observe": list(self.must_observe),
+            **({"phases": {"heal_at": self.heal_at}} if self.heal_at is not None else {}),
+            **({"sweep": copy.deepcopy(self.sweep)} if self.sweep is not None else {}),
         }
 
 
@@ -1571,6 +1693,7 @@ def _validate(text: str, source: str) -> tuple[list[Problem], Any, yaml.Node | N
             for path, line, message, at_key in _schema_problems(err):
                 emit(path, line if line is not None else _line_of(root, path, at_key), message)
         _semantic(data, emit_at)
+        _semantic_schedule(data, emit_at)
         _check_durations(data, emit_at)
     except RecursionError:
         emit([], _line_of(root, []), "the document is nested too deeply or is recursive (aliases)")
@@ -1668,6 +1791,140 @@ def _check_durations(data: Any, emit_at) -> None:
             continue
         if seconds > MAX_DURATION_S:
             emit_at(path, f"{_short(value)} is longer than the 7-day limit of a chaos run")
+
+
+def _failpoint_problem(name: Any, action: str) -> str | None:
+    """The reason ``name=action`` is not a failpoint spec, or ``None``."""
+    if not isinstance(name, str) or not isinstance(action, str):
+        return None  # the schema reported the type
+    from hermes_state import failpoints  # lazy: keeps `import chaos.scenario` light
+
+    try:
+        failpoints.parse(f"{name}={action}")
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+def _semantic_schedule(data: Any, emit_at) -> None:
+    """Checks of the schedule (SPEC §16.2, §16.3): ``after`` triggers, failpoint steps, restart,
+    ``phases`` and ``sweep``. Role references of steps are checked by :func:`_semantic`."""
+    if not isinstance(data, dict):
+        return
+    duration = _duration_of(data.get("duration"))
+    raw_roles = data.get("roles") if isinstance(data.get("roles"), list) else []
+    roles = {r["name"]: r for r in raw_roles if isinstance(r, dict)
+             and isinstance(r.get("name"), str)}
+    heal_at = None
+    phases = data.get("phases")
+    if isinstance(phases, dict) and "heal_at" in phases:
+        heal_at = _duration_of(phases["heal_at"])
+        if heal_at is not None and heal_at <= 0:
+            emit_at(["phases", "heal_at"], f"heal_at must be > 0, got {_fmt_s(heal_at)}")
+            heal_at = None
+        elif heal_at is not None and duration is not None and heal_at > duration:
+            emit_at(["phases", "heal_at"],
+                    f"heal_at {_fmt_s(heal_at)} is past duration {_fmt_s(duration)}")
+            heal_at = None
+        elif heal_at is not None and heal_at > MAX_DURATION_S:
+            heal_at = None
+    end = heal_at if heal_at is not None else duration
+    steps = data.get("nemesis") if isinstance(data.get("nemesis"), list) else []
+    n = len(steps)
+    deps: dict[int, int] = {}
+    for i, step in enumerate(steps):
+        if not isinstance(step, dict):
+            continue
+        fault = step.get("fault")
+        if heal_at is not None and "at" in step:
+            at = _duration_of(step["at"])
+            if at is not None and at >= heal_at and (duration is None or at < duration):
+                emit_at(["nemesis", i, "at"], f"at {_fmt_s(at)} is not before phases.heal_at "
+                        f"{_fmt_s(heal_at)} (no fault fires once the heal phase started)")
+        after = step.get("after")
+        if isinstance(after, dict):
+            where = ["nemesis", i, "after"]
+            chosen = [k for k in AFTER_TRIGGERS if k in after]
+            if len(chosen) != 1:
+                emit_at(where, ("give exactly one trigger of " if not chosen else
+                                f"give exactly one trigger, not {' and '.join(chosen)}: one of ")
+                        + ", ".join(AFTER_TRIGGERS) + " (e.g. {role: gateway, ok: 100}, "
+                        "{event: checkpoint, count: 2}, {step: 0, delay: 1s})")
+            kind = chosen[0] if len(chosen) == 1 else None
+            if kind in AFTER_OUTCOMES and "role" not in after:
+                emit_at(where, f"'{kind}' counts a role's operations: add 'role'")
+            if "op" in after and kind not in AFTER_OUTCOMES and kind is not None:
+                emit_at(where + ["op"], "'op' goes with ok/fail/info, not with " + repr(kind),
+                        key=True)
+            if "count" in after and kind != "event" and kind is not None:
+                emit_at(where + ["count"], "'count' goes with 'event' (ok/fail/info carry their "
+                        "own count)", key=True)
+            if kind == "step" and "role" in after:
+                emit_at(where + ["role"], "'role' does not go with 'step'", key=True)
+            target = after.get("step")
+            if kind == "step" and _is_int(target) and target >= 0:
+                if target >= n:
+                    emit_at(where + ["step"], f"step {target} does not exist (nemesis has {n} "
+                            f"step{'s' if n != 1 else ''}: 0..{n - 1})")
+                elif target == i:
+                    emit_at(where + ["step"], f"a step cannot wait for itself (step {i})")
+                else:
+                    deps[i] = target
+            if "delay" in after:
+                d = _duration_of(after["delay"])
+                if d is not None and d > MAX_DURATION_S:
+                    emit_at(where + ["delay"], f"{_short(after['delay'])} is longer than the "
+                            "7-day limit of a chaos run")
+        if fault == "kill" and "hit" in step and "failpoint" not in step:
+            emit_at(["nemesis", i, "hit"], "'hit' goes with 'failpoint' (kill at the hit-th hit "
+                    "of that failpoint)", key=True)
+        if fault in ("kill", "arm_failpoint") and "failpoint" in step:
+            action = step.get("action", "crash") if fault == "arm_failpoint" else "crash"
+            why = _failpoint_problem(step["failpoint"], action if isinstance(action, str) else "")
+            if why:
+                field_ = "action" if fault == "arm_failpoint" and "action" in step and \
+                    _failpoint_problem(step["failpoint"], "crash") is None else "failpoint"
+                emit_at(["nemesis", i, field_], f"bad failpoint: {why}")
+    # Step chains: no cycle; an `at` root plus the delays must fire before the end.
+    for i in list(deps):
+        seen, j = {i}, deps[i]
+        while j in deps and j not in seen:
+            seen.add(j)
+            j = deps[j]
+        if j in seen:
+            emit_at(["nemesis", i, "after", "step"],
+                    f"steps wait for each other in a cycle ({' -> '.join(map(str, sorted(seen)))}"
+                    "): none would ever fire")
+            continue
+        root = steps[j] if isinstance(steps[j], dict) else {}
+        if "at" in root and end is not None:
+            t = _duration_of(root["at"])
+            k = i
+            while t is not None and k in deps:
+                after = steps[k].get("after", {})
+                t = t + (_duration_of(after.get("delay", 0)) or 0)
+                k = deps[k]
+            if t is not None and t >= end:
+                emit_at(["nemesis", i, "after"],
+                        f"fires at {_fmt_s(t)} (step {j} at {_fmt_s(_duration_of(root['at']))} "
+                        f"plus the delays), not before {'phases.heal_at' if heal_at else 'duration'}"
+                        f" {_fmt_s(end)}")
+    sweep = data.get("sweep")
+    if isinstance(sweep, dict):
+        name = sweep.get("role")
+        if isinstance(name, str) and name not in roles:
+            known = ", ".join(str(r) for r in roles) or "no roles defined"
+            emit_at(["sweep", "role"], f"sweep.role {name!r} is not a role (roles: {known})"
+                    f"{_hint(name, [r for r in roles if isinstance(r, str)])}")
+        why = _failpoint_problem(sweep.get("failpoint"), "crash@1")
+        if why:
+            emit_at(["sweep", "failpoint"], f"bad failpoint: {why}")
+        elif isinstance(name, str) and name in roles:
+            own = roles[name].get("failpoints")
+            fp = sweep.get("failpoint")
+            if isinstance(own, str) and isinstance(fp, str) and re.search(rf"(^|,)\s*{re.escape(fp)}\s*=", own):
+                emit_at(["sweep", "failpoint"], f"role {name!r} already arms {fp} in its "
+                        "failpoints; the sweep arms crash@N there itself")
 
 
 def _sorted(problems: list[Problem]) -> list[Problem]:
@@ -1915,6 +2172,19 @@ def _store(schema: dict, given: dict) -> dict:
     return out
 
 
+def _resolve_after(given: dict) -> dict:
+    """An ``after`` trigger with its defaults: ``op`` (append) with ok/fail/info, ``count`` (1)
+    with ``event``; ``delay`` as float seconds when given."""
+    out = copy.deepcopy(given)
+    if any(k in out for k in AFTER_OUTCOMES):
+        out.setdefault("op", "append")
+    if "event" in out:
+        out.setdefault("count", 1)
+    if "delay" in out:
+        out["delay"] = parse_duration(out["delay"])
+    return out
+
+
 def _build(data: dict, root: yaml.Node, source: str) -> Scenario:
     defs = SCHEMA["$defs"]
     props = SCHEMA["properties"]
@@ -1948,7 +2218,7 @@ def _build(data: dict, root: yaml.Node, source: str) -> Scenario:
         }
         if fault in ROLE_FAULTS:
             params.setdefault("index", None)
-        after = _fill(defs["after"], s["after"]) if "after" in s else None
+        after = _resolve_after(s["after"]) if "after" in s else None
         steps.append(
             NemesisStep(
                 index=i,
@@ -1973,6 +2243,8 @@ def _build(data: dict, root: yaml.Node, source: str) -> Scenario:
         must_observe=list(data.get("must_observe", [])),
         source=source,
         raw=data,
+        heal_at=_fill(props["phases"], data.get("phases", {})).get("heal_at"),
+        sweep=_fill(props["sweep"], data["sweep"]) if "sweep" in data else None,
     )
 
 

@@ -15,6 +15,7 @@ kind                  fields
 ``write_gave_up``     ``attempts``, ``waited_s``, ``lock_owner``, ``lock_owner_seen_s``
 ``migration``         ``step``, ``from_version``, ``to_version``
 ``open``              ``db``, ``journal_mode``, ``sqlite``
+``failpoint``         ``name``, ``action`` (``crash``/``sleep``/``error``), ``hit`` (1-based)
 ====================  =========================================================================
 
 Emitting costs one truthiness test when no listener is registered. Listeners run synchronously

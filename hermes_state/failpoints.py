@@ -1,7 +1,7 @@
 """Named failpoints in the store's critical paths (SPEC §4 "Failpoints"), as in fail-rs/gofail.
 
-Inert unless ``HERMES_STATE_FAILPOINTS`` is set when the process first hits a failpoint (or when
-:func:`reload` is called). Syntax: ``name=action[,name=action...]`` where action is one of
+Inert unless ``HERMES_STATE_FAILPOINTS`` or ``HERMES_STATE_FAILPOINTS_FILE`` is set when the
+process first hits a failpoint (or when :func:`reload` is called). Syntax: ``name=action[,name=action...]`` where action is one of
 
 * ``crash``            SIGKILL this process at the point (a real ``kill -9``: no atexit, no close)
 * ``crash@N``          the same, only on the Nth hit of that name in this process (1-based)
@@ -13,6 +13,16 @@ Inert unless ``HERMES_STATE_FAILPOINTS`` is set when the process first hits a fa
 The names are a contract tested by ``tests/test_failpoints.py``; :data:`NAMES` lists them with
 where they sit. An unknown name in the env var raises :class:`ValueError` at the first hit so a
 typo in a scenario never yields a run that silently tested nothing.
+
+Arming at run time (SPEC §16.2 "arm a failpoint so the role kills itself at a named crash
+point"): ``HERMES_STATE_FAILPOINTS_FILE`` names a file holding a spec in the same syntax. Once it
+is set, every hit ``stat``s the file and re-reads it when it changed (write it atomically: a new
+file renamed over the old one); its entries override the env var's. The hits of a name whose
+action the file changed are counted from that moment, so ``crash@1`` means "the next hit". A
+missing file arms nothing. When the variable is unset the cost stays one dict lookup per hit.
+
+Every action that fires emits a store event ``failpoint`` (``name``, ``action``, ``hit``) before
+it acts, so a history shows where a process crashed.
 """
 
 from __future__ import annotations
@@ -24,7 +34,10 @@ import sqlite3
 import time
 from dataclasses import dataclass
 
+from . import events
+
 ENV_VAR = "HERMES_STATE_FAILPOINTS"
+FILE_ENV_VAR = "HERMES_STATE_FAILPOINTS_FILE"
 
 #: Every failpoint name and where it sits. Patterns with ``<N>`` match a schema version.
 NAMES: dict[str, str] = {
@@ -103,14 +116,52 @@ def parse(spec: str) -> dict[str, Action]:
 
 _active: dict[str, Action] | None = None
 _hits: dict[str, int] = {}
+_env_map: dict[str, Action] = {}
+_file: str | None = None
+_file_key: tuple | None = None
+_file_map: dict[str, Action] = {}
 
 
 def reload() -> dict[str, Action]:
-    """Re-read ``HERMES_STATE_FAILPOINTS`` and reset hit counters. Returns the active map."""
-    global _active
+    """Re-read ``HERMES_STATE_FAILPOINTS`` (and the file named by ``HERMES_STATE_FAILPOINTS_FILE``)
+    and reset hit counters. Returns the active map.
+
+    Raises:
+        ValueError: a bad spec in the env var or the file.
+    """
+    global _active, _env_map, _file, _file_key, _file_map
     _hits.clear()
-    _active = parse(os.environ.get(ENV_VAR, ""))
+    _env_map = parse(os.environ.get(ENV_VAR, ""))
+    _file = os.environ.get(FILE_ENV_VAR) or None
+    _file_key, _file_map = None, {}
+    _active = dict(_env_map)
+    if _file is not None:
+        _poll_file()
     return dict(_active)
+
+
+def _poll_file() -> dict[str, Action]:
+    """Re-read the arm file if its (inode, size, mtime) changed; return the active map."""
+    global _active, _file_key, _file_map
+    try:
+        st = os.stat(_file)  # type: ignore[arg-type]
+        key: tuple | None = (st.st_ino, st.st_size, st.st_mtime_ns)
+    except OSError:
+        key = None
+    if key != _file_key:
+        new: dict[str, Action] = {}
+        if key is not None:
+            try:
+                with open(_file, encoding="utf-8") as fh:  # type: ignore[arg-type]
+                    new = parse(fh.read())
+            except FileNotFoundError:
+                new = {}
+        for name in set(new) | set(_file_map):
+            if new.get(name) != _file_map.get(name):
+                _hits.pop(name, None)  # counted from the moment it was (re)armed
+        _file_key, _file_map = key, new
+        _active = {**_env_map, **new}
+    return _active  # type: ignore[return-value]
 
 
 def hits(name: str) -> int:
@@ -129,6 +180,8 @@ def hit(name: str) -> None:
     active = _active
     if active is None:
         active = reload()
+    if _file is not None:
+        active = _poll_file()
     if not active:
         return
     action = active.get(name)
@@ -137,6 +190,7 @@ def hit(name: str) -> None:
     n = _hits[name] = _hits.get(name, 0) + 1
     if action.kind == "off" or (action.nth is not None and n != action.nth):
         return
+    events.enabled() and events.emit("failpoint", name=name, action=action.kind, hit=n)
     if action.kind == "crash":
         os.kill(os.getpid(), signal.SIGKILL)
         time.sleep(10)  # SIGKILL is asynchronous only in theory; never return from a crash

@@ -9,15 +9,29 @@ a real ``kill -9``, deleting a sidecar is a real ``unlink``.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Callable
 
 from .base import Instance, NemesisEnv, NemesisError, targets
 from .commands import COMMAND_FAULTS
 from .disk import DISK_FAULTS, release_balloon
 from .files import FILE_FAULTS
+from .process import HEALS as PROCESS_HEALS
 from .process import SIGNAL_FAULTS
 
 FAULTS: dict[str, Callable[[NemesisEnv, dict], dict]] = {**SIGNAL_FAULTS, **FILE_FAULTS,
                                                          **DISK_FAULTS, **COMMAND_FAULTS}
 
-__all__ = ["FAULTS", "release_balloon", "Instance", "NemesisEnv", "NemesisError", "targets"]
+def _free_disk(env: NemesisEnv) -> dict:
+    """Heal: delete the disk balloon of ``fill_disk`` if there is one (``freed_bytes``: None if
+    there was none)."""
+    return {"freed_bytes": release_balloon(Path(env.db_path).parent)}
+
+
+#: Heal-phase actions (SPEC §16.3 "heal: SIGCONT all, free disk"), run in order by the runner;
+#: each ``heal(env) -> details`` is recorded in the ``heal`` phase record. A fault module that
+#: needs healing adds its own here.
+HEALS: dict[str, Callable[[NemesisEnv], dict]] = {**PROCESS_HEALS, "free_disk": _free_disk}
+
+__all__ = ["FAULTS", "HEALS", "release_balloon", "Instance", "NemesisEnv", "NemesisError",
+           "targets"]

@@ -22,10 +22,15 @@ class Instance(Protocol):
 
 @dataclass
 class NemesisEnv:
-    """What faults act on: the store path and the live role instances."""
+    """What faults act on: the store path and the role instances.
+
+    ``instances()`` lists every instance ever started (dead ones too); ``restart(role, index)``
+    starts the next instance of a role's slot and returns it (``None``: restarts unavailable).
+    """
 
     db_path: Path
     instances: Callable[[], list]  # -> list[Instance]
+    restart: Callable[[str, int], object] | None = None
 
 
 def targets(env: NemesisEnv, params: dict) -> list:
