@@ -514,8 +514,15 @@ def run_scenario(scenario: Scenario, *, out_dir: str | os.PathLike = "runs",
     Writes ``<out_dir>/<name>-<UTCSTAMP>-seed<N>/`` with ``scenario.resolved.json``,
     ``history.jsonl``, ``history/`` (per-process files), ``logs/``, ``home/`` (the store, captures,
     spool), ``final/`` (the store after every role stopped) and ``results.json``.
+    A scenario with a ``sweep`` block runs in sweep mode instead (:func:`chaos.sweep.run_sweep`).
     """
     console = console or Console()
+    if scenario.sweep is not None:  # SPEC §16.2 sweep mode: one run per crash hit N
+        from .sweep import run_sweep
+
+        result = run_sweep(scenario, out_dir=out_dir, console=console)
+        print_verdicts(console, result.verdicts, f"{scenario.name} sweep (seed {scenario.seed})")
+        return result
     run_dir = make_run_dir(Path(out_dir), scenario)
     runner = Runner(scenario, run_dir, console)
     try:

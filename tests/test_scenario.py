@@ -641,3 +641,118 @@ def test_seed_beyond_64_bits_is_refused():
     with pytest.raises(ScenarioError) as exc:
         load_scenario_text(text, "seed.yaml")
     assert exc.value.problems[0].field == "seed"
+
+
+# ---------------------------------------------------------------------------------------------
+# Process faults, after triggers, phases and sweep (SPEC §16.2, §16.3)
+# ---------------------------------------------------------------------------------------------
+
+SCHED = textwrap.dedent(
+    """\
+    name: sched
+    description: scheduling rules
+    duration: 10s
+    roles:
+      - {name: gw, kind: gateway}
+      - {name: cli, kind: cli}
+    nemesis:
+      - {at: 1s, fault: kill, role: gw, failpoint: write.before_commit, hit: 2}
+      - {after: {event: failpoint, role: gw, delay: 500ms}, fault: restart, role: gw}
+      - {after: {step: 1}, fault: arm_failpoint, role: cli, failpoint: checkpoint.before,
+         action: "sleep(100)"}
+      - {after: {role: cli, fail: 3, op: open}, fault: restart, role: cli, index: 0, stop: none}
+    expect: {integrity: {}}
+    """
+)
+
+
+def test_process_fault_steps_and_after_triggers_resolve():
+    s = load_scenario_text(SCHED)
+    assert [(n.fault, n.at, n.after, n.params) for n in s.nemesis] == [
+        ("kill", 1.0, None, {"role": "gw", "index": None, "failpoint": "write.before_commit",
+                             "hit": 2}),
+        ("restart", None, {"event": "failpoint", "role": "gw", "delay": 0.5, "count": 1},
+         {"role": "gw", "index": None, "stop": "kill"}),
+        ("arm_failpoint", None, {"step": 1}, {"role": "cli", "index": None,
+                                              "failpoint": "checkpoint.before",
+                                              "action": "sleep(100)"}),
+        ("restart", None, {"role": "cli", "fail": 3, "op": "open"},
+         {"role": "cli", "index": 0, "stop": "none"}),
+    ]
+    again = load_scenario_text(json.dumps(s.to_dict()))
+    assert again.to_dict() == s.to_dict()
+
+
+@pytest.mark.parametrize("old, new, field, needle", [
+    ("{event: failpoint, role: gw, delay: 500ms}", "{event: failpoint, step: 0}",
+     "nemesis[1].after", "exactly one trigger, not event and step"),
+    ("{event: failpoint, role: gw, delay: 500ms}", "{delay: 1s}",
+     "nemesis[1].after", "give exactly one trigger of ok, fail, info, event, step"),
+    ("{role: cli, fail: 3, op: open}", "{fail: 3}", "nemesis[3].after", "add 'role'"),
+    ("{event: failpoint, role: gw, delay: 500ms}", "{event: failpoint, op: append}",
+     "nemesis[1].after.op", "'op' goes with ok/fail/info"),
+    ("{role: cli, fail: 3, op: open}", "{role: cli, ok: 3, count: 2}",
+     "nemesis[3].after.count", "'count' goes with 'event'"),
+    ("{event: failpoint, role: gw, delay: 500ms}", "{event: failpoints}",
+     "nemesis[1].after.event", "unknown store event 'failpoints'"),
+    ("after: {step: 1}", "after: {step: 7}", "nemesis[2].after.step", "step 7 does not exist"),
+    ("after: {step: 1}", "after: {step: 2}", "nemesis[2].after.step", "cannot wait for itself"),
+    ("after: {step: 1}", "after: {step: 0, delay: 9.5s}", "nemesis[2].after",
+     "fires at 10.5s (step 0 at 1s plus the delays), not before duration 10s"),
+    ("failpoint: write.before_commit, hit: 2", "hit: 2", "nemesis[0].hit",
+     "'hit' goes with 'failpoint'"),
+    ("failpoint: write.before_commit, hit: 2", "failpoint: write.before_comit",
+     "nemesis[0].failpoint", "unknown failpoint 'write.before_comit'"),
+    ('action: "sleep(100)"', "action: explode", "nemesis[2].action", "bad action 'explode'"),
+    ("stop: none", "stop: pause", "nemesis[3].stop", "unknown restart stop 'pause'"),
+    ("fault: restart, role: gw}", "fault: restart, role: gateway}", "nemesis[1].role",
+     "'gateway' is not a role"),
+])
+def test_schedule_problems_name_the_field(tmp_path, old, new, field, needle):
+    text = SCHED.replace(old, new)
+    assert text != SCHED
+    p = only(problems_of(tmp_path, text), field)
+    assert needle in p.message, p.message
+    assert p.line is not None
+
+
+def test_steps_waiting_for_each_other_in_a_cycle(tmp_path):
+    text = SCHED.replace("after: {step: 1}", "after: {step: 3}").replace(
+        "{after: {role: cli, fail: 3, op: open}", "{after: {step: 2}")
+    probs = problems_of(tmp_path, text)
+    for field in ("nemesis[2].after.step", "nemesis[3].after.step"):
+        assert "in a cycle (2 -> 3)" in only(probs, field).message
+
+
+def test_phases_heal_at_rules(tmp_path):
+    s = load_scenario_text(SCHED.replace("duration: 10s", "duration: 10s\nphases: {heal_at: 8s}"))
+    assert s.heal_at == 8.0 and s.to_dict()["phases"] == {"heal_at": 8.0}
+    assert load_scenario_text(SCHED).heal_at is None
+    late = SCHED.replace("duration: 10s", "duration: 10s\nphases: {heal_at: 11s}")
+    assert "past duration 10s" in only(problems_of(tmp_path, late), "phases.heal_at").message
+    early = SCHED.replace("duration: 10s", "duration: 10s\nphases: {heal_at: 1s}")
+    p = only(problems_of(tmp_path, early), "nemesis[0].at")
+    assert p.message.startswith("at 1s is not before phases.heal_at 1s")
+    assert p.line == line_of(early, "{at: 1s, fault: kill")
+    typo = SCHED.replace("duration: 10s", "duration: 10s\nphases: {heal: 1s}")
+    assert "unknown key 'heal'" in only(problems_of(tmp_path, typo), "phases.heal").message
+
+
+def test_sweep_block_rules(tmp_path):
+    base = SCHED.replace("expect:", "sweep: {failpoint: write.before_commit, role: cli}\nexpect:")
+    s = load_scenario_text(base)
+    assert s.sweep == {"failpoint": "write.before_commit", "role": "cli", "max": 50}
+    assert load_scenario_text(json.dumps(s.to_dict())).sweep == s.sweep
+    bad_role = base.replace("role: cli}\nexpect", "role: clii}\nexpect")
+    p = only(problems_of(tmp_path, bad_role), "sweep.role")
+    assert "'clii' is not a role" in p.message and "did you mean 'cli'" in p.message
+    bad_fp = base.replace("{failpoint: write.before_commit, role: cli}",
+                          "{failpoint: nowhere, role: cli}")
+    assert "unknown failpoint 'nowhere'" in only(problems_of(tmp_path, bad_fp),
+                                                 "sweep.failpoint").message
+    clash = base.replace("{name: cli, kind: cli}",
+                         '{name: cli, kind: cli, failpoints: "write.before_commit=off"}')
+    assert "already arms write.before_commit" in only(problems_of(tmp_path, clash),
+                                                      "sweep.failpoint").message
+    zero = base.replace("role: cli}\nexpect", "role: cli, max: 0}\nexpect")
+    assert "must be >= 1" in only(problems_of(tmp_path, zero), "sweep.max").message
