@@ -43,7 +43,7 @@ from .report import exit_code_of, print_verdicts, write_results
 from .roles import role_main
 from .sampler import Sampler
 from .scenario import NemesisStep, RoleSpec, Scenario
-from .schedule import Schedule
+from .schedule import Counts, Schedule
 
 TICK_S = 0.02
 STOP_GRACE_S = 5.0
@@ -64,6 +64,7 @@ class RoleInstance:
     generation: int = 0  # 0: started by the scenario; k: the k-th restart of the slot
     replaces: str | None = None  # the process this restart replaced
     failpoints_file: str = ""  # HERMES_STATE_FAILPOINTS_FILE of the process (run-time arming)
+    history_file: str = ""  # set at spawn: history/<process>.jsonl
 
     @property
     def role(self) -> str:
@@ -75,6 +76,14 @@ class RoleInstance:
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.exitcode is None and self.proc.is_alive()
+
+    def ready(self) -> bool:
+        """True once the process wrote its first history record (its SIGTERM handler is set:
+        a SIGTERM before that would kill it with the default action, not shut it down)."""
+        try:
+            return bool(self.history_file) and os.path.getsize(self.history_file) > 0
+        except OSError:
+            return False
 
 
 class HistoryTail:
@@ -210,6 +219,7 @@ class Runner:
         fp_dir = self.run_dir / "failpoints"
         fp_dir.mkdir(exist_ok=True)
         inst.failpoints_file = str(fp_dir / f"{inst.process}.arm")
+        inst.history_file = str(self.hist_dir / f"{inst.process}.jsonl")
         if self.tail is not None:
             self.tail.roles[inst.process] = spec.name
         end = spec.stop_at if spec.stop_at is not None else self.sc.duration

@@ -5,7 +5,9 @@ and restarts.
   ``failpoint: NAME`` it SIGKILLs nobody: it arms ``NAME=crash@hit`` in the instances so each
   kills *itself* at the ``hit``-th time (default 1: the next time) it reaches that crash point
   (e.g. ``write.before_commit``: the statements ran, COMMIT not issued).
-* ``terminate`` (SIGTERM, the clean shutdown), ``stop`` (SIGSTOP: a frozen process keeps its
+* ``terminate`` (SIGTERM, the clean shutdown; an instance spawned so recently that it has not
+  written its first history record yet is waited for, up to :data:`RESTART_GRACE_S`, since a
+  SIGTERM before its handler is set would kill it), ``stop`` (SIGSTOP: a frozen process keeps its
   locks), ``cont`` (SIGCONT).
 * ``arm_failpoint`` — arms any action at a named failpoint: ``{failpoint: NAME, action: "sleep(2000)"}``
   (``crash``, ``crash@N``, ``sleep(MS)``, ``sleep(MS)@N``, ``error(KIND)``, ``off``).
@@ -40,9 +42,19 @@ RESTART_GRACE_S = 5.0
 KILL_WAIT_S = 5.0
 
 
+def _wait_ready(inst, seconds: float) -> None:
+    """Wait (bounded) until a freshly spawned instance handles SIGTERM (``Instance.ready``)."""
+    ready = getattr(inst, "ready", None)
+    deadline = time.monotonic() + seconds
+    while ready is not None and not ready() and inst.alive() and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
 def _send(env: NemesisEnv, params: dict, sig: int) -> dict:
     sent = []
     for inst in targets(env, params):
+        if sig == signal.SIGTERM:
+            _wait_ready(inst, RESTART_GRACE_S)
         try:
             os.kill(inst.pid, sig)
             sent.append({"process": inst.process, "pid": inst.pid})
@@ -169,6 +181,8 @@ def restart(env: NemesisEnv, params: dict) -> dict:
     stopped, started, pids = [], [], []
     for slot, inst in sorted(latest.items()):
         if inst.alive() and stop != "none":
+            if stop == "terminate":
+                _wait_ready(inst, RESTART_GRACE_S)
             try:
                 os.kill(inst.pid, signal.SIGKILL if stop == "kill" else signal.SIGTERM)
                 if stop == "terminate":
