@@ -259,7 +259,10 @@ expect: {no_lost_writes: {}, integrity: {}}
     assert (exits["gw-0"], exits["gw-1"], exits["gw-3"]) == (-9, -9, 0)
     # stop: none left gw-2 running beside gw-5 until the end: both exit by themselves.
     assert exits["gw-2"] == 0 and exits["gw-5"] == 0
-    pids = Counter(r["pid"] for r in history if r["type"] == "ok")
-    writers = {r["process"] for r in history if r["type"] == "ok" and r.get("op") == "append"}
-    assert len(pids) == len(writers) == 6
+    # Each instance is its own OS process: its own pid on every record it wrote.
+    pid_of = {r["process"]: r["child_pid"] for r in history
+              if r["type"] == "process" and r["phase"] == "spawn"}
+    assert len(set(pid_of.values())) == 6
+    own = Counter((r["process"], r["pid"]) for r in history if r["type"] in ("invoke", "ok"))
+    assert own and all(pid == pid_of[proc] for proc, pid in own)
     assert (result.run_dir / "history" / "gw-5.jsonl").exists()
