@@ -402,13 +402,14 @@ class Runner:
             writer.record("nemesis", fault=step.fault, phase="never", step=step.index)
             self.say(f"[yellow]nemesis step {step.index} ({step.fault}) never fired[/]")
         schedule.pending.clear()
+        started, started_wall = time.monotonic(), time.time()  # before its effects
         done: dict = {}
         for name, heal in HEALS.items():
             try:
                 done[name] = heal(env)
             except (NemesisError, OSError) as exc:
                 done[name] = {"error": str(exc)}
-        writer.record("phase", phase="heal", heal=done)
+        writer.record("phase", phase="heal", heal=done, t=started, wall=started_wall)
         self.say(f"[green]heal[/] {json.dumps(done, default=str)}")
 
     def _stop_roles(self, writer: hist.HistoryWriter) -> None:

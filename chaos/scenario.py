@@ -1907,8 +1907,8 @@ def _semantic_schedule(data: Any, emit_at) -> None:
             if t is not None and t >= end:
                 emit_at(["nemesis", i, "after"],
                         f"fires at {_fmt_s(t)} (step {j} at {_fmt_s(_duration_of(root['at']))} "
-                        f"plus the delays), not before {'phases.heal_at' if heal_at else 'duration'}"
-                        f" {_fmt_s(end)}")
+                        f"plus the delays), not before "
+                        f"{'phases.heal_at' if heal_at else 'duration'} {_fmt_s(end)}")
     sweep = data.get("sweep")
     if isinstance(sweep, dict):
         name = sweep.get("role")
@@ -1922,7 +1922,9 @@ def _semantic_schedule(data: Any, emit_at) -> None:
         elif isinstance(name, str) and name in roles:
             own = roles[name].get("failpoints")
             fp = sweep.get("failpoint")
-            if isinstance(own, str) and isinstance(fp, str) and re.search(rf"(^|,)\s*{re.escape(fp)}\s*=", own):
+            armed = isinstance(own, str) and isinstance(fp, str) and re.search(
+                rf"(^|,)\s*{re.escape(fp)}\s*=", own)
+            if armed:
                 emit_at(["sweep", "failpoint"], f"role {name!r} already arms {fp} in its "
                         "failpoints; the sweep arms crash@N there itself")
 

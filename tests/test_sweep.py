@@ -21,7 +21,8 @@ name: sw
 description: a cli crashed at every hit of {fp}
 duration: 3s
 roles:
-  - {{name: victim, kind: cli, failpoints: "checkpoint.after=off", workload: {{burst: 1, title: false}}}}
+  - {{name: victim, kind: cli, failpoints: "checkpoint.after=off",
+     workload: {{burst: 1, title: false}}}}
 sweep: {{failpoint: {fp}, role: victim, max: {max}}}
 expect: {{integrity: {{}}}}
 """

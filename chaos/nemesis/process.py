@@ -9,7 +9,8 @@ and restarts.
   written its first history record yet is waited for, up to :data:`RESTART_GRACE_S`, since a
   SIGTERM before its handler is set would kill it), ``stop`` (SIGSTOP: a frozen process keeps its
   locks), ``cont`` (SIGCONT).
-* ``arm_failpoint`` — arms any action at a named failpoint: ``{failpoint: NAME, action: "sleep(2000)"}``
+* ``arm_failpoint`` — arms any action at a named failpoint:
+  ``{failpoint: NAME, action: "sleep(2000)"}``
   (``crash``, ``crash@N``, ``sleep(MS)``, ``sleep(MS)@N``, ``error(KIND)``, ``off``).
 * ``restart`` — starts a new instance in each slot of ``role`` (or slot ``index``). A live
   instance is first stopped as ``stop`` says: ``kill`` (default, SIGKILL), ``terminate``
@@ -162,7 +163,8 @@ def restart(env: NemesisEnv, params: dict) -> dict:
     or ``none``; default ``kill``).
 
     Returns:
-        ``{"role", "stop", "stopped": [process...], "started": [process...], "pids": [new pid...]}``.
+        ``{"role", "stop", "stopped": [process...], "started": [process...],
+        "pids": [new pid...]}``.
     Raises:
         NemesisError: the role has no instance yet (nothing to restart) or restarts are not
             available in this environment.
