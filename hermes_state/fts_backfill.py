@@ -8,9 +8,10 @@ of such a store then starts one :class:`BackfillThread`, which indexes ``(P, H]`
 500 rows, one write transaction per chunk through the normal write path (BEGIN IMMEDIATE,
 jittered retry, generation check), P advanced in the same transaction
 (:func:`hermes_state.fts_layout._chunk`), with a short pause between chunks so application
-writes interleave. The transaction that reaches H deletes the markers; then the renamed legacy tables
-(``retired_messages_fts*``) are freed 500 shadow rows per transaction and dropped; the last
-transaction deletes the ``fts_backfill`` key. Meanwhile search LIKE-scans ``(P, H]`` (SPEC §2.4), so no message is unfindable.
+writes interleave. The transaction that reaches H deletes the markers; then the renamed legacy
+tables (``retired_messages_fts*``) are freed 500 shadow rows per transaction and dropped; the
+last transaction deletes the ``fts_backfill`` key. Meanwhile search LIKE-scans ``(P, H]``
+(SPEC §2.4), so no message is unfindable.
 
 Crash-safe and resumable: a kill at any point leaves P at the last committed chunk; the next
 writable open (or ``sessions optimize-storage``) continues from there. ``close()`` stops the

@@ -30,27 +30,6 @@ Data steps (the version table is in :mod:`hermes_state.schema_history`):
 * v11 both FTS tables re-created inline over ``content, tool_name, tool_calls`` + re-index.
 * v10/v11 on a BIG store (more than :data:`DEFER_FTS_ROWS` messages): deferred re-index, see
   below.
-
-Decision: deferred FTS re-index for big stores (SPEC §17 "migration <= 3x VACUUM INTO", §2.4).
-Re-indexing inside the open costs far more than copying the store: on 100 k messages v10 + v11
-took ~4.5 s against 0.17 s for ``VACUUM INTO`` (27x), and no FTS5 tuning brings one synchronous
-build of both indexes near 3x (the trigram build alone is ~10x). SPEC §2.4 already defines a
-resumable, crash-safe background rebuild (gated triggers + markers P/H + chunked back-fill, with
-search LIKE-scanning the pending range), so a store with more than :data:`DEFER_FTS_ROWS`
-messages does not re-index in the open: the first of v10/v11 it runs drops the legacy inline
-tables and switches to the v23 external-content layout with markers P = 0, H = MAX(id) and
-``state_meta['fts_backfill'] = 'auto'`` -- the same switch as ``optimize-storage``
-(:func:`hermes_state.fts_layout._switch`), in constant time: the legacy tables are RENAMED to
-``retired_messages_fts*`` rather than dropped (a DROP frees every page inside the open) and the
-background thread frees them in small chunks after the back-fill; a later v11 finds that layout and does
-nothing. The back-fill then runs in a background thread of every writable open
-(:mod:`hermes_state.fts_backfill`) until done, or via ``sessions optimize-storage``. The
-guarantees hold: each version step is still one transaction with its bump (a crash inside rolls
-the switch back, a crash after resumes at the next step), no row is lost or indexed twice
-(triggers and back-fill cover disjoint ranges) and no message is unfindable meanwhile. Small
-stores keep the synchronous inline re-index (sub-second; nothing pending after the open), so
-they stay on the legacy ``inline-v11`` layout until ``optimize-storage`` as SPEC §3 describes;
-big stores land directly on the v23 layout, skipping that later rewrite.
 * v16 delegated sub-agents: ``parent_session_id IS NOT NULL AND source IN ('subagent',
   'delegate')`` => ``model_config = json_set(COALESCE(model_config, '{}'), '$._delegate_from',
   parent_session_id)`` unless already tagged; a ``model_config`` that is not a JSON object is
@@ -72,6 +51,27 @@ big stores land directly on the v23 layout, skipping that later rewrite.
 * v23 version advance only.
 Every other version is a column/table addition handled declaratively in step 1: its step is the
 version bump alone.
+
+Decision: deferred FTS re-index for big stores (SPEC §17 "migration <= 3x VACUUM INTO", §2.4).
+Re-indexing inside the open costs far more than copying the store: on 100 k messages v10 + v11
+took ~4.5 s against 0.17 s for ``VACUUM INTO`` (27x), and no FTS5 tuning brings one synchronous
+build of both indexes near 3x (the trigram build alone is ~10x). SPEC §2.4 already defines a
+resumable, crash-safe background rebuild (gated triggers + markers P/H + chunked back-fill, with
+search LIKE-scanning the pending range), so a store with more than :data:`DEFER_FTS_ROWS`
+messages does not re-index in the open: the first of v10/v11 it runs retires the legacy inline
+tables and switches to the v23 external-content layout with markers P = 0, H = MAX(id) and
+``state_meta['fts_backfill'] = 'auto'`` -- the same switch as ``optimize-storage``
+(:func:`hermes_state.fts_layout._switch`), in constant time: the legacy tables are RENAMED to
+``retired_messages_fts*`` rather than dropped (a DROP frees every page inside the open) and the
+background thread frees them in small chunks after the back-fill; a later v11 finds that layout
+and does nothing. The back-fill then runs in a background thread of every writable open
+(:mod:`hermes_state.fts_backfill`) until done, or via ``sessions optimize-storage``. The
+guarantees hold: each version step is still one transaction with its bump (a crash inside rolls
+the switch back, a crash after resumes at the next step), no row is lost or indexed twice
+(triggers and back-fill cover disjoint ranges) and no message is unfindable meanwhile. Small
+stores keep the synchronous inline re-index (sub-second; nothing pending after the open), so
+they stay on the legacy ``inline-v11`` layout until ``optimize-storage`` as SPEC §3 describes;
+big stores land directly on the v23 layout, skipping that later rewrite.
 """
 
 from __future__ import annotations
