@@ -30,10 +30,13 @@ Record types:
              schedule), details (``files``, ``role``, ``pids``, ``signal``, ``error``)
 ``process``  lifecycle: ``phase`` (``spawn``/``exit``), ``role``, ``kind``, ``index``,
              ``exitcode`` (negative = killed by that signal)
-``phase``    run phase: ``phase`` in ``warm-up``, ``chaos``, ``heal``, ``recover``
+``phase``    run phase: ``phase`` in ``warm-up``, ``chaos``, ``heal``, ``recover`` (``chaos
+             watch``: ``watch``, ``end``)
 ``sample``   what the runner's sampler saw every ~100 ms (``process: "sampler"``, file
              ``history/sampler.jsonl``): the inodes each role process holds, the WAL size, the
              write-lock owner, the waiters (fields in :mod:`chaos.sampler`)
+``observed`` what ``chaos watch`` saw change: holders, write-lock owner, checkpoints
+             (``history/watch.jsonl``, :mod:`chaos.watch`)
 """
 
 from __future__ import annotations
@@ -45,7 +48,8 @@ import time
 from pathlib import Path
 from typing import Iterable
 
-RECORD_TYPES = ("invoke", "ok", "fail", "info", "event", "nemesis", "process", "phase")
+RECORD_TYPES = ("invoke", "ok", "fail", "info", "event", "nemesis", "process", "phase", "sample",
+                "observed")
 
 
 class HistoryWriter:

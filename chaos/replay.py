@@ -51,12 +51,13 @@ def recheck(run_dir: str | os.PathLike) -> dict:
 
     Args:
         run_dir: a directory written by ``chaos run`` (needs ``scenario.resolved.json``,
-            ``history.jsonl`` or ``history/``, ``final/state.db``).
+            ``history.jsonl`` or ``history/``, and ``final/state.db``, or ``home/state.db`` for
+            a run interrupted before the copy).
     Returns:
         The new results dict (also written to ``results.json``; the old one is moved to
         ``results.previous.json``). ``verdicts`` are dicts; ``rechecked_at`` is UTC ISO.
     Raises:
-        RunDirError: a required file is missing.
+        RunDirError: a required file is missing (no store in ``final/`` nor ``home/``).
     """
     from .checkers import CheckContext, run_checkers
     from .html_report import load_run
@@ -69,8 +70,14 @@ def recheck(run_dir: str | os.PathLike) -> dict:
     except FileNotFoundError as exc:
         raise RunDirError(str(exc)) from None
     store = run_dir / "final" / "state.db"
+    store_note = "final"
     if not store.exists():
-        raise RunDirError(f"{store}: the final store copy is missing; nothing to recheck")
+        # An interrupted run never copied final/; its roles are dead, so the store in home/ is
+        # the final state (checkers read copies, so home/ stays as it was).
+        store, store_note = run_dir / "home" / "state.db", "home (no final/ copy: interrupted run)"
+    if not store.exists():
+        raise RunDirError(f"{run_dir}: neither final/state.db nor home/state.db exists; "
+                          "nothing to recheck")
     ctx = CheckContext(history=records, store_path=store, home=run_dir / "home",
                        run_dir=run_dir, scenario=scenario.to_dict())
     verdicts = run_checkers(ctx, scenario.expect) + _must_observe(scenario, records)
@@ -79,6 +86,7 @@ def recheck(run_dir: str | os.PathLike) -> dict:
         "scenario": scenario.name, "seed": scenario.seed, "run_dir": str(run_dir),
         "verdicts": [v.to_dict() for v in verdicts],
         "exit_code": exit_code_of(verdicts), "sqlite_recheck": sqlite3.sqlite_version,
+        "rechecked_store": store_note,
         "rechecked_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     })
     results_path = run_dir / "results.json"

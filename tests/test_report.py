@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -180,3 +182,32 @@ def test_report_and_replay_refuse_a_directory_that_is_not_a_run(tmp_path):
     proc = run_chaos("replay", str(tmp_path))
     assert proc.returncode == 2
     assert "scenario.resolved.json" in proc.stderr
+
+
+def test_an_interrupted_run_can_be_reported_and_rechecked(tmp_path):
+    sc = tmp_path / "tiny.yaml"
+    sc.write_text(SCENARIO.replace("duration: 4s", "duration: 30s"))
+    out = tmp_path / "runs"
+    runner = subprocess.Popen([sys.executable, "-m", "chaos", "run", str(sc), "--out", str(out)],
+                              cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120  # hang guard only
+        while time.monotonic() < deadline:
+            writer = list(out.glob("*/history/writer-0.jsonl"))
+            if writer and writer[0].read_text().count('"type": "ok", "op": "append"') >= 5:
+                break
+            time.sleep(0.1)
+        else:
+            raise AssertionError("the writer never acknowledged 5 appends")
+    finally:
+        runner.send_signal(signal.SIGTERM)
+        assert runner.wait(timeout=60) == 3  # interrupted: the toolkit did not finish
+    (run_dir,) = list(out.iterdir())
+    assert not (run_dir / "results.json").exists() and not (run_dir / "final").exists()
+    proc = run_chaos("report", str(run_dir), "--recheck", "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    results = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert results["rechecked_store"].startswith("home")
+    assert {v["checker"]: v["status"] for v in results["verdicts"]} == \
+        {"no_lost_writes": "PASS", "integrity": "PASS"}
+    assert (run_dir / "report.html").exists()
