@@ -61,6 +61,15 @@ def _warn_if_retired(path: Path) -> None:
               "`hermes-state doctor`.", file=sys.stderr)
 
 
+def _require_store(args: argparse.Namespace, why: str) -> Path:
+    """The store path; CliError when it does not exist (a mistyped --home must not mint one)."""
+    path = _db_path(args)
+    if not path.exists():
+        raise CliError(f"no session store at {path}: {why}",
+                       "check --home/--profile (or HERMES_HOME)")
+    return path
+
+
 def _open_rw(args: argparse.Namespace):
     from .db import SessionDB
 
@@ -242,7 +251,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
 def cmd_optimize(args: argparse.Namespace) -> int:
     from . import maintenance
 
-    path = _db_path(args)
+    path = _require_store(args, "nothing to optimize")
     decision = maintenance.check_gate(path, "optimize", force=args.force, dry_run=args.dry_run)
     if decision.action == "dry_run":
         size = sum(p.stat().st_size for p in (path, Path(f"{path}-wal")) if p.exists())
@@ -261,7 +270,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
 def cmd_optimize_storage(args: argparse.Namespace) -> int:
     from . import maintenance
 
-    path = _db_path(args)
+    path = _require_store(args, "nothing to optimize")
     decision = maintenance.check_gate(path, "optimize-storage", force=args.force,
                                       dry_run=args.dry_run)
     from .fts_layout import optimize_storage
@@ -323,6 +332,7 @@ def _recover_summary(report: dict) -> str:
 def cmd_replay_spool(args: argparse.Namespace) -> int:
     from .spool import replay_spool
 
+    _require_store(args, "replay-spool imports into an existing store")
     with _open_rw(args) as db:
         result = replay_spool(db, dry_run=args.dry_run)
     _print_json(result) if args.json else print(

@@ -215,3 +215,11 @@ def test_prune_json_reports_candidates_and_what_was_done(store, capsys):
                 "--yes", "--json"]) == 0
     done = json.loads(capsys.readouterr().out)
     assert done["action"] == "run" and done["pruned"] == 1
+
+
+@pytest.mark.parametrize("command", [["optimize"], ["optimize-storage"], ["optimize", "--force"],
+                                     ["prune", "--yes"], ["replay-spool"]])
+def test_store_rewriting_commands_never_create_a_store(tmp_path, capsys, command):
+    assert cli(["--home", str(tmp_path / "typo"), "sessions", *command]) == 1
+    assert "no session store at" in capsys.readouterr().err
+    assert not (tmp_path / "typo").exists()

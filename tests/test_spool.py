@@ -100,3 +100,10 @@ def test_refused_append_spooled_and_replayed_by_the_cli(tmp_path):
     with SessionDB(tmp_path / "state.db") as fresh:
         contents = [m["content"] for m in fresh.get_messages("s")]
     assert contents.count("after the delete") == 1
+
+
+def test_replay_spool_never_creates_a_store(tmp_path, capsys):
+    assert cli(["--home", str(tmp_path / "typo"), "sessions", "replay-spool"]) == 1
+    err = capsys.readouterr().err
+    assert "no session store at" in err and "next: check --home" in err
+    assert not (tmp_path / "typo").exists()
