@@ -348,3 +348,23 @@ def test_disk_full_checkpoint_scenario_reaches_its_state_and_heals(tmp_path):
     assert ckpt_full and commit_full and healed and ok_after
     assert not os.path.ismount(run_dir / "home")  # the runner unmounted its tmpfs
     assert (run_dir / "home" / "state.db").is_file()
+
+
+def test_corrupt_page_by_number_and_interior_pick(tmp_path):
+    db, env = store(tmp_path, "generated", sessions=5, messages=1500)
+    out = fire("corrupt_page", env, table="messages", pick="interior", seed=3)
+    assert out["pagetype"] == "internal" and out["page"] > 1
+    out2 = fire("corrupt_page", env, page=out["page"], seed=3)
+    assert out2["page"] == out["page"] and out2["table"] is None
+    with open(db, "rb") as fh:  # the same seed writes the same bytes: deterministic damage
+        fh.seek(out["offset"])
+        first = fh.read(out["page_size"])
+    fire("corrupt_page", env, page=out["page"], seed=4)
+    with open(db, "rb") as fh:
+        fh.seek(out["offset"])
+        assert fh.read(out["page_size"]) != first
+    with pytest.raises(NemesisError, match="page 1 holds the file header"):
+        fire("corrupt_page", env, page=1)
+    small, env_small = store(tmp_path / "small")
+    with pytest.raises(NemesisError, match="no internal page"):
+        fire("corrupt_page", env_small, table="sessions", pick="interior")

@@ -266,7 +266,11 @@ def _pages_of(db: Path, table: str) -> tuple[int, list[tuple[int, str]]]:
 
 def _choose(pages: list[tuple[int, str]], in_wal: set[int], kinds: tuple[str, ...],
             what: str) -> tuple[int, str]:
-    fit = [(p, t) for p, t in pages if t in kinds and p not in in_wal and p != 1]
+    of_kind = [(p, t) for p, t in pages if t in kinds and p != 1]
+    if not of_kind:
+        raise NemesisError(f"{what} has no {'/'.join(kinds)} page (pages: "
+                           f"{sorted({t for _, t in pages})}); try pick: leaf or a larger store")
+    fit = [(p, t) for p, t in of_kind if p not in in_wal]
     if not fit:
         raise NemesisError(f"every {'/'.join(kinds)} page of {what} has a frame in the current "
                            "WAL (the damage would be masked): let a checkpoint run first or use "
@@ -304,7 +308,7 @@ def corrupt_page(env: NemesisEnv, params: dict) -> dict:
         table = None
     else:
         page_size, pages = _pages_of(db, table)
-        kinds = ("leaf",) if params.get("pick", "leaf") == "leaf" else ("internal", "root")
+        kinds = ("leaf",) if params.get("pick", "leaf") == "leaf" else ("internal",)
         page, pagetype = _choose(pages, in_wal, kinds, table)
     if page < 2:
         raise NemesisError("page 1 holds the file header: use zero_db/truncate_db for that")
