@@ -1,4 +1,4 @@
-"""``no_lockup``: no operation waits longer than a bound without progress (SPEC §16.3, §4, §10.2).
+"""``no_lockup``: no operation waits longer than a bound without progress (SPEC §16.3, §4).
 
 SPEC §16.3: "no operation waited longer than a bound without progress; on a stall the report
 names the holders and the write-lock owner at that moment."

@@ -57,12 +57,12 @@ def check(ctx: CheckContext, params: dict) -> Verdict:
                        {"samples": 0})
     holding_samples = [s for s in samples.records
                        if any(p.get("db") or p.get("wal") for p in s.get("procs") or [])]
-    retired_samples = [s for s in samples.records
-                       if any(p.get("wal") and not p["wal"].get("current") and p.get("parent") is None
-                              for p in s.get("procs") or [])]
+    def retired(p: dict) -> bool:
+        return bool(p.get("wal")) and not p["wal"].get("current") and p.get("parent") is None
+
+    retired_samples = [s for s in samples.records if any(map(retired, s.get("procs") or []))]
     retired_procs = sorted({p["process"] for s in retired_samples for p in s.get("procs") or []
-                            if p.get("wal") and not p["wal"].get("current")
-                            and p.get("parent") is None})
+                            if retired(p)})
     fig: dict = {"samples": len(samples), "samples_with_a_holder": len(holding_samples),
                  "samples_with_a_retired_wal": len(retired_samples),
                  "processes_holding_a_retired_wal": retired_procs}
