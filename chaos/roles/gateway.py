@@ -14,8 +14,9 @@ Workload (SPEC §16.1; defaults in ``chaos/scenario.py``):
 * ``replay_spool_at_start``: once open, import the spool (``replay_spool``, SPEC §10.1): the
   "gateway restart" step.
 
-Refused writes (stale or replaced generation, write contention after the retry budget, a session
-whose creation was refused) are diverted to the spool (``divert_to_spool``, SPEC §10.1) and
+A session whose creation was refused is created again before its next message. Refused writes
+(stale or replaced generation, write contention after the retry budget, a session whose creation
+was refused) are diverted to the spool (``divert_to_spool``, SPEC §10.1) and
 recorded as ``fail`` with ``spooled: true``. If the store cannot be opened it retries every 0.5 s.
 It claims ownership of the store and runs queued maintenance requests (a prune handed over by
 ``sessions prune``, SPEC §11) once a second, never touching a session with a turn in progress
@@ -72,11 +73,12 @@ def run(ctx: RoleContext) -> None:
     sessions = [f"{proc}-s{i}" for i in range(n_sessions)]
     counts = {s: 0 for s in sessions}
     busy_until: dict[str, float] = {}  # split parents whose compression turn is in progress
+    parents: dict[str, str] = {}  # child -> parent of a split
     splits = 0
+    created: set[str] = set()
     for slot, sid in enumerate(sessions):
-        ctx.op("create_session", lambda sid=sid: db.create_session(sid, source="gateway"),
-               session_id=sid)
-        if titles:
+        _create(ctx, db, sid, created)
+        if titles and sid in created:
             ctx.op("set_title", lambda sid=sid, slot=slot: db.set_session_title(
                 sid, f"{proc} chat {slot}"), session_id=sid)
     # The gateway owns the store: `sessions prune` hands its deletions to us (SPEC §11).
@@ -100,6 +102,8 @@ def run(ctx: RoleContext) -> None:
         sid = sessions[slot]
         role = roles[k % 3]
         k += 1
+        if sid not in created:  # its creation was refused: try again before the next turn
+            _create(ctx, db, sid, created, parent_session_id=parents.get(sid))
         pid = ctx.next_payload_id()
         msg = make_message(ctx.rng, pid, role, w)
 
@@ -122,7 +126,8 @@ def run(ctx: RoleContext) -> None:
             if split_every and counts[sid] >= split_every:
                 splits += 1
                 child = f"{proc}-s{slot}-c{splits}"
-                _split(ctx, db, sid, child, titles)
+                parents[child] = sid
+                _split(ctx, db, sid, child, titles, created)
                 busy_until[sid] = time.monotonic() + turn_s
                 sessions[slot] = child
                 counts[child] = 0
@@ -132,13 +137,22 @@ def run(ctx: RoleContext) -> None:
     ctx.op("close", db.close, definite=(Exception,))
 
 
-def _split(ctx: RoleContext, db: SessionDB, parent: str, child: str, titles: bool) -> None:
+def _create(ctx: RoleContext, db: SessionDB, sid: str, created: set[str],
+            parent_session_id: str | None = None) -> None:
+    """Create session ``sid`` (op ``create_session``); on success add it to ``created``."""
+    ok, _ = ctx.op("create_session", lambda: db.create_session(
+        sid, source="gateway", parent_session_id=parent_session_id), session_id=sid,
+        **({"parent_session_id": parent_session_id} if parent_session_id else {}))
+    if ok:
+        created.add(sid)
+
+
+def _split(ctx: RoleContext, db: SessionDB, parent: str, child: str, titles: bool,
+           created: set[str]) -> None:
     """A compression split: end ``parent``, start ``child`` under it, move the title (SPEC §7)."""
     ctx.op("end_session", lambda: db.end_session(parent, "compression"), session_id=parent)
-    ctx.op("create_session", lambda: db.create_session(
-        child, source="gateway", parent_session_id=parent), session_id=child,
-        parent_session_id=parent)
-    if titles:
+    _create(ctx, db, child, created, parent_session_id=parent)
+    if titles and child in created:
         title = db.get_session_title(parent)
         if title:
             ctx.op("set_title", lambda: db.set_session_title(child, title), session_id=child,
