@@ -143,17 +143,6 @@ def sample_owner(rec: dict) -> int | None:
     return None
 
 
-def sample_holders(rec: dict) -> list[int]:
-    """PIDs holding store files in a ``sample`` record (``procs`` of the run sampler, or
-    ``holders`` as written by ``chaos watch``)."""
-    out = [p for p in (_pid_of(h) for h in rec.get("holders") or []) if p is not None]
-    for entry in rec.get("procs") or []:
-        if isinstance(entry, dict) and any(entry.get(k) for k in ("db", "wal", "shm")):
-            if entry.get("pid") is not None:
-                out.append(int(entry["pid"]))
-    return out
-
-
 def sample_waiters(rec: dict) -> list:
     """Who waits on the store in a ``sample`` record: process names or PIDs (``waiting``)."""
     out = []
