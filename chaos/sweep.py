@@ -7,7 +7,8 @@ stops at the first run in which no instance of ``R`` reached hit N — the opera
 without reaching the crash point — or after N = M.
 
 Output: ``<out>/<name>-<UTCSTAMP>-seed<S>/`` holding one ordinary run directory per N
-(``n001/``, ``n002/``, ...) and a ``results.json`` with every N (``reached``, exit code, each
+(``n001/``, ``n002/``, ...), the ``scenario.resolved.json`` with its ``sweep`` block (so
+``python -m chaos replay`` reruns the whole sweep) and a ``results.json`` with every N (``reached``, exit code, each
 checker's verdict) and the aggregated verdicts: per checker the worst status over every N (FAIL >
 INCONCLUSIVE > PASS > SKIPPED) naming the N that failed, plus a ``sweep`` verdict that is PASS
 when the sweep completed and the crash point was reached at least once, INCONCLUSIVE otherwise
@@ -18,6 +19,7 @@ aggregated verdict is not PASS/SKIPPED.
 from __future__ import annotations
 
 import copy
+import json
 import os
 from pathlib import Path
 
@@ -105,6 +107,8 @@ def run_sweep(scenario: Scenario, *, out_dir: str | os.PathLike = "runs",
     spec = scenario.sweep
     fp, role, top = spec["failpoint"], spec["role"], int(spec.get("max", 50))
     sweep_dir = make_run_dir(Path(out_dir), scenario)
+    (sweep_dir / "scenario.resolved.json").write_text(  # `chaos replay` reruns the whole sweep
+        json.dumps(scenario.to_dict(), indent=2, default=str) + "\n")
     console.print(f"[bold]sweep[/] {fp}=crash@N in role {role}, N = 1..{top} "
                   f"(until a run completes without reaching it): {sweep_dir}")
     runs: list[dict] = []
