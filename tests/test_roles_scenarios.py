@@ -147,3 +147,30 @@ def test_cron_writer_close_never_disturbs_the_gateway(tmp_path):
     inodes = {r["path"]["wal"]["ino"] for r in history if r["type"] == "sample"
               and isinstance(r.get("path"), dict) and r["path"].get("wal")}
     assert len(inodes) == 1, inodes
+
+
+@pytest.mark.slow
+def test_contention_8_every_writer_commits_and_nothing_reaches_a_caller(tmp_path):
+    results, history, _ = run(tmp_path, "contention_8")
+    writers = [p for p in results["processes"] if p["process"].startswith("writer-")]
+    assert len(writers) == 8 and all(p["exitcode"] == 0 for p in writers)
+    for w in writers:
+        assert done(history, "append", w["process"])
+    assert not [r for r in history if r["type"] in ("fail", "info")]
+    assert done(history, "update_token_counts") and done(history, "search")
+    assert len([r for r in done(history, "create_session", "subagent-0")
+                if r.get("parent_session_id")]) == 4
+
+
+@pytest.mark.slow
+def test_backup_under_writer_snapshots_verify_and_doctor_names_the_gateway(tmp_path):
+    results, history, run_dir = run(tmp_path, "backup_under_writer")
+    gateway = pid_of(history, "gateway-0")
+    backups = done(history, "run", "backup-0")
+    assert len(backups) == 3 and all(r["exit_code"] == 0 for r in backups)
+    manifests = [json.loads(p.read_text())
+                 for p in (run_dir / "home" / "state-snapshots").glob("*/manifest.json")]
+    assert len(manifests) >= 3 and all(m["verified"] for m in manifests)
+    [doctor] = done(history, "run", "doctor-0")
+    assert f"PID {gateway}" in doctor["stdout"]
+    assert not [r for r in history if r["type"] in ("fail", "info")]
