@@ -666,6 +666,15 @@ SCHEMA: dict = {
                         "INCONCLUSIVE."},
             },
         },
+        "tags": {
+            "type": "array",
+            "uniqueItems": True,
+            "default": [],
+            "items": {"title": "tag", "$ref": "#/$defs/name"},
+            "description": "Labels for selecting scenarios: `ci` = part of the default pytest "
+            "run (the pytest plugin collects only `ci` scenarios unless --chaos-all); "
+            "`exclusive` = `python -m chaos gate` runs it alone, never beside another job.",
+        },
         "must_observe": {
             "type": "array",
             "default": [],
@@ -1205,6 +1214,8 @@ class Scenario:
         must_observe: faults/events that must happen for a conclusive verdict.
         heal_at: start of the heal phase in seconds (``phases.heal_at``), ``None``: at duration.
         sweep: ``{"failpoint", "role", "max"}`` (sweep mode, :mod:`chaos.sweep`) or ``None``.
+        tags: selection labels (``ci``: collected by the default pytest run; ``exclusive``:
+            the gate runs it alone).
         source: the file path (or the ``source`` given to :func:`load_scenario_text`).
         raw: the document as parsed from YAML (no defaults).
     """
@@ -1222,6 +1233,7 @@ class Scenario:
     raw: dict = field(repr=False)
     heal_at: float | None = None
     sweep: dict | None = None
+    tags: list[str] = field(default_factory=list)
 
     def role(self, name: str) -> RoleSpec:
         """Return the role called ``name``.
@@ -1293,6 +1305,7 @@ class Scenario:
             "must_observe": list(self.must_observe),
             **({"phases": {"heal_at": self.heal_at}} if self.heal_at is not None else {}),
             **({"sweep": copy.deepcopy(self.sweep)} if self.sweep is not None else {}),
+            "tags": list(self.tags),
         }
 
 
@@ -2247,6 +2260,7 @@ def _build(data: dict, root: yaml.Node, source: str) -> Scenario:
         raw=data,
         heal_at=_fill(props["phases"], data.get("phases", {})).get("heal_at"),
         sweep=_fill(props["sweep"], data["sweep"]) if "sweep" in data else None,
+        tags=list(data.get("tags", [])),
     )
 
 
