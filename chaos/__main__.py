@@ -1,4 +1,4 @@
-"""``python -m chaos``: run, validate, list, report, replay, watch (SPEC §16.5).
+"""``python -m chaos``: run, validate, list, report, replay, watch, gate, shrink (SPEC §16.5).
 
 Exit codes: 0 every checker passed, 1 a checker failed (or was INCONCLUSIVE), 2 invalid
 scenario (nothing ran), 3 the toolkit itself failed. A SKIPPED checker (a stated requirement is
@@ -33,9 +33,11 @@ def _parser() -> argparse.ArgumentParser:
     val.add_argument("files", nargs="+", type=Path)
     lst = sub.add_parser("list", help="list the scenarios in a directory")
     lst.add_argument("directory", nargs="?", type=Path, default=Path("scenarios"))
-    from . import cli_report
+    from . import cli_report, gate, shrink
 
     cli_report.add_parsers(sub)  # report, replay, watch
+    gate.add_subcommand(sub)
+    shrink.add_subcommand(sub)
     return p
 
 
@@ -87,6 +89,14 @@ def main(argv: list[str] | None = None) -> int:
 
         if args.cmd in cli_report.COMMANDS:
             return cli_report.dispatch(args, err)
+        if args.cmd == "gate":
+            from .gate import cmd_gate
+
+            return cmd_gate(args, _load_all, err)
+        if args.cmd == "shrink":
+            from .shrink import cmd_shrink
+
+            return cmd_shrink(args, err)
         if args.cmd == "list":
             from .scenario import ScenarioError, load_scenario
 

@@ -1,0 +1,512 @@
+"""The schema-migration matrix: every historical version opened by the current code (SPEC §16.6).
+
+For every version 1-22 a fixture store (:func:`hermes_state.schema_history.build_fixture`, the
+declared DDL of that version filled with deterministic data) is opened by the current code in
+three modes, each a row of the matrix (a *cell*):
+
+``plain``
+    ``SessionDB(path)`` migrates it in this process.
+``writer``
+    an old-schema writer process (:mod:`chaos.legacy_writer`: raw sqlite3, that version's DDL
+    and INSERTs) writes before, during and after the migration, which runs in a child process
+    with a 60 ms sleep after every COMMIT (failpoint ``write.after_commit``) so the two
+    interleave; after the migration the
+    writer reconnects (an old binary started against the newer store) and writes again.
+``crash``
+    one cell per migration step ``N`` the version needs (``v+1 .. 23``): a child opens the store
+    with ``HERMES_STATE_FAILPOINTS="migrate.v<N>.before_commit=crash"`` and is SIGKILLed right
+    before that step's COMMIT; the store must be at ``N-1`` with every row, then a normal reopen
+    completes the migration.
+
+Every cell then checks (SPEC §16.6): every row preserved (:func:`schema_history.check_migrated`:
+rows and columns, version 23, FTS equal to a rebuild, search by direct MATCH, integrity),
+readable through the API (``get_session``/``get_messages`` of every session equal the fixture,
+``search_messages`` finds every pre-migration word and CJK run), and a second open is a no-op
+(no migration report, no write, ``PRAGMA data_version`` and the bytes of ``state.db`` and its
+``-wal`` unchanged). Writer cells also check that every acknowledged old-schema row is in the
+store, found by ``messages_fts`` and by the API, and that old-schema writes committed between
+migration steps (seen at two versions or more while the migration ran; otherwise the cell tested
+nothing: INCONCLUSIVE).
+
+Command line (the gate runs one version per job)::
+
+    python -m chaos.matrix [--versions 1-22] [--modes plain,writer,crash] [--quick] [--jsonl]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import hashlib
+import json
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from hermes_state import SessionDB, failpoints
+from hermes_state import schema_history as h
+
+from .checkers.base import FAIL, INCONCLUSIVE, PASS
+from .legacy_writer import AFTER_WRITES
+
+OLD_VERSIONS = tuple(range(1, h.CURRENT_VERSION))
+MODES = ("plain", "writer", "crash")
+#: ``--quick``: every version plain, the old-schema writer on these, crash sweeps from these.
+QUICK_WRITER_VERSIONS = (1, 10, 16, 22)
+QUICK_CRASH_VERSIONS = (1, 19)
+#: Sleep after each COMMIT of the writer cell's migration (ms; the write lock is free then), so
+#: the old-schema writes interleave with the steps.
+STEP_SLEEP_MS = 60
+#: Hang guard for every child process (s); never an assertion about speed.
+CHILD_TIMEOUT_S = 300.0
+_REPO = Path(__file__).resolve().parent.parent
+
+_OPEN_CHILD = (
+    "import json, sys, time\n"
+    "from hermes_state import SessionDB\n"
+    "t0 = time.monotonic()\n"
+    "db = SessionDB(sys.argv[1])\n"
+    "rep = db.connection.migration_report\n"
+    "db.close()\n"
+    "print(json.dumps({'survived': True, 't0': t0, 't1': time.monotonic(),\n"
+    "                  'steps': rep.steps if rep else None}))\n"
+)
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One row of the matrix: ``version`` opened in ``mode`` (``step``: the crash point)."""
+
+    version: int
+    mode: str
+    step: int | None = None
+
+    @property
+    def name(self) -> str:
+        """``v7/plain``, ``v7/writer`` or ``v7/crash@v11``."""
+        return f"v{self.version}/{self.mode}" + (f"@v{self.step}" if self.step else "")
+
+
+@dataclass
+class MatrixRow:
+    """The verdict of one cell: ``status`` PASS/FAIL/INCONCLUSIVE, problems, figures, seconds."""
+
+    name: str
+    version: int
+    mode: str
+    step: int | None
+    status: str
+    problems: list[str] = field(default_factory=list)
+    figures: dict = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict:
+        """JSON-ready dict (one ``--jsonl`` line)."""
+        return asdict(self)
+
+    @property
+    def summary(self) -> str:
+        """One line: the first problem, or the figures."""
+        if self.problems:
+            more = f" (+{len(self.problems) - 1} more)" if len(self.problems) > 1 else ""
+            return self.problems[0] + more
+        return ", ".join(f"{k} {v}" for k, v in self.figures.items())
+
+
+def cells(versions=OLD_VERSIONS, modes=MODES, *, quick: bool = False) -> list[Cell]:
+    """The cells of the matrix, most expensive first.
+
+    Args:
+        versions: start versions (each in 1..22).
+        modes: any of :data:`MODES`.
+        quick: writer cells only for :data:`QUICK_WRITER_VERSIONS` and crash cells only for
+            :data:`QUICK_CRASH_VERSIONS` (plain cells for every version).
+    Returns:
+        ``[Cell, ...]``; crash cells cover every step ``v+1 .. 23``.
+    Raises:
+        ValueError: a version outside 1..22 or an unknown mode.
+    """
+    out: list[Cell] = []
+    for v in versions:
+        if v not in OLD_VERSIONS:
+            raise ValueError(f"matrix version {v} is not a historical version (1-22)")
+    for m in modes:
+        if m not in MODES:
+            raise ValueError(f"unknown matrix mode {m!r} (modes: {', '.join(MODES)})")
+    for v in versions:
+        if "plain" in modes:
+            out.append(Cell(v, "plain"))
+        if "writer" in modes and (not quick or v in QUICK_WRITER_VERSIONS):
+            out.append(Cell(v, "writer"))
+        if "crash" in modes and (not quick or v in QUICK_CRASH_VERSIONS):
+            out.extend(Cell(v, "crash", n) for n in range(v + 1, h.CURRENT_VERSION + 1))
+    return out
+
+
+# ------------------------------------------------------------------------------ fixtures
+
+class Fixtures:
+    """Builds each version's fixture once under ``root`` and hands out private copies."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self._manifests: dict[int, dict] = {}
+        self._n = 0
+
+    def copy(self, version: int) -> tuple[Path, dict]:
+        """A fresh copy of the version's fixture: ``(state.db path, manifest with that path)``."""
+        if version not in self._manifests:
+            self._manifests[version] = h.build_fixture(
+                self.root / f"template-v{version}" / "state.db", version)
+        self._n += 1
+        src = self.root / f"template-v{version}"
+        dst = self.root / f"v{version}-{self._n}"
+        shutil.copytree(src, dst)
+        m = copy.deepcopy(self._manifests[version])
+        m["path"] = str(dst / "state.db")
+        if m.get("sessions_json"):
+            m["sessions_json"] = str(dst / "sessions" / "sessions.json")
+        return dst / "state.db", m
+
+
+# ------------------------------------------------------------------------------ checks
+
+def _raw(path: Path) -> sqlite3.Connection:
+    return sqlite3.connect(str(path), isolation_level=None)
+
+
+def _child_env(failpoint_spec: str = "") -> dict:
+    env = {k: v for k, v in os.environ.items() if k != failpoints.ENV_VAR}
+    env["PYTHONPATH"] = str(_REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    if failpoint_spec:
+        env[failpoints.ENV_VAR] = failpoint_spec
+    return env
+
+
+def api_problems(db: SessionDB, manifest: dict) -> list[str]:
+    """Every fixture session and message readable through the API, every word searchable.
+
+    Args:
+        db: an open store migrated from the fixture of ``manifest``.
+        manifest: what :func:`hermes_state.schema_history.build_fixture` returned.
+    Returns:
+        Problems (``[]``: every session, message and search term came back).
+    """
+    out: list[str] = []
+    by_session: dict[str, dict[int, str]] = {}
+    for r in manifest["rows"]["messages"]:
+        by_session.setdefault(r["session_id"], {})[r["id"]] = r["content"]
+    for sid in manifest["session_ids"]:
+        if db.get_session(sid) is None:
+            out.append(f"get_session({sid!r}) is None")
+        got = {r["id"]: r["content"] for r in db.get_messages(sid)}
+        want = by_session.get(sid, {})
+        if got != want:
+            lost = sorted(set(want) - set(got))
+            out.append(f"get_messages({sid!r}): {len(got)} messages, expected {len(want)}"
+                       + (f"; missing ids {lost[:5]}" if lost else "; contents differ"))
+    for kind in ("terms", "cjk_terms"):
+        for mid, term in manifest[kind].items():
+            ids = {hit["id"] for hit in db.search_messages(term, limit=100)}
+            if int(mid) not in ids:
+                out.append(f"search_messages({term!r}) misses message {mid}")
+    return out
+
+
+def _store_state(path: Path, conn: sqlite3.Connection) -> tuple:
+    wal = Path(f"{path}-wal")
+    return (conn.execute("PRAGMA data_version").fetchone()[0],
+            hashlib.sha256(path.read_bytes()).hexdigest(),
+            hashlib.sha256(wal.read_bytes()).hexdigest() if wal.exists() else None)
+
+
+def second_open_problems(path: Path) -> list[str]:
+    """A second open of a migrated store must be a no-op: no report, no write, no byte changed.
+
+    Reads ``PRAGMA data_version`` from a separate connection (it changes when another
+    connection commits) and hashes ``state.db`` and ``state.db-wal`` before and after.
+    """
+    out: list[str] = []
+    conn = _raw(path)
+    try:
+        conn.execute("SELECT count(*) FROM sessions").fetchone()
+        before = _store_state(path, conn)
+        db = SessionDB(path)
+        try:
+            if db.connection.migration_report is not None:
+                out.append(f"second open migrated again: {db.connection.migration_report}")
+            if db.connection.writes:
+                out.append(f"second open wrote {db.connection.writes} transaction(s)")
+        finally:
+            db.close()
+        after = _store_state(path, conn)
+    finally:
+        conn.close()
+    for what, a, b in zip(("data_version", "state.db bytes", "state.db-wal bytes"), before, after):
+        if a != b:
+            out.append(f"second open changed {what}")
+    return out
+
+
+def _migrated_problems(path: Path, manifest: dict, *, extra: bool = False) -> list[str]:
+    conn = _raw(path)
+    try:
+        return [f"check_migrated: {p}" for p in h.check_migrated(conn, manifest,
+                                                                 extra_messages=extra)]
+    finally:
+        conn.close()
+
+
+def _open_and_check(path: Path, manifest: dict, from_version: int) -> list[str]:
+    """Open with the current code in this process; the report, the API, the rows."""
+    out: list[str] = []
+    with SessionDB(path) as db:
+        rep = db.connection.migration_report
+        want = list(range(from_version + 1, h.CURRENT_VERSION + 1))
+        if rep is None or rep.from_version != from_version or rep.steps != want:
+            got = None if rep is None else (rep.from_version, rep.steps)
+            out.append(f"migration report {got}, expected ({from_version}, {want})")
+        out += api_problems(db, manifest)
+    out += _migrated_problems(path, manifest)
+    return out
+
+
+# ------------------------------------------------------------------------------ the cells
+
+def run_plain(fx: Fixtures, version: int) -> tuple[list[str], dict]:
+    """Migrate in this process, check rows/API/search, then a second open is a no-op."""
+    path, m = fx.copy(version)
+    problems = _open_and_check(path, m, version)
+    problems += second_open_problems(path)
+    return problems, {"messages": m["counts"]["messages"],
+                      "steps": h.CURRENT_VERSION - version}
+
+
+def run_crash(fx: Fixtures, version: int, step: int) -> tuple[list[str], dict]:
+    """Crash (real SIGKILL via failpoint) right before step ``step``'s COMMIT, then reopen."""
+    path, m = fx.copy(version)
+    res = subprocess.run([sys.executable, "-c", _OPEN_CHILD, str(path)],
+                         env=_child_env(f"migrate.v{step}.before_commit=crash"),
+                         capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
+    if res.returncode != -signal.SIGKILL:
+        return [f"the child was not killed at migrate.v{step}.before_commit: exit "
+                f"{res.returncode}, stdout {res.stdout.strip()[:200]!r}, "
+                f"stderr {res.stderr.strip()[-300:]!r}"], {}
+    problems: list[str] = []
+    conn = _raw(path)
+    try:
+        versions = [r[0] for r in conn.execute("SELECT version FROM schema_version")]
+        if versions != [step - 1]:
+            problems.append(f"after the crash schema_version {versions}, expected [{step - 1}] "
+                            "(the step rolled back, the earlier ones committed)")
+        ic = conn.execute("PRAGMA integrity_check").fetchone()[0]
+        if ic != "ok":
+            problems.append(f"after the crash integrity_check: {ic}")
+        if dict(conn.execute("SELECT id, content FROM messages")) != m["messages"]:
+            problems.append("after the crash the messages differ from the fixture")
+    finally:
+        conn.close()
+    problems += _open_and_check(path, m, step - 1)
+    problems += second_open_problems(path)
+    return problems, {"crashed_at": f"v{step}"}
+
+
+def run_writer(fx: Fixtures, version: int) -> tuple[list[str], dict, str]:
+    """An old-schema writer keeps writing before, during and after a migration by a child."""
+    path, m = fx.copy(version)
+    writer = subprocess.Popen([sys.executable, "-m", "chaos.legacy_writer", str(path),
+                               str(version)], env=_child_env(), stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              cwd=str(_REPO))
+    try:
+        ready = writer.stdout.readline()
+        if not ready.strip():
+            writer.wait(timeout=CHILD_TIMEOUT_S)
+            return [f"old-schema writer died before its first write: exit {writer.returncode}, "
+                    f"{writer.stderr.read()[-300:]!r}"], {}, FAIL
+        mig = subprocess.run([sys.executable, "-c", _OPEN_CHILD, str(path)],
+                             env=_child_env(f"write.after_commit=sleep({STEP_SLEEP_MS})"), capture_output=True, text=True,
+                             timeout=CHILD_TIMEOUT_S)
+        writer.stdin.write("after\n")
+        writer.stdin.flush()
+        out, err = writer.communicate(timeout=CHILD_TIMEOUT_S)
+    finally:
+        if writer.poll() is None:
+            writer.kill()
+            writer.wait()
+    problems: list[str] = []
+    if mig.returncode != 0:
+        problems.append(f"migration beside the old-schema writer failed: exit {mig.returncode}, "
+                        f"{mig.stderr.strip()[-300:]!r}")
+        return problems, {}, FAIL
+    if writer.returncode != 0:
+        return [f"old-schema writer failed: exit {writer.returncode}, {err.strip()[-300:]!r}"], \
+            {}, FAIL
+    writes = json.loads(out.strip().splitlines()[-1])["writes"]
+    t = json.loads(mig.stdout.strip().splitlines()[-1])
+    during = [w for w in writes if t["t0"] < w["t"] < t["t1"]]
+    mid_versions = sorted({w["version"] for w in during})
+    problems += _writer_rows_problems(path, m, writes)
+    problems += _migrated_problems(path, m, extra=True)
+    with SessionDB(path) as db:
+        problems += api_problems(db, m)
+        got = [r["id"] for r in db.get_messages(f"legacy-v{version}")]
+        if got != [w["id"] for w in writes]:
+            problems.append(f"get_messages(legacy-v{version}): {len(got)} rows, expected "
+                            f"{len(writes)} acknowledged old-schema writes")
+        for w in writes[-3:]:
+            if w["id"] not in {hit["id"] for hit in db.search_messages(w["word"])}:
+                problems.append(f"search_messages({w['word']!r}) misses old-schema row {w['id']}")
+    problems += second_open_problems(path)
+    after = [w for w in writes if w["phase"] == "after"]
+    if len(after) != AFTER_WRITES or any(w["version"] != h.CURRENT_VERSION for w in after):
+        problems.append(f"old-schema writes after the migration: {len(after)} at versions "
+                        f"{sorted({w['version'] for w in after})}")
+    figures = {"old_writes": len(writes), "during_migration": len(during),
+               "versions_seen_during": mid_versions}
+    status = FAIL if problems else PASS
+    if status == PASS and len(mid_versions) < 2:
+        status = INCONCLUSIVE
+        problems.append(f"old-schema writes during the migration saw versions {mid_versions}: "
+                        "none landed between two steps (the cell tested nothing)")
+    return problems, figures, status
+
+
+def _writer_rows_problems(path: Path, manifest: dict, writes: list[dict]) -> list[str]:
+    out: list[str] = []
+    conn = _raw(path)
+    try:
+        rows = dict(conn.execute("SELECT id, content FROM messages WHERE session_id = ?",
+                                 (f"legacy-v{manifest['version']}",)))
+        for w in writes:
+            if w["id"] not in rows or not rows[w["id"]].startswith(w["word"]):
+                out.append(f"old-schema row {w['id']} ({w['phase']}) lost")
+                continue
+            hits = [r[0] for r in conn.execute(
+                "SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?", (w["word"],))]
+            if hits != [w["id"]]:
+                out.append(f"messages_fts MATCH {w['word']!r} = {hits}, expected [{w['id']}]")
+        count = conn.execute("SELECT message_count FROM sessions WHERE id = ?",
+                             (f"legacy-v{manifest['version']}",)).fetchone()
+        if count is None or count[0] != len(rows):
+            out.append(f"legacy session message_count {count}, rows {len(rows)}")
+    finally:
+        conn.close()
+    return out
+
+
+def run_cell(cell: Cell, fx: Fixtures) -> MatrixRow:
+    """Run one cell and return its verdict row (never raises: an exception is a FAIL row)."""
+    t0 = time.monotonic()
+    status = None
+    try:
+        if cell.mode == "plain":
+            problems, figures = run_plain(fx, cell.version)
+        elif cell.mode == "crash":
+            problems, figures = run_crash(fx, cell.version, cell.step)
+        else:
+            problems, figures, status = run_writer(fx, cell.version)
+    except Exception as exc:  # noqa: BLE001 - a broken cell is a failed row, with the error
+        problems, figures = [f"{type(exc).__name__}: {exc}"], {}
+    if status is None:
+        status = FAIL if problems else PASS
+    return MatrixRow(cell.name, cell.version, cell.mode, cell.step, status, problems, figures,
+                     round(time.monotonic() - t0, 3))
+
+
+def run_matrix(todo: list[Cell], work: Path | None = None, on_row=None) -> list[MatrixRow]:
+    """Run ``todo`` in order in this process; ``on_row(row)`` after each cell.
+
+    Args:
+        todo: from :func:`cells`.
+        work: where fixtures and copies go (a temporary directory, removed, when ``None``).
+        on_row: optional callback.
+    Returns:
+        One :class:`MatrixRow` per cell.
+    """
+    tmp = None
+    if work is None:
+        tmp = tempfile.TemporaryDirectory(prefix="chaos-matrix-")
+        work = Path(tmp.name)
+    try:
+        fx = Fixtures(Path(work))
+        rows = []
+        for cell in todo:
+            row = run_cell(cell, fx)
+            rows.append(row)
+            if on_row:
+                on_row(row)
+        return rows
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+
+
+def parse_versions(text: str) -> list[int]:
+    """``"1-22"``, ``"1,5,9"`` or ``"3-5,20"`` -> sorted versions.
+
+    Raises:
+        argparse.ArgumentTypeError: not such a list, or a version outside 1..22.
+    """
+    out: set[int] = set()
+    try:
+        for part in filter(None, (p.strip() for p in text.split(","))):
+            lo, _, hi = part.partition("-")
+            a, b = int(lo), int(hi or lo)
+            out.update(range(a, b + 1))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"bad version list {text!r}: use e.g. 1-22 or 1,5,9")
+    bad = sorted(v for v in out if v not in OLD_VERSIONS)
+    if bad or not out:
+        raise argparse.ArgumentTypeError(f"versions must lie in 1-22, got {text!r}")
+    return sorted(out)
+
+
+def parse_modes(text: str) -> list[str]:
+    """``"plain,crash"`` -> modes. Raises ArgumentTypeError for an unknown mode."""
+    modes = [m.strip() for m in text.split(",") if m.strip()]
+    bad = [m for m in modes if m not in MODES]
+    if bad or not modes:
+        raise argparse.ArgumentTypeError(f"modes are {', '.join(MODES)}; got {text!r}")
+    return modes
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The matrix selection flags (shared by ``chaos matrix`` and ``chaos gate``)."""
+    p.add_argument("--versions", type=parse_versions, default=list(OLD_VERSIONS),
+                   help="start versions, e.g. 1-22 or 1,5,9 (default: all of 1-22)")
+    p.add_argument("--modes", type=parse_modes, default=list(MODES),
+                   help="plain,writer,crash (default: all)")
+    p.add_argument("--quick", action="store_true",
+                   help=f"writer cells only for v{QUICK_WRITER_VERSIONS}, crash sweeps only "
+                   f"from v{QUICK_CRASH_VERSIONS}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m chaos.matrix``: run cells, print one JSON line per row (``--jsonl``) or a
+    table; exit 0 when every row passed, 1 otherwise."""
+    p = argparse.ArgumentParser(prog="python -m chaos matrix", description=__doc__.splitlines()[0])
+    add_arguments(p)
+    p.add_argument("--jsonl", action="store_true", help="one JSON object per row on stdout")
+    args = p.parse_args(argv)
+    todo = cells(args.versions, args.modes, quick=args.quick)
+
+    def emit(row: MatrixRow) -> None:
+        if args.jsonl:
+            print(json.dumps(row.to_dict()), flush=True)
+        else:
+            print(f"{row.status:12} {row.name:16} {row.seconds:7.2f}s  {row.summary}", flush=True)
+
+    rows = run_matrix(todo, on_row=emit)
+    return 0 if all(r.status == PASS for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,225 @@
+"""pytest plugin: scenario files as test items, and store fixtures (SPEC §16.7).
+
+Registered through the ``pytest11`` entry point ``chaos.pytest_plugin`` (pyproject.toml), so any
+pytest run in an environment where hermes-state is installed has it.
+
+Collection: every ``*.yaml`` file in a directory named ``scenarios`` that pytest visits (the
+project lists ``scenarios`` in ``testpaths``) becomes one item per seed, named
+``<file>::<scenario name>[seed<N>]``; ``pytest -n auto`` spreads them over xdist workers. By
+default only scenarios tagged ``ci`` are collected (CI runs on 2 cores and must stay under
+15 min); ``--chaos-all`` collects every scenario and ``--chaos-seeds K`` runs seeds
+``seed .. seed+K-1`` of each. An invalid scenario file is a failing item that lists every
+problem. An item runs the scenario in its own temporary directory and fails unless every checker
+passed (exit code 0), showing the verdict table, the failed verdicts' evidence and the run
+directory.
+
+After a run whose checkers all passed the hook ``pytest_chaos_scenario_result(item, result)`` is
+called (implement it in a
+``conftest.py`` beside the scenarios to assert more about one scenario's run; ``result`` is a
+:class:`chaos.runner.RunResult`).
+
+Fixtures: ``hermes_home`` (a temporary ``HERMES_HOME``, set in the environment for the test),
+``session_db`` (a :class:`hermes_state.SessionDB` on ``<hermes_home>/state.db``, closed after the
+test) and ``run_scenario`` (run a scenario given as a path, YAML text or
+:class:`chaos.scenario.Scenario` in a temporary directory; returns the ``RunResult``).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+CI_TAG = "ci"
+
+
+class ChaosHookspecs:
+    """Hooks this plugin adds."""
+
+    def pytest_chaos_scenario_result(self, item, result):
+        """Called after a scenario item ran and every checker passed.
+
+        Args:
+            item: the :class:`ScenarioItem` (``item.scenario`` is the resolved scenario).
+            result: the :class:`chaos.runner.RunResult` (``run_dir``, ``verdicts``,
+                ``exit_code``, ``results``).
+        Raise ``AssertionError`` to fail the item.
+        """
+
+
+def pytest_addhooks(pluginmanager):
+    pluginmanager.add_hookspecs(ChaosHookspecs)
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("chaos", "hermes-state chaos scenarios (SPEC §16.7)")
+    group.addoption("--chaos-all", action="store_true", default=False,
+                    help="collect every scenarios/*.yaml, not only those tagged 'ci'")
+    group.addoption("--chaos-seeds", type=int, default=1, metavar="K",
+                    help="run seeds seed..seed+K-1 of each scenario (default 1)")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "chaos: a chaos scenario run (real processes, seconds)")
+
+
+def pytest_collect_file(file_path: Path, parent):
+    if file_path.suffix in (".yaml", ".yml") and file_path.parent.name == "scenarios":
+        return ScenarioFile.from_parent(parent, path=file_path)
+    return None
+
+
+class ScenarioFile(pytest.File):
+    """A scenario file: one :class:`ScenarioItem` per seed, or one failing item if invalid."""
+
+    def collect(self):
+        from .scenario import ScenarioError, load_scenario
+
+        try:
+            sc = load_scenario(self.path)
+        except ScenarioError as exc:
+            yield InvalidScenarioItem.from_parent(self, name="invalid", problems=exc.problems)
+            return
+        if CI_TAG not in sc.tags and not self.config.getoption("chaos_all"):
+            return
+        for k in range(max(1, self.config.getoption("chaos_seeds"))):
+            seed = sc.seed + k
+            yield ScenarioItem.from_parent(self, name=f"{sc.name}[seed{seed}]",
+                                           scenario=sc.with_seed(seed))
+
+
+class InvalidScenarioItem(pytest.Item):
+    """Fails with the scenario's problems (file, line, field)."""
+
+    def __init__(self, *, problems, **kw):
+        super().__init__(**kw)
+        self.problems = problems
+
+    def runtest(self):
+        raise ScenarioItemFailure("invalid scenario:\n" + "\n".join(map(str, self.problems)))
+
+    def repr_failure(self, excinfo, style=None):
+        if isinstance(excinfo.value, ScenarioItemFailure):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo, style)
+
+    def reportinfo(self):
+        return self.path, None, f"{self.path.name}: invalid"
+
+
+class ScenarioItemFailure(Exception):
+    """A scenario run whose checkers did not all pass (the message is the report)."""
+
+
+class ScenarioItem(pytest.Item):
+    """One run of one scenario with one seed."""
+
+    def __init__(self, *, scenario, **kw):
+        super().__init__(**kw)
+        self.scenario = scenario
+        self.add_marker(pytest.mark.chaos)
+        self.add_marker(pytest.mark.slow)
+        self.result = None
+
+    def runtest(self):
+        out = _tmp_dir(self.config, f"chaos-{self.scenario.name}")
+        self.result = result = _run(self.scenario, out)
+        if result.exit_code != 0:
+            raise ScenarioItemFailure(_failure_report(result))
+        self.ihook.pytest_chaos_scenario_result(item=self, result=result)
+
+    def repr_failure(self, excinfo, style=None):
+        if isinstance(excinfo.value, ScenarioItemFailure):
+            return str(excinfo.value)
+        text = super().repr_failure(excinfo, style)
+        if self.result is not None:
+            return f"{text}\n\n{_failure_report(self.result)}"
+        return text
+
+    def reportinfo(self):
+        return self.path, None, f"{self.path.name}::{self.name}"
+
+
+def _tmp_dir(config, name: str) -> Path:
+    factory = getattr(config, "_tmp_path_factory", None)
+    if factory is not None:
+        return factory.mktemp(name)
+    import tempfile
+
+    return Path(tempfile.mkdtemp(prefix=name))
+
+
+def _run(scenario, out: Path):
+    from rich.console import Console
+
+    from .runner import run_scenario
+
+    buf = io.StringIO()
+    result = run_scenario(scenario, out_dir=out, console=Console(file=buf, width=120))
+    result.console_text = buf.getvalue()
+    return result
+
+
+def _failure_report(result) -> str:
+    lines = [f"scenario {result.results.get('scenario')} seed {result.results.get('seed')}: "
+             f"exit {result.exit_code}", f"run directory: {result.run_dir}", ""]
+    for v in result.verdicts:
+        lines.append(f"  {v.status:12} {v.checker}: {v.summary}")
+    for v in result.verdicts:
+        if v.status not in ("PASS", "SKIPPED") and v.evidence:
+            lines.append(f"\nevidence of {v.checker}:")
+            lines += [f"  {json.dumps(e, default=str)[:400]}" for e in v.evidence[:10]]
+    tail = getattr(result, "console_text", "").splitlines()[-40:]
+    if tail:
+        lines += ["", "run output (last lines):"] + [f"  {t}" for t in tail]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------- fixtures
+
+@pytest.fixture
+def hermes_home(tmp_path, monkeypatch) -> Path:
+    """A temporary HERMES_HOME (``$HERMES_HOME`` points at it for the test)."""
+    home = tmp_path / "hermes-home"
+    home.mkdir()
+    monkeypatch.setenv("HERMES_HOME", str(home))
+    return home
+
+
+@pytest.fixture
+def session_db(hermes_home):
+    """A :class:`hermes_state.SessionDB` on ``<hermes_home>/state.db``; closed after the test."""
+    from hermes_state import SessionDB
+
+    db = SessionDB(hermes_home / "state.db")
+    yield db
+    db.close()
+
+
+@pytest.fixture
+def run_scenario(tmp_path):
+    """``run_scenario(scenario, seed=None) -> RunResult``: one run in a temporary directory.
+
+    ``scenario`` is a path to a YAML file, YAML text, or a :class:`chaos.scenario.Scenario`;
+    ``seed`` overrides its seed. An invalid scenario raises :class:`chaos.scenario.ScenarioError`.
+    The run's console output is in ``result.console_text``.
+    """
+    from .scenario import Scenario, load_scenario, load_scenario_text
+
+    counter = [0]
+
+    def _run_one(scenario, seed: int | None = None):
+        if isinstance(scenario, Scenario):
+            sc = scenario
+        elif isinstance(scenario, Path) or (isinstance(scenario, str) and "\n" not in scenario):
+            sc = load_scenario(scenario)
+        else:
+            sc = load_scenario_text(scenario, "<run_scenario>")
+        if seed is not None:
+            sc = sc.with_seed(seed)
+        counter[0] += 1
+        return _run(sc, tmp_path / f"runs-{counter[0]}")
+
+    return _run_one

@@ -1,0 +1,57 @@
+"""Extra assertions on the shipped scenarios' runs (SPEC §16.7).
+
+The pytest plugin (:mod:`chaos.pytest_plugin`) collects each ``*.yaml`` here as test items and
+fails an item unless every checker passed. After each run it calls the hook below, which checks
+what a scenario is meant to show beyond its verdicts (so each scenario runs once per seed, not
+once for the plugin and again for a test).
+"""
+
+from __future__ import annotations
+
+import json
+
+
+def _history(result) -> list[dict]:
+    lines = (result.run_dir / "history.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines]
+
+
+def _stale_wal(result) -> None:
+    verdicts = {v.checker: v.status for v in result.verdicts}
+    assert verdicts == {"no_lost_writes": "PASS", "stale_wal_refusal": "PASS",
+                        "integrity": "PASS", "recovery": "PASS", "checkpoint_cadence": "PASS",
+                        "single_wal_generation": "PASS", "error_taxonomy": "PASS",
+                        "no_lockup": "PASS", "must_observe": "PASS"}, verdicts
+    history = _history(result)
+    # The gateway was refused with the stale-WAL error and left evidence beside the store.
+    assert any(r.get("type") == "fail" and r.get("error") == "DeletedWalGenerationError"
+               and r["process"] == "gateway-0" for r in history)
+    assert any((result.run_dir / "home").glob("state.db.retired-wal-*/manifest.json"))
+    # Both CLIs started while the gateway lived refused to open; the late one wrote.
+    opens = {r["process"]: r["type"] for r in history
+             if r.get("op") == "open" and r.get("type") in ("ok", "fail")}
+    assert opens["cli-0"] == "fail" and opens["cli-1"] == "fail", opens
+    assert opens["cli-after-0"] == "ok", opens
+    assert (result.run_dir / "logs" / "gateway-0.log").exists()
+    assert "stale_wal_refusal" in result.console_text and "PASS" in result.console_text
+
+
+def _contention(result) -> None:
+    assert all(v.status == "PASS" for v in result.verdicts), result.verdicts
+    writers = [p for p in result.results["processes"] if p["process"].startswith("writer-")]
+    assert len(writers) == 4 and all(p["exitcode"] == 0 for p in writers), writers
+
+
+def _lock_stall(result) -> None:
+    jitter = next(v for v in result.verdicts if v.checker == "retry_jitter")
+    assert jitter.status == "PASS", jitter
+    assert jitter.figures["retries"] >= 20, jitter.figures
+
+
+EXTRA = {"stale-wal": _stale_wal, "contention": _contention, "lock-stall": _lock_stall}
+
+
+def pytest_chaos_scenario_result(item, result):
+    check = EXTRA.get(item.scenario.name)
+    if check is not None:
+        check(result)
