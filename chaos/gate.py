@@ -237,7 +237,7 @@ def _scenario_row(job: Job, code: int, stdout: str, seconds: float, log: Path) -
         bad = [v for v in verdicts if v.get("status") not in ("PASS", "SKIPPED")]
         if code == 0 and not bad:
             row.status = PASS
-            row.summary = ", ".join(v["checker"] for v in verdicts)
+            row.summary = f"{len(verdicts)} checkers passed"
         else:
             statuses = {v["status"] for v in bad}
             row.status = FAIL if FAIL in statuses or not bad else INCONCLUSIVE
@@ -334,7 +334,8 @@ def write_junit(path: Path, rows: list[GateRow], total_s: float) -> None:
                           errors=str(sum(r.status == ERROR for r in group)),
                           time=f"{sum(r.seconds for r in group):.3f}")
         for r in group:
-            case = ET.SubElement(s, "testcase", classname=f"chaos.{r.kind}.{name}", name=r.name,
+            prefix = "chaos.scenarios." if r.kind == "scenario" else "chaos."
+            case = ET.SubElement(s, "testcase", classname=prefix + name, name=r.name,
                                  time=f"{r.seconds:.3f}")
             if r.status in (FAIL, INCONCLUSIVE):
                 el = ET.SubElement(case, "failure", message=r.summary[:1000], type=r.status)
@@ -368,7 +369,7 @@ def run_gate(scenarios: list, *, seeds: int = 1, quick: bool = False, with_matri
     Returns:
         0 when every row passed, else 1.
     """
-    console = console or Console(soft_wrap=True)
+    console = console or Console(soft_wrap=True, width=None if sys.stdout.isatty() else 150)
     jobs = jobs or os.cpu_count() or 1
     out = (out or Path("runs") / f"gate-{utc_stamp()}").absolute()
     t0 = time.monotonic()

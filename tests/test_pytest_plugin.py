@@ -1,0 +1,129 @@
+"""The pytest plugin (SPEC §16.7): scenario files as items (ci-tagged by default), fixtures.
+
+Collection and runs are checked on a pytest in a subprocess over a scenario directory made here
+(the plugin is loaded from the ``pytest11`` entry point, as in any project that installs
+hermes-state); the fixtures are used directly.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hermes_state import SessionDB
+
+TINY = """\
+name: tiny
+description: One gateway appends for a few seconds; nothing is lost.
+seed: 1
+tags: [ci]
+duration: 3s
+roles:
+  - {name: g, kind: gateway, workload: {appends_per_s: 20}}
+expect:
+  no_lost_writes: {}
+  integrity: {}
+"""
+
+CADENCE = """\
+name: cadence-three
+description: Expects a checkpoint every 3 writes; the store checkpoints every 50, so it fails.
+seed: 9
+tags: [ci, nightly]
+duration: 3s
+roles:
+  - {name: g, kind: gateway, workload: {appends_per_s: 0}}
+expect:
+  checkpoint_cadence: {every: 3}
+"""
+
+HOOK = """\
+from pathlib import Path
+
+def pytest_chaos_scenario_result(item, result):
+    Path(item.config.rootpath, "hook-" + item.scenario.name).write_text(str(result.run_dir))
+"""
+
+
+def _project(tmp_path: Path, files: dict[str, str]) -> Path:
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    sc = tmp_path / "scenarios"
+    sc.mkdir()
+    for name, text in files.items():
+        (sc / name).write_text(text)
+    return tmp_path
+
+
+def _pytest(root: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
+                           "--rootdir", str(root), "-c", str(root / "pytest.ini"), *args,
+                           "scenarios"], cwd=root, capture_output=True, text=True, timeout=300,
+                          env=env)
+
+
+def test_collects_ci_scenarios_by_default_and_all_with_chaos_all(tmp_path):
+    root = _project(tmp_path, {
+        "tiny.yaml": TINY,
+        "untagged.yaml": TINY.replace("tags: [ci]\n", "").replace("name: tiny", "name: untagged"),
+        "bad.yaml": TINY.replace("kind: gateway", "kind: gatewy"),
+        "notes.txt": "not a scenario",
+    })
+    default = _pytest(root, "--collect-only", "-q")
+    ids = [line for line in default.stdout.splitlines() if "::" in line]
+    assert ids == ["scenarios/bad.yaml::invalid", "scenarios/tiny.yaml::tiny[seed1]"], \
+        default.stdout
+    every = _pytest(root, "--collect-only", "-q", "--chaos-all", "--chaos-seeds", "2")
+    ids = [line for line in every.stdout.splitlines() if "::" in line]
+    assert ids == ["scenarios/bad.yaml::invalid", "scenarios/tiny.yaml::tiny[seed1]",
+                   "scenarios/tiny.yaml::tiny[seed2]", "scenarios/untagged.yaml::untagged[seed1]",
+                   "scenarios/untagged.yaml::untagged[seed2]"], every.stdout
+
+
+@pytest.mark.slow
+def test_items_run_under_xdist_pass_fail_and_call_the_result_hook(tmp_path):
+    root = _project(tmp_path, {"tiny.yaml": TINY, "cadence.yaml": CADENCE,
+                               "bad.yaml": TINY.replace("kind: gateway", "kind: gatewy"),
+                               "conftest.py": HOOK})
+    proc = _pytest(root, "-n", "2", "-rA")
+    out = proc.stdout
+    assert proc.returncode == 1, out + proc.stderr
+    assert "2 failed, 1 passed" in out.splitlines()[-1], out[-3000:]
+    assert "PASSED scenarios/tiny.yaml::tiny[seed1]" in out
+    assert "FAILED scenarios/cadence.yaml::cadence-three[seed9]" in out
+    assert "FAILED scenarios/bad.yaml::invalid" in out
+    # The failure report names the checker, its verdict and the run directory.
+    assert "FAIL         checkpoint_cadence: " in out and "run directory: " in out
+    assert "bad.yaml:7: roles[0].kind" in out
+    assert "[gw0]" in out or "gw1" in out  # ran on xdist workers
+    # The hook saw the passing run only (a failed run is reported before any extra check).
+    assert Path((root / "hook-tiny").read_text(), "results.json").exists()
+    assert not (root / "hook-cadence-three").exists()
+
+
+def test_hermes_home_is_an_empty_temporary_home(hermes_home, tmp_path):
+    assert hermes_home.is_dir() and list(hermes_home.iterdir()) == []
+    assert os.environ["HERMES_HOME"] == str(hermes_home)
+    assert tmp_path in hermes_home.parents
+
+
+def test_session_db_is_a_store_in_hermes_home(session_db, hermes_home):
+    session_db.create_session("s1", source="cli")
+    session_db.append_message("s1", "user", "hello plugin")
+    assert (hermes_home / "state.db").exists()
+    with SessionDB(hermes_home / "state.db") as other:
+        assert [m["content"] for m in other.get_messages("s1")] == ["hello plugin"]
+
+
+@pytest.mark.slow
+def test_run_scenario_runs_text_with_a_seed_in_a_temporary_directory(run_scenario, tmp_path):
+    result = run_scenario(TINY, seed=77)
+    assert result.exit_code == 0, result.console_text
+    assert result.results["seed"] == 77
+    assert tmp_path in result.run_dir.parents
+    assert {v.checker for v in result.verdicts} == {"no_lost_writes", "integrity"}
+    assert "tiny (seed 77)" in result.console_text
