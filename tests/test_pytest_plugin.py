@@ -61,7 +61,8 @@ def _project(tmp_path: Path, files: dict[str, str]) -> Path:
 def _pytest(root: Path, *args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
-                           "--rootdir", str(root), "-c", str(root / "pytest.ini"), *args,
+                           "--rootdir", str(root), "-c", str(root / "pytest.ini"),
+                           "--basetemp", str(root / "basetemp"), *args,
                            "scenarios"], cwd=root, capture_output=True, text=True, timeout=300,
                           env=env)
 
