@@ -25,7 +25,7 @@ FAILING = """\
 name: cadence-fail
 description: A cadence of 3 writes is expected; the store checkpoints every 50, so it fails.
 seed: 5
-duration: 1.5s
+duration: 3s
 roles:
   - {name: locker, kind: lock_holder, count: 1, workload: {first_at: 0.3s, hold: 0.2s, every: 1s}}
   - {name: writer, kind: gateway, count: 2, workload: {appends_per_s: 0, sessions: 2}}
@@ -42,7 +42,7 @@ def _doc(text: str = FAILING) -> dict:
 
 
 def test_search_removes_everything_the_failure_does_not_need():
-    doc = _doc(FAILING.replace("duration: 1.5s", "duration: 8s"))
+    doc = _doc(FAILING.replace("duration: 3s", "duration: 8s"))
     calls = []
 
     def run(candidate):  # fails iff a gateway role runs for at least 2 s
