@@ -156,8 +156,6 @@ def scan(db_path: str | os.PathLike, *, include_self: bool = False) -> HolderSca
         fd_dir = f"/proc/{pid}/fd"
         try:
             fds = os.listdir(fd_dir)
-        except FileNotFoundError:
-            continue  # exited meanwhile
         except PermissionError:
             try:
                 owner = os.stat(f"/proc/{pid}").st_uid
@@ -166,6 +164,8 @@ def scan(db_path: str | os.PathLike, *, include_self: bool = False) -> HolderSca
             if owner == my_uid:
                 result.unreadable.append(pid)
             continue
+        except OSError:
+            continue  # exited meanwhile (ENOENT, or ESRCH for a process being reaped)
         files: set[str] = set()
         retired: set[str] = set()
         for fd in fds:
