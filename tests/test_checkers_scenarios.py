@@ -57,3 +57,13 @@ def test_wal_deleted_after_crash_reports_exactly_the_lost_writes(tmp_path):
     assert set(before) <= set(store)
     # the new writer worked on the store that lost them
     assert any(p.startswith("after-0") for p in store)
+    # The runner's sampler watched it: the gateway held one WAL generation, the new writer one
+    # (the inode number may be reused once the first is gone), nobody wrote into a retired one.
+    samples = [r for r in history if r["type"] == "sample"]
+    first = {e["wal"]["ino"] for s in samples for e in s["procs"]
+             if e["process"] == "gateway-0" and e.get("wal")}
+    second = {e["wal"]["ino"] for s in samples for e in s["procs"]
+              if e["process"] == "after-0" and e.get("wal")}
+    assert len(first) == 1 and len(second) == 1
+    swg = next(v for v in results["verdicts"] if v["checker"] == "single_wal_generation")
+    assert swg["status"] == "PASS" and swg["figures"]["samples_with_a_holder"] >= 5
