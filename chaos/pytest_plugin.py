@@ -50,10 +50,12 @@ class ChaosHookspecs:
 
 
 def pytest_addhooks(pluginmanager):
+    """Register :class:`ChaosHookspecs`."""
     pluginmanager.add_hookspecs(ChaosHookspecs)
 
 
 def pytest_addoption(parser):
+    """``--chaos-all`` and ``--chaos-seeds K``."""
     group = parser.getgroup("chaos", "hermes-state chaos scenarios (SPEC §16.7)")
     group.addoption("--chaos-all", action="store_true", default=False,
                     help="collect every scenarios/*.yaml, not only those tagged 'ci'")
@@ -62,10 +64,12 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
+    """Register the ``chaos`` marker (every scenario item carries it, and ``slow``)."""
     config.addinivalue_line("markers", "chaos: a chaos scenario run (real processes, seconds)")
 
 
 def pytest_collect_file(file_path: Path, parent):
+    """``scenarios/*.yaml`` (and ``.yml``) -> :class:`ScenarioFile`."""
     if file_path.suffix in (".yaml", ".yml") and file_path.parent.name == "scenarios":
         return ScenarioFile.from_parent(parent, path=file_path)
     return None
@@ -124,6 +128,7 @@ class ScenarioItem(pytest.Item):
         self.result = None
 
     def runtest(self):
+        """Run the scenario in a fresh temporary directory; fail unless exit code 0."""
         out = _tmp_dir(self.config, f"chaos-{self.scenario.name}")
         self.result = result = _run(self.scenario, out)
         if result.exit_code != 0:
