@@ -10,10 +10,13 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import subprocess
+import sys
 
 import pytest
 
 from chaos import history as hist
+from chaos.checkers import CHECKERS, CheckContext
 from chaos.sampler import Sampler, held_files, path_identity
 from hermes_state import holders as holders_mod
 
@@ -121,3 +124,63 @@ def test_a_wal_created_after_the_path_snapshot_is_still_current(tmp_path, live):
     stale_snapshot = {"db": path_identity(path)["db"], "wal": None, "shm": None}
     held = held_files(child.pid, path, stale_snapshot)
     assert held["wal"]["current"] is True and held["shm"]["current"] is True
+
+
+RAW_WRITER = """
+import sqlite3, sys
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+for line in sys.stdin:
+    conn.execute("INSERT INTO t(x) VALUES (?)", (line.strip(),))
+    print("ok", flush=True)
+"""
+
+
+def test_single_wal_generation_catches_a_real_split_brain(tmp_path):
+    # Bare SQLite permits it: a connection whose -wal was deleted keeps committing into the
+    # retired inode while a new connection mints a second WAL at the path. The sampler sees the
+    # retired inode on both sides of the write and the checker fails the run.
+    path = tmp_path / "state.db"
+    setup = sqlite3.connect(str(path), isolation_level=None)
+    setup.execute("PRAGMA journal_mode=WAL")
+    setup.execute("CREATE TABLE t(x)")
+    setup.close()
+    child = subprocess.Popen([sys.executable, "-c", RAW_WRITER, str(path)], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    hdir = tmp_path / "history"
+    hdir.mkdir()
+    role = hist.HistoryWriter(hdir / "raw-0.jsonl", "raw-0")
+    sampler = Sampler(path, hdir, lambda: [("raw-0", child.pid)])
+    other = None
+    try:
+        def write(payload):
+            op_id = role.next_op_id()
+            role.record("invoke", op="append", op_id=op_id, payload_id=payload)
+            child.stdin.write(payload + "\n")
+            child.stdin.flush()
+            assert child.stdout.readline().strip() == "ok"
+            role.record("ok", op="append", op_id=op_id, payload_id=payload)
+
+        write("before")                 # the current generation: fine
+        sampler.sample()
+        sampler.sample()
+        os.unlink(f"{path}-wal")
+        os.unlink(f"{path}-shm")
+        other = sqlite3.connect(str(path), isolation_level=None)
+        other.execute("INSERT INTO t(x) VALUES ('new generation')")
+        sampler.sample()
+        write("split")                  # committed into the retired WAL
+        sampler.sample()
+    finally:
+        sampler.stop()
+        role.close()
+        child.stdin.close()
+        child.wait(30)
+        if other is not None:
+            other.close()
+    history = hist.complete(hist.load(hdir))
+    ctx = CheckContext(history=history, store_path=path, home=tmp_path, run_dir=tmp_path,
+                       scenario={"roles": [{"name": "raw", "kind": "gateway"}]})
+    v = CHECKERS["single_wal_generation"](ctx, {"min_samples": 1})
+    assert v.status == "FAIL", v.to_dict()
+    assert [e["record"]["payload_id"] for e in v.evidence] == ["split"]
+    assert v.evidence[0]["sample_before"]["entry"]["wal"]["deleted"] is True
