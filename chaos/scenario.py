@@ -511,6 +511,14 @@ SCHEMA: dict = {
                             "default": 0.150,
                             "description": "Highest allowed retry sleep (seconds, >= lo).",
                         },
+                        "budget_s": {
+                            "type": "number",
+                            "minimum": 0,
+                            "default": 15.0,
+                            "description": "A lock error is justified only when one process "
+                                           "held the write lock this long during the wait "
+                                           "(seconds; 15 attempts x 1 s busy timeout).",
+                        },
                     },
                 ),
                 "checkpoint_cadence": _checker(

@@ -1039,3 +1039,51 @@ def test_no_lost_writes_expect_loss_still_fails_a_phantom(tmp_path):
     v = CHECKERS["no_lost_writes"](make_ctx(tmp_path, h.history()), {"expect_loss": True})
     assert v.status == FAIL and v.figures["phantom"] == 1
     assert v.figures["lost_payload_ids"] == ["b"]
+
+
+def held_then_gave_up(hold_s: float, *, via_samples: bool = False):
+    """A lock hold of ``hold_s`` seconds, and a writer that gives up 16.2 s into its wait,
+    which started together with the hold."""
+    def extra(h: H) -> None:
+        start = h.t
+        if via_samples:
+            for k in range(int(hold_s * 10) + 1):
+                h.t = start + k * 0.1
+                h.add("sample", "sampler", write_lock={"pid": 4242, "process": "lock-0"})
+            h.t = start + hold_s + 0.1
+            h.add("sample", "sampler", write_lock=None)
+        else:
+            op_id = h.invoke("lock-0", "hold_lock", hold_s=hold_s)
+            h.t = start + hold_s
+            h.complete("lock-0", op_id, "ok")
+        h.t = max(h.t, start + 16.2)
+        h.event("gateway-0", "write_gave_up", attempts=15, waited_s=16.2,
+                lock_owner="PID 4242 (lock-0)")
+        h.append("gateway-0", "p-late", "fail", error="WriteContentionError",
+                 message="could not write after 15 attempts", latency_s=16.2)
+    return extra
+
+
+@pytest.mark.parametrize("via_samples", [False, True])
+def test_retry_jitter_a_lock_held_past_the_budget_justifies_the_give_up(tmp_path, via_samples):
+    # SPEC §16.3: "no error reached a caller while the lock was held for LESS than the retry
+    # budget": a 19 s hold outlasts 15 attempts of the 1 s busy timeout, so the error is honest.
+    v = jitter(tmp_path, retry_history(uniform_sleeps(25),
+                                       extra=held_then_gave_up(19.0, via_samples=via_samples)))
+    assert v.status == PASS, v.to_dict()
+    assert v.figures["lock_errors_justified"] == 1
+    assert v.figures["write_gave_up_justified"] == 1
+    assert v.figures["lock_errors_reaching_callers"] == 0
+
+
+@pytest.mark.parametrize("via_samples", [False, True])
+def test_retry_jitter_a_short_hold_does_not_justify_a_give_up(tmp_path, via_samples):
+    v = jitter(tmp_path, retry_history(uniform_sleeps(25),
+                                       extra=held_then_gave_up(3.0, via_samples=via_samples)))
+    assert v.status == FAIL
+    assert v.figures["lock_errors_reaching_callers"] == 1
+    assert v.figures["write_gave_up"] == 1 and v.figures["write_gave_up_justified"] == 0
+    # a tighter budget the 3 s hold does meet makes the same history honest
+    assert jitter(tmp_path, retry_history(uniform_sleeps(25),
+                                          extra=held_then_gave_up(3.0, via_samples=via_samples)),
+                  budget_s=2.5).status == PASS

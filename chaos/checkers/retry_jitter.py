@@ -16,10 +16,15 @@ From the ``retry`` store events (``attempt`` = the failed attempt, 1-based; ``sl
   Fewer than 20 sleeps: "too few to test the distribution", no verdict on spread;
 * no ``fail``/``info`` of a store client carrying ``WriteContentionError`` or "database is locked"
   (an adversary's own ``hold_lock`` ops and processes of kind ``lock_holder``/``long_reader`` are
-  not store clients).
+  not store clients) -- unless the lock really was held for the whole retry budget: a give-up
+  (error or ``write_gave_up`` event) whose wait window ``[t - latency, t]`` overlaps one lock
+  hold by at least ``budget_s`` is *justified* and counted apart. Lock holds come from the
+  adversaries' ``hold_lock`` ops (invoke to completion) and from runs of consecutive sampler
+  records naming the same write-lock owner (``/proc/locks``), so a frozen (SIGSTOP) holder counts.
 
 Params: ``min_retries`` (0; fewer retry events ⇒ INCONCLUSIVE), ``max_attempts`` (15),
-``lo`` (0.020), ``hi`` (0.150).
+``lo`` (0.020), ``hi`` (0.150), ``budget_s`` (15.0: 15 attempts of the 1 s busy timeout, the
+least a writer waits before it gives up, SPEC §4).
 """
 
 from __future__ import annotations
@@ -76,11 +81,52 @@ def largest_cluster(samples: list[float], width: float = FIXED_WINDOW_S) -> int:
     return best
 
 
+def lock_holds(history: list[dict]) -> list[tuple[float, float, str]]:
+    """Spans ``(start_t, end_t, holder)`` (monotonic seconds) during which one process held the
+    write lock: adversary ``hold_lock`` ops from invoke to completion, and runs of consecutive
+    ``sample`` records with the same ``write_lock`` pid (from the first to the last sighting)."""
+    spans: list[tuple[float, float, str]] = []
+    started: dict[str, dict] = {}
+    for r in history:
+        if r.get("op") != "hold_lock":
+            continue
+        if r.get("type") == "invoke":
+            started[r.get("op_id")] = r
+        elif r.get("type") in ("ok", "fail", "info") and r.get("op_id") in started:
+            inv = started.pop(r["op_id"])
+            spans.append((float(inv["t"]), float(r["t"]), str(r.get("process"))))
+    run_pid, run_start, run_last = None, 0.0, 0.0
+    for r in history:
+        if r.get("type") != "sample":
+            continue
+        owner = (r.get("write_lock") or {}).get("pid")
+        t = float(r["t"])
+        if owner != run_pid:
+            if run_pid is not None:
+                spans.append((run_start, run_last, f"pid {run_pid}"))
+            run_pid, run_start = owner, t
+        run_last = t
+    if run_pid is not None:
+        spans.append((run_start, run_last, f"pid {run_pid}"))
+    return spans
+
+
+def _justified(r: dict, waited: float | None, holds: list, budget_s: float) -> bool:
+    """True when the wait ending at ``r['t']`` overlaps a single lock hold by ``budget_s``."""
+    if waited is None:
+        return False
+    end = float(r["t"])
+    start = end - float(waited)
+    return any(min(end, h1) - max(start, h0) >= budget_s for h0, h1, _ in holds)
+
+
 def check(ctx: CheckContext, params: dict) -> Verdict:
     min_retries = int(params.get("min_retries", 0))
     max_attempts = int(params.get("max_attempts", 15))
     lo = float(params.get("lo", 0.020))
     hi = float(params.get("hi", 0.150))
+    budget_s = float(params.get("budget_s", 15.0))
+    holds = lock_holds(ctx.history)
     retries = events_of(ctx.history, "retry")
     gave_up = events_of(ctx.history, "write_gave_up")
     sleeps = [float(r["sleep_s"]) for r in retries if r.get("sleep_s") is not None]
@@ -109,8 +155,12 @@ def check(ctx: CheckContext, params: dict) -> Verdict:
         problems.append(f"{len(too_many)} retry(ies) beyond attempt {max_attempts - 1} "
                         f"(at most {max_attempts} attempts per write)")
         evidence.extend(brief(r) for r in too_many[:5])
+    justified_gave_up = [r for r in gave_up if _justified(r, r.get("waited_s"), holds, budget_s)]
+    fig["write_gave_up_justified"] = len(justified_gave_up)
+    gave_up = [r for r in gave_up if r not in justified_gave_up]
     if gave_up:
-        problems.append(f"{len(gave_up)} write(s) gave up after the retry budget")
+        problems.append(f"{len(gave_up)} write(s) gave up after the retry budget while no "
+                        f"process held the lock for {budget_s:g} s")
         evidence.extend(brief(r) for r in gave_up[:5])
 
     if len(sleeps) >= MIN_FOR_KS:
@@ -128,7 +178,7 @@ def check(ctx: CheckContext, params: dict) -> Verdict:
         fig["distribution"] = f"too few to test the distribution ({len(sleeps)} < {MIN_FOR_KS})"
 
     kinds = role_kinds(ctx.scenario)
-    reached = []
+    reached, justified = [], []
     for r in ctx.history:
         if r.get("type") not in ("fail", "info") or r.get("synthesized"):
             continue
@@ -136,8 +186,12 @@ def check(ctx: CheckContext, params: dict) -> Verdict:
             continue
         if r.get("error") == "WriteContentionError" or \
                 "database is locked" in str(r.get("message", "")).lower():
-            reached.append(r)
+            (justified if _justified(r, r.get("latency_s"), holds, budget_s)
+             else reached).append(r)
     fig["lock_errors_reaching_callers"] = len(reached)
+    fig["lock_errors_justified"] = len(justified)
+    if justified:
+        evidence.extend(brief(r) for r in justified[:2])
     if reached:
         problems.append(f"{len(reached)} lock error(s) reached a caller")
         evidence.extend(brief(r) for r in reached[:5])
@@ -148,7 +202,9 @@ def check(ctx: CheckContext, params: dict) -> Verdict:
                   f"(mean {mean * 1000:.0f})" if sleeps else "")
                + (f", KS D={fig['ks_d']} (≤ {fig['ks_threshold']})" if "ks_d" in fig else
                   ", too few to test the distribution")
-               + f", max attempt {fig['max_attempt']}, {len(reached)} lock errors to callers")
+               + f", max attempt {fig['max_attempt']}, {len(reached)} lock errors to callers"
+               + (f" ({len(justified)} more after the lock was held >= {budget_s:g} s)"
+                  if justified else ""))
     if problems:
         return Verdict(NAME, FAIL, "; ".join(problems), fig, evidence)
     if len(retries) < min_retries:
