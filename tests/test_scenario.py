@@ -161,7 +161,8 @@ def test_full_scenario_loads_with_defaults_filled(tmp_path):
         "no_lost_writes": {"allow_in": ["capture", "spool"]},
         "stale_wal_refusal": {"holder": "gateway"},
         "integrity": {},
-        "retry_jitter": {"min_retries": 1, "max_attempts": 15, "lo": 0.020, "hi": 0.150},
+        "retry_jitter": {"min_retries": 1, "max_attempts": 15, "lo": 0.020, "hi": 0.150,
+                         "budget_s": 15.0},
         "checkpoint_cadence": {"every": 50},
         "recovery": {},
     }
