@@ -33,6 +33,8 @@ def _parser() -> argparse.ArgumentParser:
     val.add_argument("files", nargs="+", type=Path)
     lst = sub.add_parser("list", help="list the scenarios in a directory")
     lst.add_argument("directory", nargs="?", type=Path, default=Path("scenarios"))
+    sub.add_parser("matrix", add_help=False,
+                   help="the schema-migration matrix of SPEC §16.6 alone (see `matrix --help`)")
     from . import cli_report, gate, shrink
 
     cli_report.add_parsers(sub)  # report, replay, watch
@@ -75,6 +77,11 @@ def _on_sigterm(signum, frame):  # the runner's finally-clauses stop every role 
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["matrix"]:
+        from .matrix import main as matrix_main
+
+        return matrix_main(argv[1:])
     args = _parser().parse_args(argv)
     err = Console(stderr=True, soft_wrap=True)
     signal.signal(signal.SIGTERM, _on_sigterm)
@@ -100,6 +107,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.cmd == "list":
             from .scenario import ScenarioError, load_scenario
 
+            if not args.directory.is_dir():
+                err.print(f"[red]no scenario directory[/] {args.directory}: give a directory "
+                          "of *.yaml files (default: scenarios)", highlight=False)
+                return EXIT_BAD_SCENARIO
             for f in sorted(args.directory.glob("*.yaml")):
                 try:
                     sc = load_scenario(f)

@@ -78,6 +78,14 @@ def test_validate_and_list(tmp_path):
     assert proc.returncode == 0, proc.stderr
     listing = run_chaos("list", str(ROOT / "scenarios"), cwd=ROOT)
     assert "stale_wal.yaml" in listing.stdout and "contention.yaml" in listing.stdout
+    missing = run_chaos("list", str(tmp_path / "nope"), cwd=ROOT)
+    assert missing.returncode == 2 and "no scenario directory" in missing.stderr
+
+
+def test_matrix_subcommand_runs_one_cell(tmp_path):
+    proc = run_chaos("matrix", "--versions", "21", "--modes", "plain", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "v21/plain" in proc.stdout and "PASS" in proc.stdout
 
 
 def test_toolkit_failure_exits_3(tmp_path):
