@@ -353,14 +353,25 @@ class _Subparsers:
         return self._action.add_parser(name, parents=[self._common], **kw)
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("hermes-state")
+    except PackageNotFoundError:
+        return "(not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="hermes-state", description="Operate a hermes session store.")
     p.add_argument("--home", help="HERMES_HOME to use (default: $HERMES_HOME or ~/.hermes)")
     p.add_argument("-p", "--profile", help="named profile under <home>/profiles/<name>")
+    p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     # The recovery guide writes `doctor -p <profile>`: every subcommand takes --home/-p too
     # (SUPPRESS keeps a value given before the subcommand when it is not repeated after it).
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--home", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    common.add_argument("--home", default=argparse.SUPPRESS,
+                        help="HERMES_HOME to use (default: $HERMES_HOME or ~/.hermes)")
     common.add_argument("-p", "--profile", default=argparse.SUPPRESS,
                         help="named profile under <home>/profiles/<name>")
     sub = _Subparsers(p.add_subparsers(dest="cmd", required=True), common)
@@ -379,17 +390,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     ses = sub.add_parser("sessions", help="list, show, search, export, prune, optimize, recover")
     ss = _Subparsers(ses.add_subparsers(dest="sub", required=True), common)
-    ls = ss.add_parser("list")
+    ls = ss.add_parser("list", help="sessions, newest first, with a preview")
     ls.add_argument("--source")
     ls.add_argument("--limit", type=int, default=20)
     ls.add_argument("--offset", type=int, default=0)
     ls.add_argument("--json", action="store_true")
     ls.set_defaults(fn=cmd_list)
-    sh = ss.add_parser("show")
+    sh = ss.add_parser("show", help="one session and its messages")
     sh.add_argument("id")
     sh.add_argument("--json", action="store_true")
     sh.set_defaults(fn=cmd_show)
-    se = ss.add_parser("search")
+    se = ss.add_parser("search", help="full-text search (FTS5 syntax is sanitised)")
     se.add_argument("query")
     se.add_argument("--source")
     se.add_argument("--role")
@@ -397,7 +408,7 @@ def build_parser() -> argparse.ArgumentParser:
     se.add_argument("--offset", type=int, default=0)
     se.add_argument("--json", action="store_true")
     se.set_defaults(fn=cmd_search)
-    ex = ss.add_parser("export")
+    ex = ss.add_parser("export", help="export one session (or all) as json, jsonl or md")
     ex.add_argument("id", nargs="?")
     ex.add_argument("--source")
     ex.add_argument("--format", choices=("json", "jsonl", "md"), default="json")
@@ -412,7 +423,9 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--json", action="store_true")
     pr.set_defaults(fn=cmd_prune)
     for name, fn in (("optimize", cmd_optimize), ("optimize-storage", cmd_optimize_storage)):
-        op = ss.add_parser(name)
+        op = ss.add_parser(name, help=(
+            "FTS optimize, VACUUM, TRUNCATE checkpoint (gated)" if name == "optimize"
+            else "move the FTS index to the external-content layout (gated, resumable)"))
         op.add_argument("--dry-run", action="store_true")
         op.add_argument("--force", action="store_true", help="skip the live-writer gate")
         op.add_argument("--json", action="store_true")

@@ -223,3 +223,18 @@ def test_store_rewriting_commands_never_create_a_store(tmp_path, capsys, command
     assert cli(["--home", str(tmp_path / "typo"), "sessions", *command]) == 1
     assert "no session store at" in capsys.readouterr().err
     assert not (tmp_path / "typo").exists()
+
+
+def test_version_and_subcommand_help_name_every_command_and_home():
+    import subprocess
+    import sys
+
+    ver = subprocess.run([sys.executable, "-m", "hermes_state", "--version"],
+                         capture_output=True, text=True, timeout=60)
+    assert ver.returncode == 0 and ver.stdout.startswith("hermes-state ")
+    helptext = subprocess.run([sys.executable, "-m", "hermes_state", "sessions", "--help"],
+                              capture_output=True, text=True, timeout=60).stdout
+    assert "--home" in helptext
+    for name in ("list", "show", "search", "export", "prune", "optimize-storage", "recover"):
+        line = next(ln for ln in helptext.splitlines() if ln.strip().startswith(name + " "))
+        assert len(line.split()) > 1, f"{name} has no description in `sessions --help`"
