@@ -46,7 +46,7 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator
 
 RECORD_TYPES = ("invoke", "ok", "fail", "info", "event", "nemesis", "process", "phase", "sample",
                 "observed")
@@ -153,3 +153,44 @@ def write_merged(records: Iterable[dict], path: str | os.PathLike) -> None:
     with open(path, "w", encoding="utf-8") as fh:
         for r in records:
             fh.write(json.dumps(r, ensure_ascii=False, default=str) + "\n")
+
+
+class JsonlTail:
+    """Incremental reader of the ``*.jsonl`` history files in a directory as they grow.
+
+    Only whole lines are consumed (a line still being written is read on the next poll), so
+    records come out exactly once. Used by the runner (``after:`` counts, progress) and the
+    sampler (operations in flight).
+
+    Args:
+        directory: the run's ``history/`` directory.
+        skip: file names to ignore (e.g. ``runner.jsonl``).
+    """
+
+    def __init__(self, directory: Path, skip: tuple[str, ...] = ()) -> None:
+        self.directory = Path(directory)
+        self.skip = frozenset(skip)
+        self.offsets: dict[Path, int] = {}
+
+    def new_records(self) -> Iterator[dict]:
+        """Yield every record appended since the last call (unparseable lines are skipped)."""
+        for path in sorted(self.directory.glob("*.jsonl")):
+            if path.name in self.skip:
+                continue
+            off = self.offsets.get(path, 0)
+            try:
+                with open(path, "rb") as fh:
+                    fh.seek(off)
+                    data = fh.read()
+            except OSError:
+                continue
+            end = data.rfind(b"\n")
+            if end < 0:
+                continue
+            self.offsets[path] = off + end + 1
+            for line in data[: end + 1].splitlines():
+                try:
+                    yield json.loads(line)
+                except ValueError:
+                    continue
+

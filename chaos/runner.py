@@ -91,7 +91,7 @@ class HistoryTail:
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
-        self.offsets: dict[Path, int] = {}
+        self._tail = hist.JsonlTail(directory, skip=("runner.jsonl", "sampler.jsonl"))
         self.ok_by_role_op: dict[tuple[str, str], int] = {}
         self.roles: dict[str, str] = {}  # process -> role (filled by the runner at spawn)
         self.seen = Counts()
@@ -100,26 +100,8 @@ class HistoryTail:
         self.new_notes: list[str] = []
 
     def poll(self) -> None:
-        for path in self.directory.glob("*.jsonl"):
-            if path.name in ("runner.jsonl", "sampler.jsonl"):
-                continue
-            off = self.offsets.get(path, 0)
-            try:
-                with open(path, "rb") as fh:
-                    fh.seek(off)
-                    data = fh.read()
-            except OSError:
-                continue
-            end = data.rfind(b"\n")
-            if end < 0:
-                continue
-            self.offsets[path] = off + end + 1
-            for line in data[: end + 1].splitlines():
-                try:
-                    rec = json.loads(line)
-                except ValueError:
-                    continue
-                self._count(rec)
+        for rec in self._tail.new_records():
+            self._count(rec)
 
     def _count(self, rec: dict) -> None:
         proc = rec.get("process", "")
@@ -551,9 +533,18 @@ def make_run_dir(out: Path, scenario: Scenario) -> Path:
     Raises:
         OSError: ``out`` cannot be created or written (the caller prints it in one line).
     """
+    return fresh_dir(out, f"{scenario.name}-{utc_stamp()}-seed{scenario.seed}")
+
+
+def fresh_dir(out: Path, name: str) -> Path:
+    """Create ``<out>/<name>`` (or ``<name>-2``, ``-3``, ... if taken) atomically and return it.
+
+    Raises:
+        OSError: ``out`` cannot be created or written, or 999 names are taken.
+    """
     out = out.absolute()
     out.mkdir(parents=True, exist_ok=True)
-    base = out / f"{scenario.name}-{utc_stamp()}-seed{scenario.seed}"
+    base = out / name
     for k in range(1, 1000):
         candidate = base if k == 1 else base.with_name(f"{base.name}-{k}")
         try:

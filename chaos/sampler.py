@@ -37,16 +37,14 @@ record with ``unavailable`` set. The sampler never opens a store file: it reads 
 
 from __future__ import annotations
 
-import json
 import os
 import threading
-import time
 from pathlib import Path
 from typing import Callable, Iterable
 
 from hermes_state import holders
 
-from .history import HistoryWriter
+from .history import HistoryWriter, JsonlTail
 
 #: Seconds between samples.
 INTERVAL_S = 0.1
@@ -174,37 +172,19 @@ class _InFlight:
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
-        self.offsets: dict[Path, int] = {}
+        self._tail = JsonlTail(directory, skip=("runner.jsonl", f"{PROCESS}.jsonl"))
         self.open_ops: dict[str, dict] = {}
 
     def poll(self) -> list[dict]:
-        for path in self.directory.glob("*.jsonl"):
-            if path.name in ("runner.jsonl", f"{PROCESS}.jsonl"):
+        for rec in self._tail.new_records():
+            typ, op_id = rec.get("type"), rec.get("op_id")
+            if op_id is None:
                 continue
-            off = self.offsets.get(path, 0)
-            try:
-                with open(path, "rb") as fh:
-                    fh.seek(off)
-                    data = fh.read()
-            except OSError:
-                continue
-            end = data.rfind(b"\n")
-            if end < 0:
-                continue
-            self.offsets[path] = off + end + 1
-            for line in data[: end + 1].splitlines():
-                try:
-                    rec = json.loads(line)
-                except ValueError:
-                    continue
-                typ, op_id = rec.get("type"), rec.get("op_id")
-                if op_id is None:
-                    continue
-                if typ == "invoke":
-                    self.open_ops[op_id] = {"process": rec.get("process"), "op": rec.get("op"),
-                                            "op_id": op_id, "since": rec.get("t")}
-                elif typ in ("ok", "fail", "info"):
-                    self.open_ops.pop(op_id, None)
+            if typ == "invoke":
+                self.open_ops[op_id] = {"process": rec.get("process"), "op": rec.get("op"),
+                                        "op_id": op_id, "since": rec.get("t")}
+            elif typ in ("ok", "fail", "info"):
+                self.open_ops.pop(op_id, None)
         return sorted(self.open_ops.values(), key=lambda o: (o["since"] or 0.0, o["op_id"]))
 
 

@@ -299,17 +299,9 @@ def print_summary(console: Console, results: dict) -> None:
 
 
 def _fresh_dir(out: Path) -> Path:
-    out = out.absolute()
-    out.mkdir(parents=True, exist_ok=True)
-    base = out / f"watch-{utc_stamp()}"
-    for k in range(1, 1000):
-        candidate = base if k == 1 else base.with_name(f"{base.name}-{k}")
-        try:
-            candidate.mkdir()
-            return candidate
-        except FileExistsError:
-            continue
-    raise OSError(f"could not create a fresh run directory beside {base}")
+    from .runner import fresh_dir
+
+    return fresh_dir(out, f"watch-{utc_stamp()}")
 
 
 def watch(*, home: str | os.PathLike | None = None, profile: str | None = None,
