@@ -447,6 +447,7 @@ class Runner:
                            run_dir=self.run_dir, scenario=self.sc.to_dict())
         verdicts = run_checkers(ctx, self.sc.expect)
         verdicts += _must_observe(self.sc, records)
+        verdicts += _faults_fired(records)
         code = exit_code_of(verdicts)  # INCONCLUSIVE is not green, SKIPPED is neutral
         results = {
             "scenario": self.sc.name, "seed": self.sc.seed, "run_dir": str(self.run_dir),
@@ -498,6 +499,22 @@ def _must_observe(sc: Scenario, records: list[dict]):
                else f"observed {', '.join(sc.must_observe)}")
     evidence = [{"observed": m, "first": first[m]} for m in sc.must_observe if m in first]
     return [Verdict("must_observe", status, summary, {"missing": missing}, evidence)]
+
+
+def _faults_fired(records: list[dict]):
+    """An INCONCLUSIVE ``faults_fired`` verdict when a nemesis step failed to apply or never
+    fired (SPEC §16.3: a run whose declared fault did not happen tested less than it says),
+    whether or not the scenario lists it in ``must_observe``; nothing when every step fired."""
+    from .checkers.base import INCONCLUSIVE, Verdict, brief
+
+    bad = [r for r in records if r.get("type") == "nemesis" and r.get("phase") in ("error", "never")]
+    if not bad:
+        return []
+    what = "; ".join(f"step {r.get('step')} {r.get('fault')} "
+                     + (f"failed: {r.get('error')}" if r.get("phase") == "error" else "never fired")
+                     for r in bad[:5])
+    return [Verdict("faults_fired", INCONCLUSIVE, what, {"not_applied": len(bad)},
+                    [brief(r) for r in bad[:10]])]
 
 
 def run_scenario(scenario: Scenario, *, out_dir: str | os.PathLike = "runs",

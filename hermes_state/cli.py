@@ -179,7 +179,39 @@ def _markdown(data: dict) -> str:
     return "\n".join(lines)
 
 
+_STORE_MAGICS = (b"SQLite format 3\x00", b"\x37\x7f\x06\x82", b"\x37\x7f\x06\x83")
+
+
+def _check_export_target(output: str, db_path: Path) -> None:
+    """Refuse an ``--output`` that is one of the store's own files or any existing SQLite
+    database / WAL: an export that overwrote them would destroy the store it reads (and a live
+    writer would go on acknowledging writes into a malformed file).
+
+    Raises:
+        CliError: naming the file and the next step.
+    """
+    target = Path(output).expanduser().absolute()
+    own = {Path(f"{db_path}{suffix}").absolute() for suffix in ("", "-wal", "-shm", "-journal")}
+    try:
+        same = any(target.exists() and p.exists() and os.path.samefile(target, p) for p in own)
+    except OSError:
+        same = False
+    if target in own or same:
+        raise CliError(f"--output {output} is one of the store's own files; exporting there "
+                       "would destroy the store", "choose another path for the export")
+    try:
+        with open(target, "rb") as fh:
+            head = fh.read(16)
+    except OSError:
+        return
+    if any(head.startswith(m) for m in _STORE_MAGICS):
+        raise CliError(f"--output {output} is an existing SQLite database or WAL; refusing to "
+                       "overwrite it", "choose another path for the export")
+
+
 def cmd_export(args: argparse.Namespace) -> int:
+    if args.output:
+        _check_export_target(args.output, _db_path(args))
     with _open_ro(args) as db:
         if args.id:
             data = db.export_session(args.id)

@@ -95,3 +95,20 @@ def test_toolkit_failure_exits_3(tmp_path):
                      cwd=ROOT)
     assert proc.returncode == 3
     assert "chaos:" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_fault_that_fails_to_apply_makes_the_run_inconclusive(tmp_path):
+    # Not listed in must_observe: the failed step alone must keep the run from looking green.
+    sc = tmp_path / "badfault.yaml"
+    sc.write_text("name: badfault\ndescription: a fault on a table that does not exist\n"
+                  "duration: 2s\nroles:\n  - {name: g, kind: gateway, workload: {appends_per_s: 20}}\n"
+                  "nemesis:\n  - {at: 0.5s, fault: corrupt_page, table: nosuch}\n"
+                  "expect:\n  integrity: {}\n")
+    out = tmp_path / "runs"
+    proc = run_chaos("run", str(sc), "--out", str(out), "--json", cwd=ROOT)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    results = json.loads(proc.stdout.strip().splitlines()[-1])
+    verdicts = {v["checker"]: v for v in results["verdicts"]}
+    assert verdicts["integrity"]["status"] == "PASS"
+    assert verdicts["faults_fired"]["status"] == "INCONCLUSIVE"
+    assert "corrupt_page failed" in verdicts["faults_fired"]["summary"]

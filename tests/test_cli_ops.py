@@ -238,3 +238,33 @@ def test_version_and_subcommand_help_name_every_command_and_home():
     for name in ("list", "show", "search", "export", "prune", "optimize-storage", "recover"):
         line = next(ln for ln in helptext.splitlines() if ln.strip().startswith(name + " "))
         assert len(line.split()) > 1, f"{name} has no description in `sessions --help`"
+
+
+@pytest.mark.parametrize("target", ["state.db", "state.db-wal", "state.db-shm", "other.db"])
+def test_export_refuses_to_overwrite_the_store_or_any_sqlite_file(tmp_path, target):
+    import hashlib
+    import sqlite3 as sq
+    import subprocess
+    import sys
+
+    from hermes_state import SessionDB
+
+    db = SessionDB(tmp_path / "state.db")
+    db.create_session("a", source="cli")
+    db.append_message("a", "user", "precious")
+    sq.connect(tmp_path / "other.db").execute("CREATE TABLE t(x)").connection.commit()
+    files = sorted(p for p in tmp_path.iterdir() if p.is_file())
+    before = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
+    proc = subprocess.run([sys.executable, "-m", "hermes_state", "--home", str(tmp_path),
+                           "sessions", "export", "a", "--output", str(tmp_path / target)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0 and "--output" in proc.stderr, proc.stderr
+    after = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
+    assert after == before
+    db.append_message("a", "user", "still writable")
+    assert [m["content"] for m in db.get_messages("a")] == ["precious", "still writable"]
+    db.close()
+    ok = subprocess.run([sys.executable, "-m", "hermes_state", "--home", str(tmp_path),
+                         "sessions", "export", "a", "--output", str(tmp_path / "a.json")],
+                        capture_output=True, text=True, timeout=60)
+    assert ok.returncode == 0 and "still writable" in (tmp_path / "a.json").read_text()
