@@ -370,6 +370,11 @@ def cmd_replay_spool(args: argparse.Namespace) -> int:
     _print_json(result) if args.json else print(
         f"imported {result['imported']} message(s), {result['skipped']} already imported, "
         f"{result['failed']} failed from {result['files']} spool file(s)")
+    if result["failed"] and not args.json:
+        for line in result["errors"][:20]:
+            print(f"  not imported: {line}", file=sys.stderr)
+        print("the spool files are kept: fix or remove those lines, then run replay-spool "
+              "again (what was imported is never imported twice)", file=sys.stderr)
     return EXIT_OK if not result["failed"] else EXIT_FAIL
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import time
 import uuid
 from pathlib import Path
@@ -49,16 +50,36 @@ def divert_to_spool(home: str | os.PathLike, session_id: str, messages: list[dic
     return path
 
 
-def read_spool(path: str | os.PathLike) -> list[dict]:
-    """Every complete record of one spool file (a torn last line is skipped)."""
-    out = []
+def scan_spool(path: str | os.PathLike) -> tuple[list[tuple[int, dict]], list[tuple[int, str]]]:
+    """Parse one spool file line by line.
+
+    Returns:
+        ``(records, bad)``: ``records`` = ``[(line number, record dict)]``; ``bad`` =
+        ``[(line number, reason)]`` for lines that are not a JSON object (a torn last line, a
+        garbled or foreign line). Blank lines are ignored. Never raises for content.
+    """
+    records: list[tuple[int, dict]] = []
+    bad: list[tuple[int, str]] = []
     with open(path, encoding="utf-8", errors="replace") as fh:
-        for line in fh:
-            try:
-                out.append(json.loads(line))
-            except ValueError:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
                 continue
-    return out
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                bad.append((lineno, "not JSON (torn or garbled line)"))
+                continue
+            if isinstance(rec, dict):
+                records.append((lineno, rec))
+            else:
+                bad.append((lineno, f"a JSON {type(rec).__name__}, not an object"))
+    return records, bad
+
+
+def read_spool(path: str | os.PathLike) -> list[dict]:
+    """Every record (JSON object) of one spool file; other lines are skipped (see
+    :func:`scan_spool` for them)."""
+    return [rec for _lineno, rec in scan_spool(path)[0]]
 
 
 IMPORTED_PREFIX = "spool_imported:"
@@ -76,24 +97,42 @@ def replay_spool(db, *, dry_run: bool = False) -> dict:
         db: an open writable :class:`~hermes_state.db.SessionDB`.
         dry_run: count only.
     Returns:
-        ``{"files", "records", "imported", "skipped", "failed", "errors": [..]}``.
+        ``{"files", "records", "imported", "skipped", "failed", "torn", "errors": ["file:line:
+        why"], "warnings": [..]}``; ``torn`` counts lines that are not JSON (an append cut short
+        by a crash: never acknowledged, so not a failure).
     """
     from .messages import build_append
 
     spool_dir = Path(db.home) / "sessions"
-    result = {"files": 0, "records": 0, "imported": 0, "skipped": 0, "failed": 0, "errors": []}
+    result = {"files": 0, "records": 0, "imported": 0, "skipped": 0, "failed": 0, "torn": 0,
+              "errors": [], "warnings": []}
     if not spool_dir.is_dir():
         return result
     for path in sorted(spool_dir.glob("*.jsonl")):
         result["files"] += 1
-        for rec in read_spool(path):
+        records, bad = scan_spool(path)
+        for lineno, reason in bad:
+            # A line that is not JSON is a spool append cut short by a crash: that message was
+            # never acknowledged as spooled, so it is reported, not counted as a failure.
+            # JSON that is not an object is foreign content: a failure to look at.
+            if reason.startswith("not JSON"):
+                result["torn"] += 1
+                result["warnings"].append(f"{path.name}:{lineno}: {reason}")
+            else:
+                result["records"] += 1
+                result["failed"] += 1
+                result["errors"].append(f"{path.name}:{lineno}: {reason}")
+        for lineno, rec in records:
             result["records"] += 1
             spool_id = rec.get("spool_id")
             msg = rec.get("message")
             sid = rec.get("session_id")
-            if not spool_id or not isinstance(msg, dict) or not sid:
+            if not (isinstance(spool_id, str) and spool_id and isinstance(msg, dict)
+                    and isinstance(sid, str) and sid and isinstance(msg.get("role", "user"), str)):
                 result["failed"] += 1
-                result["errors"].append(f"{path.name}: malformed record")
+                result["errors"].append(f"{path.name}:{lineno}: malformed record (needs string "
+                                        "spool_id and session_id, a message object with a "
+                                        "string role)")
                 continue
             key = IMPORTED_PREFIX + spool_id
             if db.get_meta(key) is not None:
@@ -106,9 +145,9 @@ def replay_spool(db, *, dry_run: bool = False) -> dict:
             role = fields.pop("role", "user")
             try:
                 insert = build_append(sid, role, **fields)
-            except TypeError as exc:
+            except (TypeError, ValueError) as exc:
                 result["failed"] += 1
-                result["errors"].append(f"{path.name} {spool_id}: {exc}")
+                result["errors"].append(f"{path.name}:{lineno} {spool_id}: {exc}")
                 continue
 
             def fn(c, insert=insert, key=key, sid=sid):
@@ -120,7 +159,14 @@ def replay_spool(db, *, dry_run: bool = False) -> dict:
                 c.execute("INSERT INTO state_meta(key, value) VALUES (?, ?)", (key, str(mid)))
                 return mid
 
-            if db._write(fn, op="replay_spool") is None:
+            try:
+                mid = db._write(fn, op="replay_spool")
+            except (sqlite3.IntegrityError, sqlite3.InterfaceError, sqlite3.DataError,
+                    ValueError, TypeError) as exc:  # this record's values, not the store
+                result["failed"] += 1
+                result["errors"].append(f"{path.name}:{lineno} {spool_id}: {exc}")
+                continue
+            if mid is None:
                 result["skipped"] += 1
             else:
                 result["imported"] += 1

@@ -107,3 +107,41 @@ def test_replay_spool_never_creates_a_store(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "no session store at" in err and "next: check --home" in err
     assert not (tmp_path / "typo").exists()
+
+
+def test_replay_spool_skips_bad_records_by_line_and_imports_the_rest(tmp_path):
+    import subprocess
+    import sys
+
+    from hermes_state import SessionDB
+
+    db = SessionDB(tmp_path / "state.db")
+    db.create_session("a", source="cli")
+    db.close()
+    spool = tmp_path / "sessions"
+    spool.mkdir()
+    (spool / "a.jsonl").write_text(
+        '{"spool_id":"s1","session_id":"a","message":{"role":"user","content":"x",'
+        '"timestamp":"yesterday"}}\n'
+        '[1, 2]\n'
+        '"str"\n'
+        '{"spool_id": 5, "session_id": "a", "message": {"role": "user", "content": "y"}}\n'
+        '{"spool_id":"s9","session_id":["a"],"message":{"role":"user","content":"z"}}\n'
+        '{"bad\n')
+    (spool / "b.jsonl").write_text(
+        '{"spool_id":"s2","session_id":"b","message":{"role":"user","content":"precious spooled"}}\n')
+    doctor = subprocess.run([sys.executable, "-m", "hermes_state", "--home", str(tmp_path),
+                             "doctor"], capture_output=True, text=True, timeout=60)
+    assert "Traceback" not in doctor.stderr, doctor.stderr
+    proc = subprocess.run([sys.executable, "-m", "hermes_state", "--home", str(tmp_path),
+                           "sessions", "replay-spool"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "imported 1 message(s)" in proc.stdout and "5 failed" in proc.stdout
+    for where in ("a.jsonl:1", "a.jsonl:2", "a.jsonl:3", "a.jsonl:4", "a.jsonl:5"):
+        assert where in proc.stderr, (where, proc.stderr)
+    with SessionDB(tmp_path / "state.db") as db:
+        assert [m["content"] for m in db.get_messages("b")] == ["precious spooled"]
+        assert db.get_messages("a") == []
+    again = subprocess.run([sys.executable, "-m", "hermes_state", "--home", str(tmp_path),
+                            "sessions", "replay-spool"], capture_output=True, text=True, timeout=60)
+    assert "imported 0 message(s), 1 already imported" in again.stdout
