@@ -390,6 +390,14 @@ class _Subparsers:
         return self._action.add_parser(name, parents=[self._common], **kw)
 
 
+class _VersionAction(argparse.Action):
+    """``--version``, resolved only when asked (importlib.metadata is not imported otherwise)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"{parser.prog} {_version()}")
+        parser.exit()
+
+
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -403,7 +411,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="hermes-state", description="Operate a hermes session store.")
     p.add_argument("--home", help="HERMES_HOME to use (default: $HERMES_HOME or ~/.hermes)")
     p.add_argument("-p", "--profile", help="named profile under <home>/profiles/<name>")
-    p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    p.add_argument("--version", action=_VersionAction, nargs=0, help="print the version and exit")
     # The recovery guide writes `doctor -p <profile>`: every subcommand takes --home/-p too
     # (SUPPRESS keeps a value given before the subcommand when it is not repeated after it).
     common = argparse.ArgumentParser(add_help=False)
