@@ -101,7 +101,8 @@ class HistoryWriter:
 
 
 def read_file(path: str | os.PathLike) -> list[dict]:
-    """Records of one JSONL file; a torn last line (killed mid-write) is skipped."""
+    """Records (JSON objects) of one JSONL file; a torn last line (killed mid-write) and any
+    line that is not a JSON object are skipped."""
     out = []
     with open(path, encoding="utf-8", errors="replace") as fh:
         for line in fh:
@@ -109,9 +110,11 @@ def read_file(path: str | os.PathLike) -> list[dict]:
             if not line:
                 continue
             try:
-                out.append(json.loads(line))
+                rec = json.loads(line)
             except ValueError:
                 continue
+            if isinstance(rec, dict):
+                out.append(rec)
     return out
 
 
@@ -190,7 +193,9 @@ class JsonlTail:
             self.offsets[path] = off + end + 1
             for line in data[: end + 1].splitlines():
                 try:
-                    yield json.loads(line)
+                    rec = json.loads(line)
                 except ValueError:
                     continue
+                if isinstance(rec, dict):
+                    yield rec
 

@@ -61,7 +61,7 @@ def recheck(run_dir: str | os.PathLike) -> dict:
     """
     from .checkers import CheckContext, run_checkers
     from .html_report import load_run
-    from .runner import _must_observe
+    from .runner import _must_observe, interrupted_verdicts
 
     run_dir = Path(run_dir).absolute()
     scenario = load_resolved(run_dir)
@@ -80,7 +80,8 @@ def recheck(run_dir: str | os.PathLike) -> dict:
                           "nothing to recheck")
     ctx = CheckContext(history=records, store_path=store, home=run_dir / "home",
                        run_dir=run_dir, scenario=scenario.to_dict())
-    verdicts = run_checkers(ctx, scenario.expect) + _must_observe(scenario, records)
+    verdicts = (run_checkers(ctx, scenario.expect) + _must_observe(scenario, records)
+                + interrupted_verdicts(run_dir))
     results = dict(old)
     results.update({
         "scenario": scenario.name, "seed": scenario.seed, "run_dir": str(run_dir),

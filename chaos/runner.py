@@ -538,11 +538,45 @@ def run_scenario(scenario: Scenario, *, out_dir: str | os.PathLike = "runs",
     runner = Runner(scenario, run_dir, console)
     try:
         result = runner.run()
+    except KeyboardInterrupt:  # SIGINT, or SIGTERM via chaos.__main__: mark the run dir
+        mark_interrupted(run_dir, runner.elapsed() if runner.t0 else 0.0)
+        raise
     finally:
         runner.abandon()  # an interrupted run leaves no role process behind (not even a stopped one)
         runner.release_store()
     print_verdicts(console, result.verdicts, f"{scenario.name} (seed {scenario.seed})")
     return result
+
+
+INTERRUPTED_FILE = "INTERRUPTED.json"
+
+
+def mark_interrupted(run_dir: Path, elapsed_s: float) -> None:
+    """Write ``INTERRUPTED.json`` (``{"at": UTC ISO time, "elapsed_s"}``) in ``run_dir``: the
+    run stopped before its end, so any verdict judged later sees a partial history."""
+    import datetime as _dt
+
+    (Path(run_dir) / INTERRUPTED_FILE).write_text(json.dumps({
+        "at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "elapsed_s": round(elapsed_s, 3)}) + "\n")
+
+
+def interrupted_verdicts(run_dir: Path):
+    """``[INCONCLUSIVE "interrupted" verdict]`` when ``run_dir`` carries the interruption mark,
+    else ``[]`` (a recheck of a partial run must not look green)."""
+    from .checkers.base import INCONCLUSIVE, Verdict
+
+    path = Path(run_dir) / INTERRUPTED_FILE
+    if not path.exists():
+        return []
+    try:
+        mark = json.loads(path.read_text())
+    except (OSError, ValueError):
+        mark = {}
+    return [Verdict("interrupted", INCONCLUSIVE,
+                    f"the run was interrupted at {mark.get('at', '?')} after "
+                    f"{mark.get('elapsed_s', '?')} s: every verdict judges a partial history",
+                    dict(mark))]
 
 
 def make_run_dir(out: Path, scenario: Scenario) -> Path:

@@ -213,10 +213,23 @@ def test_an_interrupted_run_can_be_reported_and_rechecked(tmp_path):
         assert runner.wait(timeout=60) == 3  # interrupted: the toolkit did not finish
     (run_dir,) = list(out.iterdir())
     assert not (run_dir / "results.json").exists() and not (run_dir / "final").exists()
+    assert (run_dir / "INTERRUPTED.json").exists()
     proc = run_chaos("report", str(run_dir), "--recheck", "--json")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # the checkers judge what was recorded, but a partial run never reads as green
+    assert proc.returncode == 1, proc.stdout + proc.stderr
     results = json.loads(proc.stdout.strip().splitlines()[-1])
     assert results["rechecked_store"].startswith("home")
     assert {v["checker"]: v["status"] for v in results["verdicts"]} == \
-        {"no_lost_writes": "PASS", "integrity": "PASS"}
+        {"no_lost_writes": "PASS", "integrity": "PASS", "interrupted": "INCONCLUSIVE"}
     assert (run_dir / "report.html").exists()
+
+
+def test_a_history_line_that_is_not_an_object_is_skipped(tmp_path):
+    from chaos import history as hist
+
+    path = tmp_path / "h.jsonl"
+    path.write_text('{"t": 1, "type": "ok"}\n[1, 2]\n"str"\n{"torn": \n{"t": 2, "type": "ok"}\n')
+    assert [r["t"] for r in hist.read_file(path)] == [1, 2]
+    tail = hist.JsonlTail(tmp_path)
+    assert [r["t"] for r in tail.new_records()] == [1, 2]
+    assert list(tail.new_records()) == []
