@@ -430,6 +430,9 @@ def _positive(text: str) -> int:
 
 def cmd_gate(args, load_all, err: Console) -> int:
     """``python -m chaos gate``: validate every scenario file (exit 2 if any is invalid), run."""
+    if not args.with_scenarios and not args.matrix:
+        err.print("[red]chaos gate: --no-scenarios with --no-matrix leaves nothing to run[/]")
+        return 2
     files = sorted(args.scenarios.glob("*.yaml")) if args.with_scenarios else []
     if args.with_scenarios and not files:
         err.print(f"[red]chaos gate: no scenario files in {args.scenarios}[/]", highlight=False)

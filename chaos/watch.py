@@ -331,6 +331,8 @@ def watch(*, home: str | os.PathLike | None = None, profile: str | None = None,
         raise WatchError("watch needs /proc (Linux): holders, locks and retired WAL "
                          "generations are read there")
     interval = interval_s or INTERVAL_S
+    if duration_s is not None:
+        interval = min(interval, max(duration_s, 0.01))  # a 2 s watch samples within its 2 s
     run_dir = _fresh_dir(Path(out_dir))
     params = {"db": str(db_path), "interval_s": interval, "duration_s": duration_s}
     (run_dir / "watch.json").write_text(json.dumps(params, indent=2) + "\n")

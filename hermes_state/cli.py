@@ -398,6 +398,30 @@ class _VersionAction(argparse.Action):
         parser.exit()
 
 
+def _count(text: str) -> int:
+    """argparse type: an integer >= 0 (a limit or an offset)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return value
+
+
+def _days(text: str) -> float:
+    """argparse type: a finite number of days >= 0 (``--older-than``)."""
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of days, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number of days >= 0, got {text!r}")
+    return value
+
+
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -437,8 +461,8 @@ def build_parser() -> argparse.ArgumentParser:
     ss = _Subparsers(ses.add_subparsers(dest="sub", required=True), common)
     ls = ss.add_parser("list", help="sessions, newest first, with a preview")
     ls.add_argument("--source")
-    ls.add_argument("--limit", type=int, default=20)
-    ls.add_argument("--offset", type=int, default=0)
+    ls.add_argument("--limit", type=_count, default=20)
+    ls.add_argument("--offset", type=_count, default=0)
     ls.add_argument("--json", action="store_true")
     ls.set_defaults(fn=cmd_list)
     sh = ss.add_parser("show", help="one session and its messages")
@@ -449,8 +473,8 @@ def build_parser() -> argparse.ArgumentParser:
     se.add_argument("query")
     se.add_argument("--source")
     se.add_argument("--role")
-    se.add_argument("--limit", type=int, default=20)
-    se.add_argument("--offset", type=int, default=0)
+    se.add_argument("--limit", type=_count, default=20)
+    se.add_argument("--offset", type=_count, default=0)
     se.add_argument("--json", action="store_true")
     se.set_defaults(fn=cmd_search)
     ex = ss.add_parser("export", help="export one session (or all) as json, jsonl or md")
@@ -460,7 +484,7 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--output", "-o")
     ex.set_defaults(fn=cmd_export)
     pr = ss.add_parser("prune", help="delete ended sessions older than --older-than days")
-    pr.add_argument("--older-than", type=float, default=90.0, metavar="DAYS")
+    pr.add_argument("--older-than", type=_days, default=90.0, metavar="DAYS")
     pr.add_argument("--source")
     pr.add_argument("--dry-run", action="store_true")
     pr.add_argument("--yes", action="store_true")

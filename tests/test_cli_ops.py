@@ -268,3 +268,27 @@ def test_export_refuses_to_overwrite_the_store_or_any_sqlite_file(tmp_path, targ
                          "sessions", "export", "a", "--output", str(tmp_path / "a.json")],
                         capture_output=True, text=True, timeout=60)
     assert ok.returncode == 0 and "still writable" in (tmp_path / "a.json").read_text()
+
+
+@pytest.mark.parametrize("argv", [
+    ["sessions", "prune", "--older-than", "-1", "--yes"],
+    ["sessions", "prune", "--older-than", "nan", "--yes"],
+    ["sessions", "prune", "--older-than", "inf", "--yes"],
+    ["sessions", "search", "hello", "--limit", "-1"],
+    ["sessions", "list", "--offset", "-5"],
+])
+def test_nonsense_numbers_are_usage_errors_and_touch_nothing(tmp_path, argv):
+    import subprocess
+    import sys
+
+    from hermes_state import SessionDB
+
+    with SessionDB(tmp_path / "state.db") as db:
+        db.create_session("old", source="cli")
+        db.append_message("old", "user", "hello")
+        db.end_session("old", "done")
+    proc = subprocess.run([sys.executable, "-m", "hermes_state", "--home", str(tmp_path), *argv],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "expected" in proc.stderr, proc.stderr
+    with SessionDB(tmp_path / "state.db") as db:
+        assert db.get_session("old") is not None
