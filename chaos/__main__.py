@@ -77,6 +77,9 @@ def _on_sigterm(signum, frame):  # the runner's finally-clauses stop every role 
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``python -m chaos``: returns 0 all passed, 1 a checker failed or was inconclusive,
+    2 invalid input, 3 the toolkit failed or was interrupted (SPEC §16.5).
+    """
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["matrix"]:
         from .matrix import main as matrix_main

@@ -88,6 +88,7 @@ class LegacyWriter:
 
 
 def main(argv: list[str]) -> int:
+    """Entry point of the old-schema writer process (see the module docstring); returns its exit code."""
     path, version = argv[0], int(argv[1])
     writer = LegacyWriter(path, version)
     writer.write("before")

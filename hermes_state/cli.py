@@ -79,6 +79,7 @@ def _open_rw(args: argparse.Namespace):
 # --------------------------------------------------------------------------- doctor / backup
 
 def cmd_doctor(args: argparse.Namespace) -> int:
+    """``doctor [--fix] [--json]`` (SPEC §9); returns 1 when something needs action."""
     from .doctor import run_doctor
 
     report = run_doctor(_db_path(args), fix=args.fix)
@@ -90,6 +91,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def cmd_backup(args: argparse.Namespace) -> int:
+    """``backup [create|list|restore ID]`` (SPEC §13); restore refuses under holders."""
     from . import snapshots
 
     path = _db_path(args)
@@ -129,6 +131,7 @@ def cmd_backup(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- sessions
 
 def cmd_list(args: argparse.Namespace) -> int:
+    """``sessions list``: newest first with preview; returns the exit code."""
     with _open_ro(args) as db:
         rows = db.list_sessions(source=args.source, limit=args.limit, offset=args.offset)
     if args.json:
@@ -144,6 +147,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
+    """``sessions show ID``: one session and its messages; 1 when it does not exist."""
     with _open_ro(args) as db:
         data = db.export_session(args.id)
     if data is None:
@@ -156,6 +160,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_search(args: argparse.Namespace) -> int:
+    """``sessions search QUERY`` (SPEC §6): never raises for any query text."""
     with _open_ro(args) as db:
         hits = db.search_messages(args.query, source_filter=[args.source] if args.source else None,
                                   role_filter=[args.role] if args.role else None,
@@ -210,6 +215,7 @@ def _check_export_target(output: str, db_path: Path) -> None:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    """``sessions export [ID]``: json/jsonl/md; refuses an --output that is a store file."""
     if args.output:
         _check_export_target(args.output, _db_path(args))
     with _open_ro(args) as db:
@@ -237,6 +243,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_prune(args: argparse.Namespace) -> int:
+    """``sessions prune`` behind the live-writer gate, or handed to the owning gateway (§11)."""
     from . import maintenance
 
     path = _db_path(args)
@@ -281,6 +288,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
 
 
 def cmd_optimize(args: argparse.Namespace) -> int:
+    """``sessions optimize`` behind the live-writer gate (SPEC §8, §11)."""
     from . import maintenance
 
     path = _require_store(args, "nothing to optimize")
@@ -300,6 +308,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
 
 
 def cmd_optimize_storage(args: argparse.Namespace) -> int:
+    """``sessions optimize-storage`` (v23 FTS layout, resumable) behind the gate."""
     from . import maintenance
 
     path = _require_store(args, "nothing to optimize")
@@ -331,6 +340,7 @@ def cmd_optimize_storage(args: argparse.Namespace) -> int:
 
 
 def cmd_recover(args: argparse.Namespace) -> int:
+    """``sessions recover`` (SPEC §14): --inspect-only changes no byte; 0 when recoverable."""
     from .recover import recover
 
     if not args.inspect_only and not args.output:
@@ -362,6 +372,7 @@ def _recover_summary(report: dict) -> str:
 
 
 def cmd_replay_spool(args: argparse.Namespace) -> int:
+    """``sessions replay-spool`` (SPEC §10.1): exactly once; 1 when a record failed."""
     from .spool import replay_spool
 
     _require_store(args, "replay-spool imports into an existing store")
@@ -432,6 +443,7 @@ def _version() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``hermes-state`` argument parser (SPEC §15): --home/-p before or after the subcommand."""
     p = argparse.ArgumentParser(prog="hermes-state", description="Operate a hermes session store.")
     p.add_argument("--home", help="HERMES_HOME to use (default: $HERMES_HOME or ~/.hermes)")
     p.add_argument("-p", "--profile", help="named profile under <home>/profiles/<name>")

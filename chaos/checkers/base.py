@@ -235,4 +235,5 @@ def brief(rec: dict, keys: Iterable[str] | None = None) -> dict:
 
 
 def fmt_t(t: float | None) -> str:
+    """A monotonic time ``t`` as text with 3 decimals (seconds)."""
     return "?" if t is None else f"{t:.3f}"

@@ -59,6 +59,7 @@ def payload_ids_in_db(db_path: str | Path) -> Counter:
 
 
 def sha256_file(path: Path) -> str:
+    """Hex SHA-256 of a file's bytes (read in chunks)."""
     digest = hashlib.sha256()
     with open(path, "rb") as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):

@@ -12,6 +12,7 @@ class NemesisError(Exception):
 
 
 class Instance(Protocol):
+    """What a fault needs of a live role instance: its names and pid, and whether it is alive."""
     process: str
     role: str
     index: int
