@@ -46,6 +46,7 @@ from rich.console import Console
 from rich.table import Table
 
 from hermes_state import holders
+from hermes_state.generation import wal_header
 from hermes_state.paths import default_db_path, utc_stamp
 
 from . import history as hist
@@ -56,7 +57,6 @@ from .sampler import Sampler
 INTERVAL_S = 0.1
 #: A write lock kept this long by one process is reported (SQLite's busy timeout in the store).
 LONG_HOLD_S = 1.0
-WAL_MAGIC = (0x377F0682, 0x377F0683)
 PROCESS = "watch"
 
 
@@ -77,13 +77,7 @@ def read_wal_header(db_path: str | os.PathLike) -> dict | None:
             raw = fh.read(32)
     except OSError:
         return None
-    if len(raw) < 32:
-        return None
-    magic, fmt, page_size, seq, salt1, salt2 = struct.unpack(">6I", raw[:24])
-    if magic not in WAL_MAGIC:
-        return None
-    return {"magic": magic, "format": fmt, "page_size": page_size, "checkpoint_seq": seq,
-            "salt1": salt1, "salt2": salt2}
+    return wal_header(raw)
 
 
 def read_shm_header(db_path: str | os.PathLike) -> dict | None:

@@ -171,16 +171,37 @@ def _copy_from_identity(ident: Identity | None, fallback_path: str, dest: Path,
             "mode": mode}
 
 
+WAL_MAGIC = (0x377F0682, 0x377F0683)
+
+
+def wal_header(data: bytes) -> dict | None:
+    """The fields of a WAL file's 32-byte header (SQLite file format §4.1).
+
+    Args:
+        data: the first bytes of a ``-wal`` file (at least 32).
+    Returns:
+        ``{"magic", "format", "page_size", "checkpoint_seq", "salt1", "salt2"}`` (ints, read
+        big-endian), or None when ``data`` is shorter than the header or is not a WAL.
+    """
+    if len(data) < WAL_HEADER_SIZE:
+        return None
+    magic, fmt, page_size, seq, salt1, salt2 = struct.unpack(">6I", data[:24])
+    if magic not in WAL_MAGIC:
+        return None
+    return {"magic": magic, "format": fmt, "page_size": page_size, "checkpoint_seq": seq,
+            "salt1": salt1, "salt2": salt2}
+
+
 def parse_wal_header(path: Path) -> dict:
     """Frames, salts and page size of a WAL file copy (SQLite file format §4.1)."""
     data = path.read_bytes()
-    if len(data) < WAL_HEADER_SIZE:
+    head = wal_header(data)
+    if head is None or head["page_size"] == 0:
         return {"frames": 0, "salt1": None, "salt2": None, "page_size": None}
-    magic, _ver, page_size, _seq, salt1, salt2 = struct.unpack(">IIIIII", data[:24])
-    if magic not in (0x377F0682, 0x377F0683) or page_size == 0:
-        return {"frames": 0, "salt1": None, "salt2": None, "page_size": None}
+    page_size = head["page_size"]
     frames = (len(data) - WAL_HEADER_SIZE) // (page_size + WAL_FRAME_HEADER_SIZE)
-    return {"frames": frames, "salt1": salt1, "salt2": salt2, "page_size": page_size}
+    return {"frames": frames, "salt1": head["salt1"], "salt2": head["salt2"],
+            "page_size": page_size}
 
 
 def _header_fields(path: Path) -> dict:

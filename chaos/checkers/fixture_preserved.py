@@ -28,15 +28,8 @@ MANIFEST_NAME = "fixture-manifest.json"
 
 
 def check(ctx: CheckContext, params: dict) -> Verdict:
-    """Judge one run (SPEC §16.3; the rules and ``params`` keys are in the module docstring).
-
-    Args:
-        ctx: the run's merged history, final store copy and scenario.
-        params: the scenario's ``expect`` entry for this checker (defaults filled).
-    Returns:
-        A :class:`~chaos.checkers.base.Verdict` with figures and evidence; never raises for
-        a violation (a crash is turned into FAIL by :func:`chaos.checkers.run_checkers`).
-    """
+    """``check(ctx, params) -> Verdict`` as :mod:`chaos.checkers` defines it; the rules and the
+    ``params`` keys are in this module's docstring."""
     from hermes_state.schema_history import build_fixture, check_migrated
 
     path = Path(ctx.run_dir) / MANIFEST_NAME

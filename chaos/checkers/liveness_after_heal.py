@@ -48,15 +48,8 @@ NOT_WRITER_KINDS = frozenset({"lock_holder", "long_reader", "maintenance"})
 
 
 def check(ctx: CheckContext, params: dict) -> Verdict:
-    """Judge one run (SPEC §16.3; the rules and ``params`` keys are in the module docstring).
-
-    Args:
-        ctx: the run's merged history, final store copy and scenario.
-        params: the scenario's ``expect`` entry for this checker (defaults filled).
-    Returns:
-        A :class:`~chaos.checkers.base.Verdict` with figures and evidence; never raises for
-        a violation (a crash is turned into FAIL by :func:`chaos.checkers.run_checkers`).
-    """
+    """``check(ctx, params) -> Verdict`` as :mod:`chaos.checkers` defines it; the rules and the
+    ``params`` keys are in this module's docstring."""
     deadline = seconds(params.get("deadline", DEFAULT_DEADLINE_S), "liveness_after_heal.deadline")
     only = set(params.get("roles") or ())
     hist = ctx.history

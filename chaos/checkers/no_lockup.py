@@ -74,15 +74,8 @@ def _overlap(a: float, b: float, spans: list[tuple[float, float]]) -> float:
 
 
 def check(ctx: CheckContext, params: dict) -> Verdict:
-    """Judge one run (SPEC §16.3; the rules and ``params`` keys are in the module docstring).
-
-    Args:
-        ctx: the run's merged history, final store copy and scenario.
-        params: the scenario's ``expect`` entry for this checker (defaults filled).
-    Returns:
-        A :class:`~chaos.checkers.base.Verdict` with figures and evidence; never raises for
-        a violation (a crash is turned into FAIL by :func:`chaos.checkers.run_checkers`).
-    """
+    """``check(ctx, params) -> Verdict`` as :mod:`chaos.checkers` defines it; the rules and the
+    ``params`` keys are in this module's docstring."""
     bound = seconds(params.get("bound", DEFAULT_BOUND_S), "no_lockup.bound")
     ignore = ADVERSARY_OPS | set(params.get("ignore_ops") or ())
     hist = ctx.history

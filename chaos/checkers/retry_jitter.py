@@ -121,15 +121,8 @@ def _justified(r: dict, waited: float | None, holds: list, budget_s: float) -> b
 
 
 def check(ctx: CheckContext, params: dict) -> Verdict:
-    """Judge one run (SPEC §16.3; the rules and ``params`` keys are in the module docstring).
-
-    Args:
-        ctx: the run's merged history, final store copy and scenario.
-        params: the scenario's ``expect`` entry for this checker (defaults filled).
-    Returns:
-        A :class:`~chaos.checkers.base.Verdict` with figures and evidence; never raises for
-        a violation (a crash is turned into FAIL by :func:`chaos.checkers.run_checkers`).
-    """
+    """``check(ctx, params) -> Verdict`` as :mod:`chaos.checkers` defines it; the rules and the
+    ``params`` keys are in this module's docstring."""
     min_retries = int(params.get("min_retries", 0))
     max_attempts = int(params.get("max_attempts", 15))
     lo = float(params.get("lo", 0.020))

@@ -35,11 +35,11 @@ import struct
 import time
 from pathlib import Path
 
+from hermes_state.generation import wal_header
 from hermes_state.paths import utc_stamp
 
 from .base import NemesisEnv, NemesisError, targets
 
-WAL_MAGIC = (0x377F0682, 0x377F0683)
 REPLACE_SOURCES = ("other", "empty", "backup", "file")
 FOREIGN_SIGNAL = signal.SIGUSR2
 
@@ -228,11 +228,10 @@ def wal_pages(wal_path: Path) -> set[int]:
         data = wal_path.read_bytes()
     except FileNotFoundError:
         return set()
-    if len(data) < 32:
+    head = wal_header(data)
+    if head is None or head["page_size"] < 512:
         return set()
-    magic, _v, page_size, _seq, salt1, salt2 = struct.unpack(">IIIIII", data[:24])
-    if magic not in WAL_MAGIC or page_size < 512:
-        return set()
+    page_size, salt1, salt2 = head["page_size"], head["salt1"], head["salt2"]
     out = set()
     off = 32
     while off + 24 + page_size <= len(data):

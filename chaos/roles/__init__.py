@@ -1,4 +1,10 @@
-"""Role kinds (SPEC §16.1): each a function ``run(ctx: RoleContext)`` in its own module."""
+"""Role kinds (SPEC §16.1): each a function ``run(ctx: RoleContext) -> None`` in its own module.
+
+``run`` executes the role's workload in its own spawned process until the deadline in
+``ctx.cfg`` or SIGTERM; every operation is recorded through ``ctx`` as ``invoke`` then ``ok`` |
+``fail`` | ``info`` with its payload id. It returns nothing: the process exit code tells the
+runner how it ended. Workload keys are documented in each role's module docstring.
+"""
 
 from __future__ import annotations
 

@@ -57,14 +57,8 @@ def replay(ctx: RoleContext, db: SessionDB) -> None:
 
 
 def run(ctx: RoleContext) -> None:
-    """Run this role's workload until its deadline or SIGTERM (SPEC §16.1).
-
-    Args:
-        ctx: the role's config, seeded RNG and history writer; every operation is recorded
-            as invoke then ok | fail | info with its payload id.
-    Returns:
-        None; the process exit code tells the runner how it ended.
-    """
+    """``run(ctx)`` as :mod:`chaos.roles` defines it; the workload keys are in this module's
+    docstring."""
     w = ctx.cfg.workload
     n_sessions = int(w.get("sessions", 3))
     split_every = int(w.get("split_every", 0))
