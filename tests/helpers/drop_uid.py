@@ -6,10 +6,24 @@ process not dumpable: its /proc/<pid>/fd is unreadable to other processes of UID
 ``hermes-state ARGS...``, exiting with its code.
 """
 
+import importlib
+import importlib.metadata  # noqa: F401 - used by --version after the drop
+import math  # noqa: F401 - used by argument types after the drop
 import os
+import pkgutil
 import sys
 
+import hermes_state
 from hermes_state.cli import main as cli
+
+
+def preload() -> None:
+    """Import every hermes_state module (and what they import) while still root: after the
+    drop, UID may not be able to read the checkout, the venv or Python's own library (a
+    ``mktemp -d`` clone is mode 0700, so is root's pyenv), and the CLI imports lazily."""
+    for mod in pkgutil.iter_modules(hermes_state.__path__):
+        if mod.name != "__main__":
+            importlib.import_module(f"hermes_state.{mod.name}")
 
 
 def main() -> int:
@@ -22,6 +36,7 @@ def main() -> int:
         sys.stdin.read()
         fh.close()
         return 0
+    preload()
     os.setgid(int(uid))
     os.setuid(int(uid))
     return cli(rest)
