@@ -2,7 +2,7 @@
 
 Exit codes: 0 every checker passed, 1 a checker failed (or was INCONCLUSIVE), 2 invalid
 scenario (nothing ran), 3 the toolkit itself failed. A SKIPPED checker (a stated requirement is
-unmet) is neutral (:func:`chaos.report.exit_code_of`).
+unmet) is neutral (:func:`chaos.checkers.base.exit_code_of`).
 """
 
 from __future__ import annotations
@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         scenarios, bad = _load_all(args.files, err)
         if bad:
             return EXIT_BAD_SCENARIO
-        from .runner import run_scenario
+        from .sweep import run as run_scenario
 
         console = Console(stderr=True, soft_wrap=True) if args.json else Console(soft_wrap=True)
         worst = EXIT_OK

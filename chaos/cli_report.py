@@ -62,12 +62,14 @@ def dispatch(args: argparse.Namespace, err: Console) -> int:
 
 
 def _report(args, err: Console) -> int:
-    from .html_report import write_report
+    from . import store
+    from .checkers.base import exit_code_of
     from .replay import RunDirError, recheck
-    from .report import exit_code_of, print_verdicts
+    from .report import print_verdicts
+    from .report.html import write_report
 
     run_dir = args.run_dir
-    if not ((run_dir / "history.jsonl").is_file() or (run_dir / "history").is_dir()):
+    if not store.RunDir(run_dir).is_run():
         err.print(f"[red]{run_dir}: not a chaos run directory (no history.jsonl, no history/)[/]",
                   highlight=False)
         return EXIT_BAD_INPUT
@@ -78,12 +80,10 @@ def _report(args, err: Console) -> int:
             console.print(f"rechecked {run_dir} (previous verdicts in results.previous.json)",
                           highlight=False)
         else:
-            try:
-                results = json.loads((run_dir / "results.json").read_text())
-            except (OSError, ValueError) as exc:
-                results = {}
-                err.print(f"[yellow]{run_dir}/results.json unreadable ({exc}); the page has no "
-                          "verdicts (use --recheck to judge the saved history)[/]",
+            results = store.read_json(store.RunDir(run_dir).results)
+            if not results:
+                err.print(f"[yellow]{run_dir}/results.json missing or unreadable; the page has "
+                          "no verdicts (use --recheck to judge the saved history)[/]",
                           highlight=False)
         page = write_report(run_dir)
     except (RunDirError, FileNotFoundError) as exc:

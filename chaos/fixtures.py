@@ -41,6 +41,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import store
+
 #: Fixture names (``schema_v1`` .. ``schema_v22`` are matched by :data:`SCHEMA_FIXTURE_RE`).
 FIXTURES = ("empty", "generated", "zeroed", "empty_file", "not_sqlite")
 SCHEMA_FIXTURE_RE = re.compile(r"^schema_v([1-9]|1[0-9]|2[0-2])$")
@@ -50,8 +52,7 @@ _UNITS = {"K": 1024, "M": 1024 ** 2, "G": 1024 ** 3}
 TMPFS_MIN = 1024 ** 2
 TMPFS_MAX = 1024 ** 3
 DEFAULT_ZEROED_BYTES = 16384
-MANIFEST_NAME = "fixture-manifest.json"
-SOURCES_DIR = "sources"
+MANIFEST_NAME = store.FIXTURE_MANIFEST
 
 _WORDS = ("deploy docker build session gateway agent memory search index commit checkpoint retry "
           "lock writer reader profile cron desktop token usage title lineage split compression "
@@ -93,7 +94,7 @@ def sources_dir(db_path: Path) -> Path:
     The run layout is ``<run>/home/state.db``, so this is ``db_path.parent.parent / "sources"``:
     outside the home (and outside a tmpfs the home may be on).
     """
-    return Path(db_path).parent.parent / SOURCES_DIR
+    return store.run_dir_of(db_path).sources
 
 
 # ------------------------------------------------------------------------------- tmpfs
@@ -111,11 +112,9 @@ class Mount:
         Raises:
             TmpfsUnavailable: ``umount`` failed (the mount is left; the message says so).
         """
-        from .nemesis.disk import BALLOON_NAME
-
         keep = self.path.with_name(self.path.name + ".from-tmpfs")
         shutil.copytree(self.path, keep, symlinks=True,
-                        ignore=shutil.ignore_patterns(BALLOON_NAME))  # a balloon is no evidence
+                        ignore=shutil.ignore_patterns(store.BALLOON_NAME))  # a balloon is no evidence
         proc = subprocess.run(["umount", str(self.path)], capture_output=True, text=True)
         if proc.returncode != 0:
             raise TmpfsUnavailable(f"umount {self.path} failed: {proc.stderr.strip()}")

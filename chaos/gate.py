@@ -32,7 +32,7 @@ from rich.table import Table
 
 from hermes_state.paths import utc_stamp
 
-from . import matrix
+from . import matrix, store
 from .report import STATUS_STYLE
 
 PASS, FAIL, INCONCLUSIVE, ERROR = "PASS", "FAIL", "INCONCLUSIVE", "ERROR"
@@ -371,7 +371,7 @@ def run_gate(scenarios: list, *, seeds: int = 1, quick: bool = False, with_matri
     """
     console = console or Console(soft_wrap=True, width=None if sys.stdout.isatty() else 150)
     jobs = jobs or os.cpu_count() or 1
-    out = (out or Path("runs") / f"gate-{utc_stamp()}").absolute()
+    out = (out or Path(store.DEFAULT_OUT) / f"gate-{utc_stamp()}").absolute()
     t0 = time.monotonic()
     gate = Gate(out, jobs, console)
     plan = gate.scenario_jobs(scenarios, seeds)

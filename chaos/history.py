@@ -41,15 +41,33 @@ Record types:
 
 from __future__ import annotations
 
+import bisect
 import json
 import os
+import re
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
 RECORD_TYPES = ("invoke", "ok", "fail", "info", "event", "nemesis", "process", "phase", "sample",
                 "observed")
+#: The completions of an ``invoke`` (Jepsen: ok, fail, info).
+COMPLETIONS = ("ok", "fail", "info")
+
+#: Operations that write to the store (SPEC §16.1 role workloads). ``open`` and ``close`` are
+#: not writes for the checkers; ``hold_lock`` is an adversary's bare transaction.
+WRITE_OPS = frozenset({
+    "append", "append_message", "create_session", "end_session", "reopen_session",
+    "set_title", "set_session_title", "set_auto_title", "update_token_counts", "set_meta",
+    "delete_session", "clear_messages", "prune_sessions", "replay_spool",
+})
+#: The adversaries' bare transactions (``lock_holder``/``long_reader``): long by design, not
+#: store clients.
+ADVERSARY_OPS = frozenset({"hold_lock", "hold_read", "long_read"})
+#: Process names that are not role instances.
+TOOLKIT_PROCESSES = frozenset({"runner", "nemesis", "sampler", "watch"})
 
 
 class HistoryWriter:
@@ -127,6 +145,27 @@ def load(history_dir: str | os.PathLike) -> list[dict]:
     return records
 
 
+def normalise(records: list[dict]) -> list[dict]:
+    """Put the runner's lifecycle records under the process they are about, in place.
+
+    The runner writes a role process's ``process`` ``exit`` (and ``spawn``) records on its behalf
+    with ``process_of``/``child_pid``; after this they carry ``process``/``pid`` of the child, so
+    :func:`complete` stamps the child's unfinished invokes at its exit. Returns ``records``.
+    """
+    for r in records:
+        if r.get("type") == "process" and r.get("process_of"):
+            r["process"] = r["process_of"]
+            r["pid"] = r.get("child_pid", r.get("pid"))
+    return records
+
+
+def load_run_history(history_dir: str | os.PathLike) -> list[dict]:
+    """A run's history from its per-process files: :func:`load` -> :func:`normalise` ->
+    :func:`complete`. The runner and the report both read an unmerged history this way, so an
+    interrupted run's synthesized records land where a finished run's would."""
+    return complete(normalise(load(history_dir)))
+
+
 def complete(records: Iterable[dict]) -> list[dict]:
     """Jepsen's completion: every ``invoke`` without ``ok``/``fail``/``info`` gets an ``info``.
 
@@ -199,3 +238,333 @@ class JsonlTail:
                 if isinstance(rec, dict):
                     yield rec
 
+
+
+# ------------------------------------------------------------------------------ accessors
+_INDEX_SUFFIX = re.compile(r"-\d+$")
+
+
+def role_of(process: str | None) -> str:
+    """``gateway-0`` -> ``gateway`` (the role name is the process name without ``-<i>``)."""
+    return _INDEX_SUFFIX.sub("", process or "")
+
+
+def proc_name(rec: dict) -> str | None:
+    """The role process a record is about.
+
+    Lifecycle (``process``) records may be written by the runner with ``role``/``index`` fields;
+    every other record carries the emitting process in ``process``.
+    """
+    name = rec.get("process")
+    if rec.get("type") == "process" and (name in TOOLKIT_PROCESSES or not name):
+        if rec.get("role") is not None and rec.get("index") is not None:
+            return f"{rec['role']}-{rec['index']}"
+    return name
+
+
+def is_type(rec: dict, type_: str, **fields) -> bool:
+    """True when ``rec`` has ``type`` ``type_`` and every given field equal (Jepsen's
+    predicates: ``is_type(r, "nemesis", phase="done")``)."""
+    return rec.get("type") == type_ and all(rec.get(k) == v for k, v in fields.items())
+
+
+def of_type(history: Iterable[dict], type_: str, **fields) -> list[dict]:
+    """The records of ``history`` for which :func:`is_type` holds, in order."""
+    return [r for r in history if is_type(r, type_, **fields)]
+
+
+def lifecycle(history: Iterable[dict], phase: str) -> dict[str, dict]:
+    """``{process: its spawn record}`` (first) or ``{process: its exit record}`` (last) for
+    ``phase`` ``spawn``/``exit``."""
+    out: dict[str, dict] = {}
+    for r in history:
+        if r.get("type") == "process" and r.get("phase") == phase:
+            name = proc_name(r)
+            if name and (phase == "exit" or name not in out):
+                out[name] = r
+    return out
+
+
+def exit_records(history: Iterable[dict]) -> dict[str, dict]:
+    """``{process: its (last) exit record}``."""
+    return lifecycle(history, "exit")
+
+
+def spawn_records(history: Iterable[dict]) -> dict[str, dict]:
+    """``{process: its (first) spawn record}``."""
+    return lifecycle(history, "spawn")
+
+
+def events_of(history: Iterable[dict], kind: str) -> list[dict]:
+    """Store events of one kind (``retry``, ``write``, ``checkpoint``, ...)."""
+    return of_type(history, "event", event=kind)
+
+
+def phase_time(history: Iterable[dict], phase: str) -> float | None:
+    """``t`` of the first ``phase`` record of that phase (``heal``, ``chaos``...), or None."""
+    return next((float(r["t"]) for r in history if is_type(r, "phase", phase=phase)), None)
+
+
+def end_time(history: Iterable[dict]) -> float:
+    """The latest ``t`` of the history (0.0 when empty)."""
+    return max((float(r.get("t", 0.0)) for r in history), default=0.0)
+
+
+def brief(rec: dict, keys: Iterable[str] | None = None) -> dict:
+    """A record without bulky fields (long messages cut), for evidence."""
+    out = {}
+    for k, v in rec.items():
+        if keys is not None and k not in keys:
+            continue
+        if isinstance(v, str) and len(v) > 300:
+            v = v[:297] + "..."
+        out[k] = v
+    return out
+
+
+def fmt_t(t: float | None) -> str:
+    """A monotonic time ``t`` as text with 3 decimals (seconds)."""
+    return "?" if t is None else f"{t:.3f}"
+
+
+@dataclass
+class Op:
+    """One operation (Jepsen's op): its ``invoke`` and its completion (``ok``/``fail``/``info``)."""
+
+    op_id: str
+    op: str
+    process: str
+    invoke: dict | None = None
+    done: dict | None = None
+
+    @property
+    def kind(self) -> str:
+        """``ok``, ``fail`` or ``info`` (no completion at all counts as ``info``)."""
+        return self.done["type"] if self.done is not None else "info"
+
+    @property
+    def t_invoke(self) -> float:
+        if self.invoke is not None:
+            return float(self.invoke.get("t", 0.0))
+        d = self.done or {}
+        return float(d.get("t", 0.0)) - float(d.get("latency_s") or 0.0)
+
+    @property
+    def t_done(self) -> float | None:
+        """Completion time; None when the outcome is unknown and no record says when."""
+        return None if self.done is None else float(self.done.get("t", 0.0))
+
+    @property
+    def payload_id(self):
+        for rec in (self.done, self.invoke):
+            if rec is not None and rec.get("payload_id") is not None:
+                return rec["payload_id"]
+        return None
+
+    @property
+    def error(self) -> str | None:
+        return None if self.done is None else self.done.get("error")
+
+    @property
+    def pid(self):
+        for rec in (self.invoke, self.done):
+            if rec is not None and rec.get("pid") is not None:
+                return rec["pid"]
+        return None
+
+    @property
+    def synthesized(self) -> bool:
+        """True when the completion was made up by :func:`complete` (the process died)."""
+        return bool(self.done is not None and self.done.get("synthesized"))
+
+    def is_write(self) -> bool:
+        """True for an op of :data:`WRITE_OPS`."""
+        return self.op in WRITE_OPS
+
+    def record(self) -> dict:
+        """The most telling record for evidence: the completion, else the invoke."""
+        return self.done if self.done is not None else (self.invoke or {})
+
+
+def pair_ops(history: Iterable[dict]) -> list[Op]:
+    """Pair every ``invoke`` with its completion by ``op_id`` (first completion wins).
+
+    A completion whose invoke is missing still yields an :class:`Op`. Ops are returned in invoke
+    order.
+    """
+    ops: dict[str, Op] = {}
+    order: list[str] = []
+    for r in history:
+        typ = r.get("type")
+        if typ != "invoke" and typ not in COMPLETIONS:
+            continue
+        op_id = r.get("op_id")
+        if op_id is None:
+            continue
+        op = ops.get(op_id)
+        if op is None:
+            op = ops[op_id] = Op(op_id=op_id, op=r.get("op", "?"), process=r.get("process", "?"))
+            order.append(op_id)
+        if typ == "invoke":
+            if op.invoke is None:
+                op.invoke = r
+        elif op.done is None:
+            op.done = r
+    out = [ops[i] for i in order]
+    out.sort(key=lambda o: o.t_invoke)
+    return out
+
+
+# ------------------------------------------------------------------------------ samples
+class Samples:
+    """The ``sample`` records of a history (:mod:`chaos.sampler`), sorted by ``t``, with lookups
+    by time.
+
+    Attributes:
+        records: the samples that carry data (``unavailable`` ones excluded).
+        unavailable: the reason the sampler could not sample (no ``/proc``), else None.
+    """
+
+    def __init__(self, history: Iterable[dict]) -> None:
+        recs = [r for r in history if r.get("type") == "sample"]
+        self.unavailable = next((r["unavailable"] for r in recs if r.get("unavailable")), None)
+        self.records = sorted((r for r in recs if not r.get("unavailable")),
+                              key=lambda r: float(r.get("t", 0.0)))
+        self._ts = [float(r.get("t", 0.0)) for r in self.records]
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def at_or_after(self, t: float) -> dict | None:
+        """The first sample taken at or after ``t`` (None past the end)."""
+        i = bisect.bisect_left(self._ts, t)
+        return self.records[i] if i < len(self.records) else None
+
+    def at_or_before(self, t: float) -> dict | None:
+        """The last sample taken at or before ``t`` (None before the first)."""
+        i = bisect.bisect_right(self._ts, t)
+        return self.records[i - 1] if i > 0 else None
+
+    def nearest(self, t: float) -> dict | None:
+        """The sample closest in time to ``t``."""
+        a, b = self.at_or_before(t), self.at_or_after(t)
+        if a is None or b is None:
+            return a or b
+        return a if t - float(a["t"]) <= float(b["t"]) - t else b
+
+    def between(self, t0: float, t1: float) -> list[dict]:
+        """Samples with ``t0 <= t <= t1``."""
+        return self.records[bisect.bisect_left(self._ts, t0):bisect.bisect_right(self._ts, t1)]
+
+
+#: States of the store the sampler can witness, for a scenario's ``must_observe``.
+SAMPLED_STATES = ("retired_wal_held", "write_lock_held", "lock_wait")
+
+
+def observed_states(history: Iterable[dict]) -> dict[str, dict]:
+    """``{state: first sample showing it}`` for :data:`SAMPLED_STATES`: ``retired_wal_held`` (a
+    role process holds a ``-wal`` that is not the one at the path), ``write_lock_held`` (someone
+    owns the WAL write lock), ``lock_wait`` (a process waits: a blocked lock request, or a write
+    in flight while another process owns the write lock)."""
+    out: dict[str, dict] = {}
+    for s in Samples(history).records:
+        if "retired_wal_held" not in out and any(
+                p.get("wal") and not p["wal"].get("current") for p in s.get("procs") or []):
+            out["retired_wal_held"] = s
+        if "write_lock_held" not in out and s.get("write_lock"):
+            out["write_lock_held"] = s
+        if "lock_wait" not in out and s.get("waiting"):
+            out["lock_wait"] = s
+    return out
+
+
+def proc_entry(sample: dict | None, process: str) -> dict | None:
+    """The role process's own entry (not a descendant's) in ``sample``'s ``procs``."""
+    for p in (sample or {}).get("procs") or []:
+        if p.get("process") == process and p.get("parent") is None:
+            return p
+    return None
+
+
+def holding(entry: dict) -> list[str]:
+    """Which store files a ``procs`` entry holds: ``["db", "wal (retired)", ...]``."""
+    out = []
+    for key in ("db", "wal", "shm"):
+        f = entry.get(key)
+        if f:
+            out.append(key if f.get("current") else f"{key} (retired)")
+    return out
+
+
+def moment(sample: dict | None) -> dict:
+    """What a sample says about one moment, for evidence: holders, write-lock owner, waiters,
+    stopped processes and the WAL size."""
+    if sample is None:
+        return {"sample": None, "note": "no sample near this moment"}
+    holders = []
+    stopped = []
+    for p in sample.get("procs") or []:
+        files = holding(p)
+        if files:
+            who = p["process"] + (f" (child pid {p['pid']})" if p.get("parent") else "")
+            holders.append(f"PID {p['pid']} {who}: {', '.join(files)}")
+        if p.get("status") == "stopped":
+            stopped.append(f"PID {p['pid']} {p['process']}")
+    wl = sample.get("write_lock")
+    owner = None if not wl else (f"PID {wl['pid']} {wl.get('process') or '(not a role)'}"
+                                 f" ({wl.get('command', '?')})")
+    return {"sample_t": sample.get("t"), "seq": sample.get("seq"), "holders": holders,
+            "write_lock_owner": owner, "waiting": sample.get("waiting") or [],
+            "stopped": stopped, "wal_bytes": sample.get("wal_bytes")}
+
+
+def pid_of(value) -> int | None:
+    """A PID from a sample field: an int, ``{"pid": N}``, ``[N, cmd]``, ``"PID N ..."``."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, dict):
+        return pid_of(value.get("pid"))
+    if isinstance(value, (list, tuple)) and value:
+        return pid_of(value[0])
+    if isinstance(value, str):
+        parts = value.split()
+        if len(parts) >= 2 and parts[0] == "PID" and parts[1].isdigit():
+            return int(parts[1])
+        if value.isdigit():
+            return int(value)
+    return None
+
+
+def command_of(value) -> str:
+    """The command of a sample's holder/owner field (``{"command"}`` or ``[pid, cmd]``)."""
+    if isinstance(value, dict):
+        return str(value.get("command") or "")
+    if isinstance(value, (list, tuple)) and len(value) > 1:
+        return str(value[1])
+    return ""
+
+
+def sample_wal_bytes(rec: dict) -> int | None:
+    """WAL size in bytes of a ``sample`` record (``wal_bytes``; None when absent)."""
+    v = rec.get("wal_bytes")
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return int(v)
+    return None
+
+
+def sample_owner(rec: dict) -> int | None:
+    """PID owning the write lock in a ``sample`` record (``write_lock``), or None."""
+    return pid_of(rec.get("write_lock")) if rec.get("write_lock") is not None else None
+
+
+def sample_waiters(rec: dict) -> list:
+    """Who waits on the store in a ``sample`` record: process names or PIDs (``waiting``)."""
+    out = []
+    for w in rec.get("waiting") or []:
+        if isinstance(w, str) and not w.isdigit() and not w.startswith("PID "):
+            out.append(w)
+        elif pid_of(w) is not None:
+            out.append(pid_of(w))
+    return out

@@ -159,7 +159,7 @@ def _tmp_dir(config, name: str) -> Path:
 def _run(scenario, out: Path):
     from rich.console import Console
 
-    from .runner import run_scenario
+    from .sweep import run as run_scenario
 
     buf = io.StringIO()
     result = run_scenario(scenario, out_dir=out, console=Console(file=buf, width=120))

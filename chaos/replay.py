@@ -11,14 +11,14 @@
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import os
 import sqlite3
 from pathlib import Path
 
 from rich.console import Console
 
-from .report import exit_code_of, write_results
+from . import store
+from .checkers.base import exit_code_of
 
 
 class RunDirError(Exception):
@@ -33,7 +33,7 @@ def load_resolved(run_dir: Path):
     """
     from .scenario import ScenarioError, load_scenario_text
 
-    path = Path(run_dir) / "scenario.resolved.json"
+    path = store.RunDir(Path(run_dir)).scenario
     try:
         text = path.read_text()
     except OSError as exc:
@@ -60,28 +60,28 @@ def recheck(run_dir: str | os.PathLike) -> dict:
         RunDirError: a required file is missing (no store in ``final/`` nor ``home/``).
     """
     from .checkers import CheckContext, run_checkers
-    from .html_report import load_run
-    from .runner import _must_observe, interrupted_verdicts
+    from .checkers.observed import interrupted, must_observe
 
     run_dir = Path(run_dir).absolute()
+    run = store.RunDir(run_dir)
     scenario = load_resolved(run_dir)
     try:
-        records, old, _ = load_run(run_dir)
+        records, old, _ = store.load_run(run_dir)
     except FileNotFoundError as exc:
         raise RunDirError(str(exc)) from None
-    store = run_dir / "final" / "state.db"
+    final = run.final / store.DB_NAME
     store_note = "final"
-    if not store.exists():
+    if not final.exists():
         # An interrupted run never copied final/; its roles are dead, so the store in home/ is
         # the final state (checkers read copies, so home/ stays as it was).
-        store, store_note = run_dir / "home" / "state.db", "home (no final/ copy: interrupted run)"
-    if not store.exists():
+        final, store_note = run.db_path, "home (no final/ copy: interrupted run)"
+    if not final.exists():
         raise RunDirError(f"{run_dir}: neither final/state.db nor home/state.db exists; "
                           "nothing to recheck")
-    ctx = CheckContext(history=records, store_path=store, home=run_dir / "home",
+    ctx = CheckContext(history=records, store_path=final, home=run.home,
                        run_dir=run_dir, scenario=scenario.to_dict())
-    verdicts = (run_checkers(ctx, scenario.expect) + _must_observe(scenario, records)
-                + interrupted_verdicts(run_dir))
+    verdicts = (run_checkers(ctx, scenario.expect) + must_observe(scenario.must_observe, records)
+                + interrupted(run_dir))
     results = dict(old)
     results.update({
         "scenario": scenario.name, "seed": scenario.seed, "run_dir": str(run_dir),
@@ -90,10 +90,7 @@ def recheck(run_dir: str | os.PathLike) -> dict:
         "rechecked_store": store_note,
         "rechecked_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     })
-    results_path = run_dir / "results.json"
-    if results_path.exists():
-        os.replace(results_path, run_dir / "results.previous.json")
-    write_results(results_path, results)
+    store.replace_results(run, results)
     return results
 
 
@@ -111,16 +108,13 @@ def replay(run_dir: str | os.PathLike, *, out_dir: str | os.PathLike | None = No
     Raises:
         RunDirError: no usable ``scenario.resolved.json``.
     """
-    from .runner import run_scenario
+    from .sweep import run
 
     run_dir = Path(run_dir).absolute()
     scenario = load_resolved(run_dir)
-    try:
-        original = json.loads((run_dir / "results.json").read_text())
-    except (OSError, ValueError):
-        original = {}
+    original = store.read_json(store.RunDir(run_dir).results)
     target = Path(out_dir) if out_dir is not None else run_dir.parent
-    result = run_scenario(scenario, out_dir=target, console=console)
+    result = run(scenario, out_dir=target, console=console)
     return original, result
 
 
@@ -134,7 +128,7 @@ def run_summary(run_dir: str | os.PathLike) -> dict[str, str]:
     """
     from .history import read_file
 
-    path = Path(run_dir) / "history.jsonl"
+    path = store.RunDir(Path(run_dir)).history
     try:
         records = read_file(path)
     except OSError:

@@ -33,13 +33,14 @@ from rich.console import Console
 
 from hermes_state import failpoints
 from hermes_state.connection import wal_reset_exposure
-from hermes_state.paths import utc_stamp
 
-from . import fixtures
+from . import fixtures, store
 from . import history as hist
 from .checkers import CheckContext, run_checkers
+from .checkers.base import SKIPPED, Verdict, exit_code_of
+from .checkers.observed import faults_fired, must_observe
 from .nemesis import FAULTS, HEALS, NemesisEnv, NemesisError
-from .report import exit_code_of, print_verdicts, write_results
+from .report import print_verdicts
 from .roles import role_main
 from .sampler import Sampler
 from .scenario import NemesisStep, RoleSpec, Scenario
@@ -91,7 +92,8 @@ class HistoryTail:
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
-        self._tail = hist.JsonlTail(directory, skip=("runner.jsonl", "sampler.jsonl"))
+        self._tail = hist.JsonlTail(directory, skip=(store.history_file(store.RUNNER_PROCESS),
+                                                     store.history_file(store.SAMPLER_PROCESS)))
         self.ok_by_role_op: dict[tuple[str, str], int] = {}
         self.roles: dict[str, str] = {}  # process -> role (filled by the runner at spawn)
         self.seen = Counts()
@@ -142,11 +144,12 @@ class Runner:
     def __init__(self, scenario: Scenario, run_dir: Path, console: Console) -> None:
         self.sc = scenario
         self.run_dir = run_dir
+        self.dirs = store.RunDir(run_dir)
         self.console = console
-        self.home = run_dir / "home"
-        self.db_path = self.home / "state.db"
-        self.hist_dir = run_dir / "history"
-        self.log_dir = run_dir / "logs"
+        self.home = self.dirs.home
+        self.db_path = self.dirs.db_path
+        self.hist_dir = self.dirs.history_dir
+        self.log_dir = self.dirs.logs
         self.instances: list[RoleInstance] = []
         self.t0 = 0.0
         self.sampler: Sampler | None = None
@@ -184,31 +187,28 @@ class Runner:
 
     def _skipped(self, reason: str) -> RunResult:
         """Every checker SKIPPED with ``reason`` (SPEC §16.3): a requirement is unmet."""
-        from .checkers.base import SKIPPED, Verdict
-
         verdicts = [Verdict(name, SKIPPED, reason, {"reason": reason}, [])
                     for name in self.sc.expect]
         results = {"scenario": self.sc.name, "seed": self.sc.seed, "run_dir": str(self.run_dir),
                    "duration_s": self.sc.duration, "sqlite": sqlite3.sqlite_version,
                    "exit_code": 0, "skipped": reason,
                    "verdicts": [v.to_dict() for v in verdicts], "processes": []}
-        write_results(self.run_dir / "results.json", results)
+        store.write_results(self.dirs.results, results)
         self.console.print(f"[yellow]SKIPPED: {reason}[/]")
         return RunResult(self.run_dir, verdicts, 0, results)
 
     def _spawn(self, inst: RoleInstance, writer: hist.HistoryWriter) -> None:
         spec = inst.spec
-        fp_dir = self.run_dir / "failpoints"
-        fp_dir.mkdir(exist_ok=True)
-        inst.failpoints_file = str(fp_dir / f"{inst.process}.arm")
-        inst.history_file = str(self.hist_dir / f"{inst.process}.jsonl")
+        self.dirs.failpoints.mkdir(exist_ok=True)
+        inst.failpoints_file = str(self.dirs.arm_file(inst.process))
+        inst.history_file = str(self.dirs.process_history(inst.process))
         if self.tail is not None:
             self.tail.roles[inst.process] = spec.name
         end = spec.stop_at if spec.stop_at is not None else self.sc.duration
         cfg = {
             "role": spec.name, "kind": spec.kind, "index": inst.index, "process": inst.process,
             "db_path": str(self.db_path), "home": str(self.home),
-            "history_dir": str(self.hist_dir), "log_path": str(self.log_dir / f"{inst.process}.log"),
+            "history_dir": str(self.hist_dir), "log_path": str(self.dirs.log(inst.process)),
             "seed": self.sc.seed, "t0": self.t0, "deadline": self.t0 + end,
             "workload": dict(spec.workload), "failpoints": spec.failpoints or "",
         }
@@ -279,8 +279,7 @@ class Runner:
     def run(self) -> RunResult:
         for d in (self.home, self.hist_dir, self.log_dir):
             d.mkdir(parents=True, exist_ok=True)
-        (self.run_dir / "scenario.resolved.json").write_text(
-            json.dumps(self.sc.to_dict(), indent=2, default=str) + "\n")
+        store.write_json(self.dirs.scenario, self.sc.to_dict())
         exposure = wal_reset_exposure()
         self.console.print(f"[bold]{self.sc.name}[/] seed {self.sc.seed}, {self.sc.duration:g}s: "
                            f"{self.sc.description}")
@@ -292,7 +291,8 @@ class Runner:
         except fixtures.TmpfsUnavailable as exc:
             return self._skipped(f"the store's tmpfs is unavailable: {exc}")
         self.t0 = time.monotonic()
-        writer = self.writer = hist.HistoryWriter(self.hist_dir / "runner.jsonl", "runner")
+        writer = self.writer = hist.HistoryWriter(self.dirs.process_history(store.RUNNER_PROCESS),
+                                                  store.RUNNER_PROCESS)
         tail = self.tail = HistoryTail(self.hist_dir)
         env = NemesisEnv(self.db_path, lambda: list(self.instances), restart=self._restart)
         writer.record("phase", phase="warm-up", store=store_details)
@@ -426,28 +426,23 @@ class Runner:
         self._reap(writer)
 
     def _snapshot_final(self) -> Path:
-        final = self.run_dir / "final"
+        final = self.dirs.final
         final.mkdir(exist_ok=True)
         for suffix in ("", "-wal", "-shm"):
             src = Path(f"{self.db_path}{suffix}")
             if src.exists():
                 shutil.copy2(src, final / src.name)
-        return final / "state.db"
+        return final / store.DB_NAME
 
     def _check(self) -> RunResult:
-        store = self._snapshot_final()
-        records = hist.load(self.hist_dir)
-        for r in records:  # exit records are written by the runner on behalf of the child
-            if r.get("type") == "process" and r.get("process_of"):
-                r["process"] = r["process_of"]
-                r["pid"] = r.get("child_pid", r.get("pid"))
-        records = hist.complete(records)
-        hist.write_merged(records, self.run_dir / "history.jsonl")
-        ctx = CheckContext(history=records, store_path=store, home=self.home,
+        final = self._snapshot_final()
+        records = hist.load_run_history(self.hist_dir)
+        hist.write_merged(records, self.dirs.history)
+        ctx = CheckContext(history=records, store_path=final, home=self.home,
                            run_dir=self.run_dir, scenario=self.sc.to_dict())
         verdicts = run_checkers(ctx, self.sc.expect)
-        verdicts += _must_observe(self.sc, records)
-        verdicts += _faults_fired(records)
+        verdicts += must_observe(self.sc.must_observe, records)
+        verdicts += faults_fired(records)
         code = exit_code_of(verdicts)  # INCONCLUSIVE is not green, SKIPPED is neutral
         results = {
             "scenario": self.sc.name, "seed": self.sc.seed, "run_dir": str(self.run_dir),
@@ -458,13 +453,13 @@ class Runner:
                            "exitcode": i.proc.exitcode if i.proc else None}
                           for i in self.instances],
         }
-        write_results(self.run_dir / "results.json", results)
+        store.write_results(self.dirs.results, results)
         self._write_report()
         return RunResult(self.run_dir, verdicts, code, results)
 
     def _write_report(self) -> None:
         """``report.html`` from the files just written (rebuildable: ``python -m chaos report``)."""
-        from .html_report import write_report
+        from .report.html import write_report
 
         try:
             path = write_report(self.run_dir)
@@ -476,132 +471,31 @@ class Runner:
         self.console.print(f"report {path}", highlight=False)
 
 
-def _must_observe(sc: Scenario, records: list[dict]):
-    """INCONCLUSIVE unless every ``must_observe`` fault fired, store event happened and sampled
-    state was witnessed (SPEC §16.3: a chaos run that tested nothing must not look green).
-    Evidence: the first record of each observation (sample records abridged)."""
-    from .checkers.base import INCONCLUSIVE, PASS, Verdict, brief
-    from .checkers.samples import moment, observed_states
-
-    if not sc.must_observe:
-        return []
-    first: dict[str, dict] = {}
-    for r in records:
-        if r.get("type") == "nemesis" and r.get("phase") == "done":
-            first.setdefault(r.get("fault"), brief(r))
-        elif r.get("type") == "event":
-            first.setdefault(r.get("event"), brief(r))
-    for state, sample in observed_states(records).items():
-        first.setdefault(state, {"state": state, **moment(sample)})
-    missing = [m for m in sc.must_observe if m not in first]
-    status = INCONCLUSIVE if missing else PASS
-    summary = (f"never observed: {', '.join(missing)}" if missing
-               else f"observed {', '.join(sc.must_observe)}")
-    evidence = [{"observed": m, "first": first[m]} for m in sc.must_observe if m in first]
-    return [Verdict("must_observe", status, summary, {"missing": missing}, evidence)]
-
-
-def _faults_fired(records: list[dict]):
-    """An INCONCLUSIVE ``faults_fired`` verdict when a nemesis step was due but failed to apply
-    (SPEC §16.3: a run whose declared fault did not happen tested less than it says), whether
-    or not the scenario lists it in ``must_observe``; nothing otherwise. A step that was never
-    due (an ``after:`` count not reached before the heal) is judged by ``must_observe`` only:
-    scenarios use such steps on purpose."""
-    from .checkers.base import INCONCLUSIVE, Verdict, brief
-
-    bad = [r for r in records if r.get("type") == "nemesis" and r.get("phase") == "error"]
-    if not bad:
-        return []
-    what = "; ".join(f"step {r.get('step')} {r.get('fault')} failed: {r.get('error')}"
-                     for r in bad[:5])
-    return [Verdict("faults_fired", INCONCLUSIVE, what, {"not_applied": len(bad)},
-                    [brief(r) for r in bad[:10]])]
-
-
-def run_scenario(scenario: Scenario, *, out_dir: str | os.PathLike = "runs",
+def run_scenario(scenario: Scenario, *, out_dir: str | os.PathLike = store.DEFAULT_OUT,
                  console: Console | None = None) -> RunResult:
     """Run ``scenario`` once and return its :class:`RunResult` (SPEC §16.5).
 
-    Writes ``<out_dir>/<name>-<UTCSTAMP>-seed<N>/`` with ``scenario.resolved.json``,
-    ``history.jsonl``, ``history/`` (per-process files), ``logs/``, ``home/`` (the store, captures,
-    spool), ``final/`` (the store after every role stopped) and ``results.json``.
-    A scenario with a ``sweep`` block runs in sweep mode instead (:func:`chaos.sweep.run_sweep`).
-    """
-    console = console or Console()
-    if scenario.sweep is not None:  # SPEC §16.2 sweep mode: one run per crash hit N
-        from .sweep import run_sweep
+    Writes ``<out_dir>/<name>-<UTCSTAMP>-seed<N>/`` (the files of :mod:`chaos.store`). An
+    interrupted run (SIGINT, SIGTERM) is marked ``INTERRUPTED.json`` and leaves no role process
+    behind. One run only: a scenario's ``sweep`` block is driven by :func:`chaos.sweep.run`.
 
-        result = run_sweep(scenario, out_dir=out_dir, console=console)
-        print_verdicts(console, result.verdicts, f"{scenario.name} sweep (seed {scenario.seed})")
-        return result
-    run_dir = make_run_dir(Path(out_dir), scenario)
+    Raises:
+        ValueError: the scenario has a ``sweep`` block.
+        OSError: ``out_dir`` cannot be written.
+    """
+    if scenario.sweep is not None:
+        raise ValueError(f"scenario {scenario.name!r} has a sweep block: run it with "
+                         "chaos.sweep.run (one run per crash hit)")
+    console = console or Console()
+    run_dir = store.make_run_dir(Path(out_dir), scenario.name, scenario.seed)
     runner = Runner(scenario, run_dir, console)
     try:
         result = runner.run()
     except KeyboardInterrupt:  # SIGINT, or SIGTERM via chaos.__main__: mark the run dir
-        mark_interrupted(run_dir, runner.elapsed() if runner.t0 else 0.0)
+        store.mark_interrupted(run_dir, runner.elapsed() if runner.t0 else 0.0)
         raise
     finally:
         runner.abandon()  # an interrupted run leaves no role process behind (not even a stopped one)
         runner.release_store()
     print_verdicts(console, result.verdicts, f"{scenario.name} (seed {scenario.seed})")
     return result
-
-
-INTERRUPTED_FILE = "INTERRUPTED.json"
-
-
-def mark_interrupted(run_dir: Path, elapsed_s: float) -> None:
-    """Write ``INTERRUPTED.json`` (``{"at": UTC ISO time, "elapsed_s"}``) in ``run_dir``: the
-    run stopped before its end, so any verdict judged later sees a partial history."""
-    import datetime as _dt
-
-    (Path(run_dir) / INTERRUPTED_FILE).write_text(json.dumps({
-        "at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "elapsed_s": round(elapsed_s, 3)}) + "\n")
-
-
-def interrupted_verdicts(run_dir: Path):
-    """``[INCONCLUSIVE "interrupted" verdict]`` when ``run_dir`` carries the interruption mark,
-    else ``[]`` (a recheck of a partial run must not look green)."""
-    from .checkers.base import INCONCLUSIVE, Verdict
-
-    path = Path(run_dir) / INTERRUPTED_FILE
-    if not path.exists():
-        return []
-    try:
-        mark = json.loads(path.read_text())
-    except (OSError, ValueError):
-        mark = {}
-    return [Verdict("interrupted", INCONCLUSIVE,
-                    f"the run was interrupted at {mark.get('at', '?')} after "
-                    f"{mark.get('elapsed_s', '?')} s: every verdict judges a partial history",
-                    dict(mark))]
-
-
-def make_run_dir(out: Path, scenario: Scenario) -> Path:
-    """Create ``<out>/<name>-<UTCSTAMP>-seed<N>[-k]/`` atomically (two runs never share one).
-
-    Raises:
-        OSError: ``out`` cannot be created or written (the caller prints it in one line).
-    """
-    return fresh_dir(out, f"{scenario.name}-{utc_stamp()}-seed{scenario.seed}")
-
-
-def fresh_dir(out: Path, name: str) -> Path:
-    """Create ``<out>/<name>`` (or ``<name>-2``, ``-3``, ... if taken) atomically and return it.
-
-    Raises:
-        OSError: ``out`` cannot be created or written, or 999 names are taken.
-    """
-    out = out.absolute()
-    out.mkdir(parents=True, exist_ok=True)
-    base = out / name
-    for k in range(1, 1000):
-        candidate = base if k == 1 else base.with_name(f"{base.name}-{k}")
-        try:
-            candidate.mkdir()
-            return candidate
-        except FileExistsError:
-            continue
-    raise OSError(f"could not create a fresh run directory beside {base}")

@@ -44,12 +44,13 @@ from typing import Callable, Iterable
 
 from hermes_state import holders
 
-from .history import HistoryWriter, JsonlTail
+from .history import WRITE_OPS, HistoryWriter, JsonlTail
+from .store import RUNNER_PROCESS, SAMPLER_PROCESS, history_file
 
 #: Seconds between samples.
 INTERVAL_S = 0.1
 #: Name of the sampler's history file and its ``process`` field.
-PROCESS = "sampler"
+PROCESS = SAMPLER_PROCESS
 _SUFFIX = {"db": "", "wal": "-wal", "shm": "-shm"}
 _DELETED = " (deleted)"
 
@@ -172,7 +173,8 @@ class _InFlight:
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
-        self._tail = JsonlTail(directory, skip=("runner.jsonl", f"{PROCESS}.jsonl"))
+        self._tail = JsonlTail(directory, skip=(history_file(RUNNER_PROCESS),
+                                                history_file(PROCESS)))
         self.open_ops: dict[str, dict] = {}
 
     def poll(self) -> list[dict]:
@@ -206,7 +208,7 @@ class Sampler:
         self.history_dir = Path(history_dir)
         self.processes = processes
         self.interval_s = interval_s
-        self.writer = HistoryWriter(self.history_dir / f"{PROCESS}.jsonl", PROCESS)
+        self.writer = HistoryWriter(self.history_dir / history_file(PROCESS), PROCESS)
         self.inflight = _InFlight(self.history_dir)
         self.seq = 0
         self.errors = 0
@@ -282,8 +284,6 @@ class Sampler:
         in_flight = self.inflight.poll()
         waiting = {name_of[lk["pid"]] for lk in locks if lk["waiting"] and lk["pid"] in name_of}
         if owner is not None:
-            from .checkers.base import WRITE_OPS  # local: checkers import nothing from here
-
             waiting |= {o["process"] for o in in_flight
                         if o["op"] in WRITE_OPS and o["process"] != owner["process"]}
         wal = at_path.get("wal")

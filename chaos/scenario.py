@@ -35,6 +35,8 @@ from typing import Any, Iterable, NamedTuple
 import jsonschema
 import yaml
 
+from .params import _DURATION_RE, DURATION_PATTERN, MAX_DURATION_S, parse_duration
+
 __all__ = [
     "Problem",
     "ScenarioError",
@@ -119,9 +121,6 @@ SIDECARS = ("wal", "shm")
 ALLOW_IN = ("capture", "spool")
 
 NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]*$"
-DURATION_PATTERN = r"^[0-9]+(\.[0-9]+)?(ms|s|m)$"
-_DURATION_RE = re.compile(r"^(?P<num>[0-9]+(?:\.[0-9]+)?)(?P<unit>ms|s|m)$")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0}
 MAX_COUNT = 32
 
 #: Path of the published JSON Schema (kept identical to :data:`SCHEMA`; a test checks it).
@@ -1107,45 +1106,6 @@ class ScenarioError(Exception):
 # --------------------------------------------------------------------------------------------
 
 
-def parse_duration(value: Any) -> float:
-    """Parse a scenario duration into float seconds (SPEC §16.4).
-
-    Args:
-        value: a non-negative int/float of seconds, or a string ``"<N>s"``, ``"<N>ms"`` or
-            ``"<N>m"`` where N is a decimal number (``"10s"``, ``"500ms"``, ``"1.5s"``, ``"2m"``).
-
-    Returns:
-        The duration in seconds, e.g. ``parse_duration("500ms") == 0.5``.
-
-    Raises:
-        ValueError: a negative or non-finite number, a bool, a string without a known unit, or
-            any other type.
-    """
-    if isinstance(value, bool):
-        raise ValueError(f"bad duration {value!r}: a boolean is not a duration")
-    if isinstance(value, (int, float)):
-        try:
-            seconds = float(value)
-        except OverflowError:
-            raise ValueError(f"bad duration {value!r}: too large") from None
-        if not math.isfinite(seconds):
-            raise ValueError(f"bad duration {value!r}: not a finite number")
-        if seconds < 0:
-            raise ValueError(f"bad duration {value!r}: must be >= 0")
-        return seconds
-    if isinstance(value, str):
-        m = _DURATION_RE.match(value)
-        if m:
-            seconds = float(m["num"]) * _UNIT_SECONDS[m["unit"]]
-            if math.isfinite(seconds):
-                return seconds
-        raise ValueError(
-            f"bad duration {value!r}: expected a number of seconds or a string like "
-            "'10s', '500ms', '2m'"
-        )
-    raise ValueError(f"bad duration {value!r}: expected a number or a string like '10s'")
-
-
 def _fmt_s(seconds: float) -> str:
     return f"{seconds:g}s"
 
@@ -1722,7 +1682,6 @@ def _validate(text: str, source: str) -> tuple[list[Problem], Any, yaml.Node | N
 
 
 MAX_EXPANDED_NODES = 10_000
-MAX_DURATION_S = 7 * 24 * 3600.0
 
 
 def _expanded_size(root: yaml.Node) -> int:

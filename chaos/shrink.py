@@ -36,6 +36,7 @@ from pathlib import Path
 import yaml
 from rich.console import Console
 
+from . import store
 from .scenario import ScenarioError, load_scenario_text
 
 PASSING = ("PASS", "SKIPPED")
@@ -91,9 +92,10 @@ def load_failure(run_dir: Path, checker: str | None = None) -> tuple[dict, Targe
     Raises:
         ShrinkError: a file is missing or unreadable, or no checker (or not ``checker``) failed.
     """
+    run = store.RunDir(Path(run_dir))
     try:
-        doc = json.loads((run_dir / "scenario.resolved.json").read_text())
-        results = json.loads((run_dir / "results.json").read_text())
+        doc = json.loads(run.scenario.read_text())
+        results = json.loads(run.results.read_text())
     except (OSError, ValueError) as exc:
         raise ShrinkError(f"{run_dir} is not a finished run directory: {exc}") from None
     bad = [v for v in results.get("verdicts", []) if v.get("status") not in PASSING]
@@ -344,14 +346,14 @@ def shrink_run(run_dir: Path, *, max_runs: int = DEFAULT_MAX_RUNS,
     Raises:
         ShrinkError: the run directory is unusable.
     """
-    from .runner import run_scenario
+    from .sweep import run as run_scenario
 
     console = console or Console(soft_wrap=True)
     run_dir = Path(run_dir).absolute()
     doc, target = load_failure(run_dir, checker)
     console.print(f"shrinking {doc['name']} (seed {doc.get('seed', 0)}): preserving "
                   f"{target.checker} {target.status}; at most {max_runs} runs", highlight=False)
-    out = run_dir / "shrink"
+    out = run_dir / store.SHRINK_DIR
 
     def run(candidate: dict):
         sc = load_scenario_text(json.dumps(candidate), "<candidate>")
@@ -363,12 +365,12 @@ def shrink_run(run_dir: Path, *, max_runs: int = DEFAULT_MAX_RUNS,
     shrinker = Shrinker(doc, target, run, max_runs=max_runs, min_duration=min_duration,
                         say=lambda t: console.print(t, highlight=False))
     result = shrinker.shrink()
-    path = run_dir / "shrunk.yaml"
+    path = run_dir / store.SHRUNK_FILE
     path.write_text(render(result, doc, run_dir, target, max_runs), encoding="utf-8")
-    (run_dir / "shrink.json").write_text(json.dumps({
+    store.write_json(run_dir / store.SHRINK_LOG, {
         "target": target.__dict__, "runs": result.runs, "removed": result.removed,
         "confirmed_by": result.confirmed_by,
-        "attempts": [a.__dict__ for a in result.attempts]}, indent=2) + "\n")
+        "attempts": [a.__dict__ for a in result.attempts]})
     console.print(f"wrote {path}: {len(result.removed)} removal(s) in {result.runs} run(s)",
                   highlight=False)
     return path, result

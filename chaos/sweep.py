@@ -19,15 +19,16 @@ aggregated verdict is not PASS/SKIPPED.
 from __future__ import annotations
 
 import copy
-import json
 import os
 from pathlib import Path
 
 from rich.console import Console
 
 from . import history as hist
+from . import store
 from .checkers.base import FAIL, INCONCLUSIVE, PASS, SKIPPED, Verdict
-from .report import write_results
+from .report import print_verdicts
+from .runner import Runner, RunResult, run_scenario
 from .scenario import Scenario
 
 _WORST = {FAIL: 3, INCONCLUSIVE: 2, PASS: 1, SKIPPED: 0}
@@ -89,8 +90,21 @@ def _aggregate(runs: list[dict], per_run_verdicts: list[list[Verdict]]) -> list[
     return out
 
 
-def run_sweep(scenario: Scenario, *, out_dir: str | os.PathLike = "runs",
-              console: Console | None = None):
+def run(scenario: Scenario, *, out_dir: str | os.PathLike = store.DEFAULT_OUT,
+        console: Console | None = None) -> RunResult:
+    """Run ``scenario`` as its file asks (SPEC §16.5): sweep mode when it has a ``sweep`` block
+    (:func:`run_sweep`, verdict table printed), else one run (:func:`chaos.runner.run_scenario`).
+    What ``python -m chaos run``, ``replay`` and the pytest plugin call."""
+    console = console or Console()
+    if scenario.sweep is None:
+        return run_scenario(scenario, out_dir=out_dir, console=console)
+    result = run_sweep(scenario, out_dir=out_dir, console=console)
+    print_verdicts(console, result.verdicts, f"{scenario.name} sweep (seed {scenario.seed})")
+    return result
+
+
+def run_sweep(scenario: Scenario, *, out_dir: str | os.PathLike = store.DEFAULT_OUT,
+              console: Console | None = None) -> RunResult:
     """Run ``scenario`` in sweep mode (see the module doc) and return a
     :class:`chaos.runner.RunResult` for the whole sweep (its ``run_dir`` is the sweep directory,
     its ``verdicts`` the aggregated ones, ``results`` the content of its ``results.json``).
@@ -99,16 +113,13 @@ def run_sweep(scenario: Scenario, *, out_dir: str | os.PathLike = "runs",
         ValueError: the scenario has no ``sweep`` block.
         OSError: ``out_dir`` cannot be written.
     """
-    from .runner import Runner, RunResult, make_run_dir
-
     if scenario.sweep is None:
         raise ValueError(f"scenario {scenario.name!r} has no sweep block")
     console = console or Console()
     spec = scenario.sweep
     fp, role, top = spec["failpoint"], spec["role"], int(spec.get("max", 50))
-    sweep_dir = make_run_dir(Path(out_dir), scenario)
-    (sweep_dir / "scenario.resolved.json").write_text(  # `chaos replay` reruns the whole sweep
-        json.dumps(scenario.to_dict(), indent=2, default=str) + "\n")
+    sweep_dir = store.make_run_dir(Path(out_dir), scenario.name, scenario.seed)
+    store.write_json(store.RunDir(sweep_dir).scenario, scenario.to_dict())  # replay: whole sweep
     console.print(f"[bold]sweep[/] {fp}=crash@N in role {role}, N = 1..{top} "
                   f"(until a run completes without reaching it): {sweep_dir}")
     runs: list[dict] = []
@@ -124,7 +135,7 @@ def run_sweep(scenario: Scenario, *, out_dir: str | os.PathLike = "runs",
         finally:
             runner.abandon()
         procs = {i.process for i in runner.instances if i.role == role}
-        records = hist.read_file(run_dir / "history.jsonl")
+        records = hist.read_file(store.RunDir(run_dir).history)
         hit = reached(records, fp, procs)
         statuses = {v.checker: v.status for v in result.verdicts}
         runs.append({"n": n, "run_dir": str(run_dir), "reached": hit,
@@ -157,5 +168,5 @@ def run_sweep(scenario: Scenario, *, out_dir: str | os.PathLike = "runs",
         "sweep": dict(spec), "exit_code": code, "runs": runs,
         "verdicts": [v.to_dict() for v in verdicts],
     }
-    write_results(sweep_dir / "results.json", results)
+    store.write_results(store.RunDir(sweep_dir).results, results)
     return RunResult(sweep_dir, verdicts, code, results)

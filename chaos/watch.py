@@ -35,7 +35,6 @@ History records written here (besides the sampler's ``sample`` records), type ``
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import os
 import sqlite3
 import struct
@@ -50,7 +49,7 @@ from hermes_state.generation import wal_header
 from hermes_state.paths import default_db_path, utc_stamp
 
 from . import history as hist
-from .report import write_results
+from . import store
 from .sampler import Sampler
 
 #: Seconds between samples.
@@ -133,8 +132,8 @@ class Watcher:
         self.run_dir = run_dir
         self.console = console
         self.interval_s = interval_s
-        self.hist_dir = run_dir / "history"
-        self.writer = hist.HistoryWriter(self.hist_dir / f"{PROCESS}.jsonl", PROCESS)
+        self.hist_dir = store.RunDir(run_dir).history_dir
+        self.writer = hist.HistoryWriter(self.hist_dir / store.history_file(PROCESS), PROCESS)
         self.commands: dict[int, str] = {}
         self.sampler = Sampler(db_path, self.hist_dir, self._processes, interval_s=interval_s)
         self.seen: dict[int, dict] = {}
@@ -292,15 +291,9 @@ def print_summary(console: Console, results: dict) -> None:
     console.print(table)
 
 
-def _fresh_dir(out: Path) -> Path:
-    from .runner import fresh_dir
-
-    return fresh_dir(out, f"watch-{utc_stamp()}")
-
-
 def watch(*, home: str | os.PathLike | None = None, profile: str | None = None,
           duration_s: float | None = None, interval_s: float | None = None,
-          out_dir: str | os.PathLike = "runs", console: Console | None = None) -> Path:
+          out_dir: str | os.PathLike = store.DEFAULT_OUT, console: Console | None = None) -> Path:
     """Watch the store of ``home`` (default ``$HERMES_HOME``/``~/.hermes``) and write a run dir.
 
     Args:
@@ -327,9 +320,10 @@ def watch(*, home: str | os.PathLike | None = None, profile: str | None = None,
     interval = interval_s or INTERVAL_S
     if duration_s is not None:
         interval = min(interval, max(duration_s, 0.01))  # a 2 s watch samples within its 2 s
-    run_dir = _fresh_dir(Path(out_dir))
+    run_dir = store.fresh_dir(Path(out_dir), f"watch-{utc_stamp()}")
+    run = store.RunDir(run_dir)
     params = {"db": str(db_path), "interval_s": interval, "duration_s": duration_s}
-    (run_dir / "watch.json").write_text(json.dumps(params, indent=2) + "\n")
+    store.write_json(run_dir / store.WATCH_PARAMS, params)
     started_at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     w = Watcher(db_path, run_dir, interval, console)
     console.print(f"[bold]watch[/] {db_path} every {interval:g}s"
@@ -352,11 +346,11 @@ def watch(*, home: str | os.PathLike | None = None, profile: str | None = None,
     w.writer.close()
     w.sampler.stop()
     records = hist.load(w.hist_dir)
-    hist.write_merged(records, run_dir / "history.jsonl")
+    hist.write_merged(records, run.history)
     results = w.results(started_at, duration)
-    write_results(run_dir / "results.json", results)
+    store.write_results(run.results, results)
     print_summary(console, results)
-    from .html_report import write_report
+    from .report.html import write_report
 
     console.print(f"report {write_report(run_dir)}", highlight=False)
     return run_dir

@@ -25,13 +25,10 @@ from chaos.checkers.base import (
     PASS,
     CheckContext,
     Verdict,
-    pair_ops,
-    proc_name,
-    role_of,
 )
 from chaos.checkers.retry_jitter import ks_threshold, ks_uniform, largest_cluster
 from chaos.checkers.store import find_captures, payload_ids_in_db
-from chaos.history import HistoryWriter, complete, load
+from chaos.history import HistoryWriter, complete, load, pair_ops, proc_name, role_of
 from hermes_state import SessionDB, events
 from hermes_state.errors import DeletedWalGenerationError
 

@@ -13,7 +13,8 @@ from chaos.checkers import CHECKERS
 from chaos.checkers.base import FAIL, INCONCLUSIVE, PASS, SKIPPED
 from chaos.checkers.error_taxonomy import crash_class
 from chaos.checkers.latency import percentile
-from chaos.checkers.samples import Samples, moment, seconds
+from chaos.checkers.base import seconds
+from chaos.history import Samples, moment
 from test_checkers import H, make_ctx
 
 WAL_NOW = {"dev": 1, "ino": 500, "bytes": 4096}
@@ -449,14 +450,14 @@ def test_maintenance_refusal_reads_the_nemesis_run_fault(tmp_path):
 ])
 def test_runner_exit_code_from_verdicts(statuses, code):
     from chaos.checkers.base import Verdict
-    from chaos.report import exit_code_of
+    from chaos.checkers.base import exit_code_of
 
     assert exit_code_of([Verdict("x", s, "") for s in statuses]) == code
 
 
 # ============================================================================ must_observe states
 def test_observed_states_from_samples():
-    from chaos.checkers.samples import observed_states
+    from chaos.history import observed_states
 
     h = H()
     sample(h, [("gateway-0", 1001, "sleeping", held())])
@@ -471,7 +472,7 @@ def test_observed_states_from_samples():
 
 
 def test_must_observe_a_sampled_state_or_inconclusive():
-    from chaos.runner import _must_observe
+    from chaos.checkers.observed import must_observe
     from chaos.scenario import load_scenario_text
 
     sc = load_scenario_text(
@@ -480,10 +481,10 @@ def test_must_observe_a_sampled_state_or_inconclusive():
     h = H()
     h.event("gateway-0", "checkpoint", mode="PASSIVE")
     sample(h, [("gateway-0", 1001, "sleeping", held())])
-    (v,) = _must_observe(sc, h.records)
+    (v,) = must_observe(sc.must_observe, h.records)
     assert v.status == INCONCLUSIVE and v.figures["missing"] == ["retired_wal_held"]
     sample(h, [("gateway-0", 1001, "sleeping", held(current=False, deleted=True))])
-    (v,) = _must_observe(sc, h.records)
+    (v,) = must_observe(sc.must_observe, h.records)
     assert v.status == PASS
     ev = {e["observed"]: e["first"] for e in v.evidence}
     assert ev["retired_wal_held"]["holders"] == [

@@ -107,7 +107,8 @@ def test_run_writes_a_self_contained_report_with_lanes_and_faults(tmp_path, monk
     assert "<link" not in report.read_text()
 
     # Evidence of a checker that did not pass is marked on the timeline at its time.
-    from chaos.html_report import load_run, render
+    from chaos.report.html import render
+    from chaos.store import load_run
 
     records, results, scenario = load_run(run_dir)
     ack = next(r for r in records if r["type"] == "ok" and r["op"] == "append")
@@ -120,7 +121,7 @@ def test_run_writes_a_self_contained_report_with_lanes_and_faults(tmp_path, monk
     assert mark["data-evidence-of"] == "no_lost_writes"
     assert page.with_attr("data-evidence-of") == []  # every checker passed: no mark
     # A lane with many ops merges its marks per pixel column and outcome (the page stays small).
-    import chaos.html_report as html_report
+    import chaos.report.html as html_report
 
     monkeypatch.setattr(html_report, "MAX_MARKS_PER_LANE", 5)
     page3 = Page()

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from chaos.runner import run_scenario
+from chaos.sweep import run as run_scenario
 from chaos.scenario import load_scenario, load_scenario_text
 from chaos.sweep import scenario_for
 

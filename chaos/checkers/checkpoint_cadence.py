@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from .base import FAIL, INCONCLUSIVE, PASS, CheckContext, Verdict, brief, exit_records
+from ..history import brief, exit_records
+from .base import FAIL, INCONCLUSIVE, PASS, CheckContext, Verdict
 
 NAME = "checkpoint_cadence"
 

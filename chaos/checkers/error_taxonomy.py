@@ -25,16 +25,8 @@ from __future__ import annotations
 import re
 from collections import Counter, defaultdict
 
-from .base import (
-    FAIL,
-    INCONCLUSIVE,
-    PASS,
-    TOOLKIT_PROCESSES,
-    CheckContext,
-    Verdict,
-    brief,
-    fmt_t,
-)
+from ..history import TOOLKIT_PROCESSES, brief, fmt_t
+from .base import FAIL, INCONCLUSIVE, PASS, CheckContext, Verdict
 
 NAME = "error_taxonomy"
 CORRUPTING_FAULTS = frozenset({"corrupt_page", "corrupt_fts", "zero_db", "truncate_db",

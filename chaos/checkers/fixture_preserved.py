@@ -20,11 +20,12 @@ import json
 import tempfile
 from pathlib import Path
 
+from ..store import FIXTURE_MANIFEST
 from .base import FAIL, INCONCLUSIVE, PASS, CheckContext, Verdict
 from .store import connect_copy, copied_store
 
 NAME = "fixture_preserved"
-MANIFEST_NAME = "fixture-manifest.json"
+MANIFEST_NAME = FIXTURE_MANIFEST
 
 
 def check(ctx: CheckContext, params: dict) -> Verdict:

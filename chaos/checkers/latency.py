@@ -19,11 +19,11 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 
-from .base import FAIL, INCONCLUSIVE, PASS, CheckContext, Verdict, brief, pair_ops
-from .samples import seconds
+from ..history import ADVERSARY_OPS, brief, pair_ops
+from .base import FAIL, INCONCLUSIVE, PASS, CheckContext, Verdict, seconds
+
 
 NAME = "latency"
-ADVERSARY_OPS = frozenset({"hold_lock", "hold_read", "long_read"})
 
 
 def percentile(sorted_values: list[float], p: float) -> float:

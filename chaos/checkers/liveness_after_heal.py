@@ -23,28 +23,25 @@ INCONCLUSIVE when there is no heal phase in the history, or no writer was tested
 
 from __future__ import annotations
 
-from .base import (
-    FAIL,
-    INCONCLUSIVE,
-    PASS,
+from ..history import (
     TOOLKIT_PROCESSES,
     WRITE_OPS,
-    CheckContext,
-    Verdict,
+    Samples,
     brief,
     exit_records,
     fmt_t,
+    moment,
     pair_ops,
     proc_name,
-    role_kinds,
     role_of,
     spawn_records,
 )
-from .samples import Samples, moment, seconds
+from ..roles import NOT_WRITER_KINDS
+from .base import FAIL, INCONCLUSIVE, PASS, CheckContext, Verdict, role_kinds, seconds
+
 
 NAME = "liveness_after_heal"
 DEFAULT_DEADLINE_S = 3.0
-NOT_WRITER_KINDS = frozenset({"lock_holder", "long_reader", "maintenance"})
 
 
 def check(ctx: CheckContext, params: dict) -> Verdict:

@@ -40,20 +40,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from .base import (
-    FAIL,
-    INCONCLUSIVE,
-    PASS,
-    WRITE_OPS,
-    CheckContext,
-    Verdict,
-    brief,
-    fmt_t,
-    pair_ops,
-    role_kinds,
-    role_of,
-)
-from .samples import Samples, holding
+from ..history import WRITE_OPS, Samples, brief, fmt_t, holding, pair_ops, role_of
+from .base import FAIL, INCONCLUSIVE, PASS, CheckContext, Verdict, role_kinds
 
 NAME = "maintenance_refusal"
 GATED = ("optimize", "optimize-storage", "prune")

@@ -24,25 +24,13 @@ INCONCLUSIVE when no operation was judged.
 
 from __future__ import annotations
 
-from .base import (
-    FAIL,
-    INCONCLUSIVE,
-    PASS,
-    CheckContext,
-    Verdict,
-    brief,
-    exit_records,
-    fmt_t,
-    pair_ops,
-    role_kinds,
-    role_of,
-)
-from .samples import Samples, moment, seconds
+from ..history import ADVERSARY_OPS, Samples, brief, exit_records, fmt_t, moment, pair_ops, role_of
+from ..roles import ADVERSARY_KINDS
+from .base import FAIL, INCONCLUSIVE, PASS, CheckContext, Verdict, role_kinds, seconds
+
 
 NAME = "no_lockup"
 DEFAULT_BOUND_S = 5.0
-ADVERSARY_OPS = frozenset({"hold_lock", "hold_read", "long_read"})
-ADVERSARY_KINDS = frozenset({"lock_holder", "long_reader"})
 
 
 def frozen_intervals(history: list[dict]) -> dict[str, list[tuple[float, float]]]:

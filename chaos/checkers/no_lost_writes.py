@@ -34,7 +34,8 @@ import json
 import re
 from collections import Counter
 
-from .base import FAIL, INCONCLUSIVE, PASS, CheckContext, Verdict, brief, pair_ops
+from ..history import brief, pair_ops
+from .base import FAIL, INCONCLUSIVE, PASS, CheckContext, Verdict
 from .store import find_captures, payload_ids_in_capture, payload_ids_in_db, spool_payload_ids
 
 NAME = "no_lost_writes"

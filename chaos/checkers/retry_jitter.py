@@ -32,23 +32,13 @@ from __future__ import annotations
 import math
 from collections import Counter
 
-from .base import (
-    FAIL,
-    INCONCLUSIVE,
-    PASS,
-    CheckContext,
-    Verdict,
-    brief,
-    events_of,
-    role_kinds,
-    role_of,
-)
+from ..history import ADVERSARY_OPS, brief, events_of, role_of
+from ..roles import ADVERSARY_KINDS
+from .base import FAIL, INCONCLUSIVE, PASS, CheckContext, Verdict, role_kinds
 
 NAME = "retry_jitter"
 MIN_FOR_KS = 20
 FIXED_WINDOW_S = 0.001
-ADVERSARY_KINDS = frozenset({"lock_holder", "long_reader"})
-ADVERSARY_OPS = frozenset({"hold_lock", "hold_read", "long_read"})
 
 
 def ks_uniform(samples: list[float], lo: float, hi: float) -> float:

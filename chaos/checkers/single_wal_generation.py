@@ -23,19 +23,8 @@ INCONCLUSIVE (the sampler saw nothing). SKIPPED when the sampler could not sampl
 
 from __future__ import annotations
 
-from .base import (
-    FAIL,
-    INCONCLUSIVE,
-    PASS,
-    SKIPPED,
-    WRITE_OPS,
-    CheckContext,
-    Verdict,
-    brief,
-    fmt_t,
-    pair_ops,
-)
-from .samples import Samples, proc_entry
+from ..history import WRITE_OPS, Samples, brief, fmt_t, pair_ops, proc_entry
+from .base import FAIL, INCONCLUSIVE, PASS, SKIPPED, CheckContext, Verdict
 
 NAME = "single_wal_generation"
 

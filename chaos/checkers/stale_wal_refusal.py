@@ -30,14 +30,9 @@ from __future__ import annotations
 
 import uuid
 
-from .base import (
-    FAIL,
-    INCONCLUSIVE,
-    PASS,
+from ..history import (
     TOOLKIT_PROCESSES,
     WRITE_OPS,
-    CheckContext,
-    Verdict,
     brief,
     exit_records,
     fmt_t,
@@ -45,6 +40,7 @@ from .base import (
     proc_name,
     role_of,
 )
+from .base import FAIL, INCONCLUSIVE, PASS, CheckContext, Verdict
 from .store import copied_store, find_captures
 
 NAME = "stale_wal_refusal"

@@ -15,9 +15,9 @@ import errno
 import os
 from pathlib import Path
 
+from ..store import BALLOON_NAME
 from .base import NemesisEnv, NemesisError
 
-BALLOON_NAME = ".chaos-balloon"
 CHUNK = 64 * 1024
 
 

@@ -38,6 +38,7 @@ from pathlib import Path
 from hermes_state.generation import wal_header
 from hermes_state.paths import utc_stamp
 
+from .. import fixtures
 from .base import NemesisEnv, NemesisError, targets
 
 REPLACE_SOURCES = ("other", "empty", "backup", "file")
@@ -101,8 +102,6 @@ def rename_sidecars(env: NemesisEnv, params: dict) -> dict:
 
 # ------------------------------------------------------------------------------ main file
 def _replace_source(env: NemesisEnv, source: str, path: str | None = None) -> Path:
-    from .. import fixtures
-
     if source == "file":
         src = Path(env.db_path).parent / (path or "")
         if not path or not src.is_file():

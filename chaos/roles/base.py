@@ -7,18 +7,13 @@ plain-dict config. It records every operation as ``invoke`` then ``ok``/``fail``
 
 from __future__ import annotations
 
-import os
 import random
-import signal
 import sqlite3
-import sys
 import time
-import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from hermes_state import events, failpoints
 from hermes_state.errors import (
     DeletedWalGenerationError,
     StateDbReplacedError,
@@ -137,39 +132,3 @@ class RoleContext:
                             value=value if isinstance(value, (int, float, str, bool)) else None,
                             **fields, **extra)
         return True, value
-
-
-def role_main(cfg_dict: dict) -> None:
-    """Entry point of every role process (target of the spawned ``multiprocessing.Process``)."""
-    cfg = RoleConfig(**cfg_dict)
-    log_fd = os.open(cfg.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    os.dup2(log_fd, 1)
-    os.dup2(log_fd, 2)
-    sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
-    sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
-    if cfg.failpoints:
-        os.environ[failpoints.ENV_VAR] = cfg.failpoints
-    else:
-        os.environ.pop(failpoints.ENV_VAR, None)
-    failpoints.reload()
-    ctx = RoleContext(cfg)
-
-    def on_term(signum, frame):  # SIGTERM = clean shutdown: finish the op, close, exit 0
-        ctx.stopping = True
-
-    signal.signal(signal.SIGTERM, on_term)
-    from ..nemesis.files import install_foreign_open_close  # SPEC §16.2 foreign_open_close
-
-    install_foreign_open_close(cfg.db_path, lambda **f: ctx.history.record("event", **f))
-    events.add_listener(ctx.history.event)
-    from . import KINDS
-
-    print(f"{cfg.process} pid {os.getpid()} kind {cfg.kind} start", flush=True)
-    try:
-        KINDS[cfg.kind](ctx)
-    except Exception:
-        traceback.print_exc()
-        ctx.history.record("event", event="role_crashed", error=traceback.format_exc()[-2000:])
-        raise SystemExit(70)
-    finally:
-        print(f"{cfg.process} done", flush=True)

@@ -1,17 +1,16 @@
 """What the user reads in the terminal: the verdict table, results.json (SPEC §16.5).
 
-The HTML page is :mod:`chaos.html_report`; this module is the terminal side. Verdicts may be
+The HTML page is :mod:`chaos.report.html`; this module is the terminal side. Verdicts may be
 :class:`chaos.checkers.base.Verdict` objects or their ``to_dict()`` form (as read back from
 ``results.json``), so a saved run prints exactly like a live one.
 """
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 from rich.console import Console
 from rich.table import Table
+
+from ..checkers.base import exit_code_of
 
 STATUS_STYLE = {"PASS": "bold green", "FAIL": "bold red", "INCONCLUSIVE": "bold yellow",
                 "SKIPPED": "dim"}
@@ -41,11 +40,6 @@ def verdict_table(verdicts: list, title: str = "checkers") -> Table:
 def print_verdicts(console: Console, verdicts: list, title: str) -> None:
     """Print the verdict table (Verdict objects or dicts)."""
     console.print(verdict_table(verdicts, title))
-
-
-def exit_code_of(verdicts: list) -> int:
-    """0 when every verdict is PASS or SKIPPED, else 1 (SPEC §16.5 exit codes)."""
-    return 0 if all(_field(v, "status") in ("PASS", "SKIPPED") for v in verdicts) else 1
 
 
 def comparison_table(left: list, right: list, left_title: str, right_title: str,
@@ -90,8 +84,3 @@ def runs_table(results: list[dict], title: str = "runs") -> Table:
                       styled_status(status), ", ".join(bad),
                       str(res.get("run_dir", "")).rsplit("/", 1)[-1])
     return table
-
-
-def write_results(path: Path, payload: dict) -> None:
-    """Write ``results.json`` (indent 2, sorted keys)."""
-    path.write_text(json.dumps(payload, indent=2, sort_keys=True, default=str) + "\n")

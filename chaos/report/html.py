@@ -27,13 +27,12 @@ import math
 import os
 from pathlib import Path
 
-from . import history as hist
-from .checkers.base import pair_ops, proc_name
-
-REPORT_NAME = "report.html"
+from .. import store
+from ..history import sample_wal_bytes
+from .timeline import PLOT_W, Timeline
 
 #: Plot geometry (px).
-LABEL_W, PLOT_W, LANE_H, AXIS_H = 190, 1100, 26, 24
+LABEL_W, LANE_H, AXIS_H = 190, 26, 24
 #: Per lane, above this many ops the marks are merged per pixel column (a page stays small).
 MAX_MARKS_PER_LANE = 1500
 
@@ -45,326 +44,23 @@ KIND_PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"
 REFUSAL_ERRORS = frozenset({"DeletedWalGenerationError", "StateDbReplacedError",
                             "StateDbCorruptError", "WriteContentionError",
                             "MaintenanceRefusedError"})
-TOOLKIT = ("runner", "nemesis", "watch", "sampler")
-
-
-# ------------------------------------------------------------------------------ loading
-def load_run(run_dir: str | os.PathLike) -> tuple[list[dict], dict, dict]:
-    """Read a run directory: ``(history records, results dict, resolved scenario dict)``.
-
-    ``history.jsonl`` is preferred; without it the per-process ``history/*.jsonl`` are merged and
-    completed (:func:`chaos.history.complete`). Missing ``results.json`` /
-    ``scenario.resolved.json`` give ``{}``.
-
-    Raises:
-        FileNotFoundError: the directory has neither ``history.jsonl`` nor ``history/``.
-    """
-    run_dir = Path(run_dir)
-    merged = run_dir / "history.jsonl"
-    if merged.exists():
-        records = hist.read_file(merged)
-    elif (run_dir / "history").is_dir():
-        records = hist.complete(hist.load(run_dir / "history"))
-    else:
-        raise FileNotFoundError(f"{run_dir}: no history.jsonl and no history/ directory: "
-                                "not a chaos run directory")
-    results = _read_json(run_dir / "results.json")
-    scenario = _read_json(run_dir / "scenario.resolved.json")
-    return records, results, scenario
-
-
-def _read_json(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def write_report(run_dir: str | os.PathLike) -> Path:
-    """(Re)build ``<run_dir>/report.html`` from the run's files; returns its path.
-
-    Written to a temporary name then renamed, so a reader never sees half a page.
-
-    Raises:
-        FileNotFoundError: ``run_dir`` is not a run directory (see :func:`load_run`).
-    """
-    run_dir = Path(run_dir)
-    records, results, scenario = load_run(run_dir)
-    page = render(records, results, scenario, title=run_dir.name)
-    out = run_dir / REPORT_NAME
-    tmp = run_dir / (REPORT_NAME + ".partial")
-    tmp.write_text(page, encoding="utf-8")
-    os.replace(tmp, out)
-    return out
-
-
-# ------------------------------------------------------------------------------ sample fields
-def sample_wal_bytes(rec: dict) -> int | None:
-    """WAL size in bytes of a ``sample`` record (``wal_bytes``; ``None`` when the WAL is absent)."""
-    for key in ("wal_bytes", "wal_size", "wal_size_bytes", "wal"):
-        v = rec.get(key)
-        if isinstance(v, (int, float)) and not isinstance(v, bool):
-            return int(v)
-    return None
-
-
-def _pid_of(value) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, dict):
-        return _pid_of(value.get("pid"))
-    if isinstance(value, (list, tuple)) and value:
-        return _pid_of(value[0])
-    if isinstance(value, str):
-        parts = value.split()
-        if len(parts) >= 2 and parts[0] == "PID" and parts[1].isdigit():
-            return int(parts[1])
-        if value.isdigit():
-            return int(value)
-    return None
-
-
-def _cmd_of(value) -> str:
-    if isinstance(value, dict):
-        return str(value.get("command") or "")
-    if isinstance(value, (list, tuple)) and len(value) > 1:
-        return str(value[1])
-    return ""
-
-
-def sample_owner(rec: dict) -> int | None:
-    """PID owning the write lock in a ``sample`` record (``write_lock``: dict/pid/[pid, cmd])."""
-    for key in ("write_lock", "write_lock_owner", "lock_owner", "owner"):
-        if rec.get(key) is not None:
-            return _pid_of(rec[key])
-    return None
-
-
-def sample_waiters(rec: dict) -> list:
-    """Who waits on the store in a ``sample`` record: process names or PIDs (``waiting``)."""
-    out = []
-    for w in rec.get("waiting") or []:
-        if isinstance(w, str) and not w.isdigit() and not w.startswith("PID "):
-            out.append(w)
-        elif _pid_of(w) is not None:
-            out.append(_pid_of(w))
-    return out
-
-
-# ------------------------------------------------------------------------------ model
-class Timeline:
-    """Everything the charts need, derived once from the history."""
-
-    def __init__(self, records: list[dict]) -> None:
-        self.records = records
-        ts = [float(r["t"]) for r in records if isinstance(r.get("t"), (int, float))]
-        starts = [float(r["t"]) for r in records
-                  if r.get("type") == "phase" and r.get("phase") in ("warm-up", "watch")]
-        self.t0 = min(starts) if starts else (min(ts) if ts else 0.0)
-        self.t1 = max(ts) if ts else self.t0 + 1.0
-        if self.t1 - self.t0 < 1e-3:
-            self.t1 = self.t0 + 1.0
-        self.pid_lane: dict[int, str] = {}
-        self.lanes: list[str] = []
-        self.lane_info: dict[str, dict] = {}
-        self._build_lanes()
-        self.ops = [o for o in pair_ops(records) if o.process in self.lane_info]
-        self.samples = [r for r in records if r.get("type") == "sample"]
-
-    def x(self, t: float) -> float:
-        """Plot x (px, relative to the plot's left edge) of monotonic time ``t``."""
-        return (float(t) - self.t0) / (self.t1 - self.t0) * PLOT_W
-
-    def rel(self, t: float) -> float:
-        return float(t) - self.t0
-
-    def _lane(self, name: str) -> dict:
-        if name not in self.lane_info:
-            self.lanes.append(name)
-            self.lane_info[name] = {"pid": None, "kind": "", "spawn": None, "exit": None,
-                                    "exitcode": None, "first": None, "last": None}
-        return self.lane_info[name]
-
-    def _build_lanes(self) -> None:
-        for r in self.records:
-            typ = r.get("type")
-            if typ == "process":
-                name = proc_name(r)
-                if not name or name in TOOLKIT:
-                    continue
-                info = self._lane(name)
-                pid = r.get("child_pid") or (r.get("pid") if r.get("process") == name else None)
-                if pid:
-                    info["pid"] = pid
-                    self.pid_lane[int(pid)] = name
-                info["kind"] = r.get("kind") or info["kind"]
-                if r.get("phase") == "spawn":
-                    info["spawn"] = r["t"]
-                elif r.get("phase") == "exit":
-                    info["exit"] = r["t"]
-                    info["exitcode"] = r.get("exitcode")
-                continue
-            name = r.get("process")
-            if not name or name in TOOLKIT or typ in ("nemesis", "phase", "sample"):
-                continue
-            info = self._lane(name)
-            if r.get("pid") and info["pid"] is None:
-                info["pid"] = r["pid"]
-                self.pid_lane[int(r["pid"])] = name
-            info["first"] = r["t"] if info["first"] is None else info["first"]
-            info["last"] = r["t"]
-        # Processes seen only by sampling (watch, or a foreign SQLite client during a run).
-        for r in self.records:
-            if r.get("type") not in ("sample", "observed"):
-                continue
-            cmds = {}
-            for key in ("holders", "waiting"):
-                for h in r.get(key) or []:
-                    if _pid_of(h) is not None:
-                        cmds[_pid_of(h)] = _cmd_of(h)
-            for key in ("write_lock", "write_lock_owner", "lock_owner", "owner"):
-                if r.get(key) is not None and _pid_of(r[key]) is not None:
-                    cmds.setdefault(_pid_of(r[key]), _cmd_of(r[key]))
-            named = {}
-            if r.get("type") == "observed" and r.get("holder_pid") and r.get("command"):
-                cmds[int(r["holder_pid"])] = r["command"]
-            for entry in r.get("procs") or []:
-                if isinstance(entry, dict) and entry.get("pid") is not None:
-                    named[int(entry["pid"])] = entry.get("process")
-                    cmds.setdefault(int(entry["pid"]), entry.get("command") or "")
-            for pid, cmd in sorted(cmds.items()):
-                if pid in self.pid_lane:
-                    if cmd and not self.lane_info[self.pid_lane[pid]]["kind"]:
-                        self.lane_info[self.pid_lane[pid]]["kind"] = cmd
-                    continue
-                name = named.get(pid)
-                if name and name in self.lane_info and name not in TOOLKIT:
-                    self.pid_lane[pid] = name  # a role's child (e.g. a maintenance command)
-                    continue
-                name = name if name and name not in TOOLKIT else f"pid {pid}"
-                info = self._lane(name)
-                info["pid"], info["kind"] = pid, info["kind"] or cmd
-                self.pid_lane[pid] = name
-            for pid in set(cmds):
-                info = self.lane_info[self.pid_lane[pid]]
-                info["first"] = r["t"] if info["first"] is None else min(info["first"], r["t"])
-                info["last"] = r["t"] if info["last"] is None else max(info["last"], r["t"])
-
-    def phases(self) -> list[tuple[str, float, float]]:
-        marks = [(r["phase"], float(r["t"])) for r in self.records if r.get("type") == "phase"]
-        out = []
-        for i, (name, t) in enumerate(marks):
-            end = marks[i + 1][1] if i + 1 < len(marks) else self.t1
-            out.append((name, t, end))
-        return out
-
-    def faults(self) -> list[dict]:
-        """Faults as ``{fault, step, t_start, t_end, status, details, role}``; ``stop`` lasts until
-        the next ``cont`` of the same role (or the heal phase)."""
-        by_step: dict = {}
-        for r in self.records:
-            if r.get("type") != "nemesis":
-                continue
-            key = (r.get("step"), r.get("fault"))
-            f = by_step.setdefault(key, {"fault": r.get("fault"), "step": r.get("step"),
-                                         "t_start": None, "t_end": None, "status": "?",
-                                         "details": {}, "role": r.get("role")})
-            phase = r.get("phase")
-            if phase == "start":
-                f["t_start"] = float(r["t"])
-            elif phase in ("done", "error", "never"):
-                f["t_end"] = float(r["t"])
-                f["status"] = phase
-                f["details"] = {k: v for k, v in r.items()
-                                if k not in ("t", "wall", "process", "pid", "type", "phase")}
-                if f["t_start"] is None:
-                    f["t_start"] = float(r["t"])
-        faults = [f for f in by_step.values() if f["status"] != "never"]
-        faults.sort(key=lambda f: f["t_start"] or 0.0)
-        heal = next((float(r["t"]) for r in self.records
-                     if r.get("type") == "phase" and r.get("phase") == "heal"), self.t1)
-        for i, f in enumerate(faults):
-            if f["fault"] == "stop" and f["status"] == "done":
-                cont = next((g for g in faults[i + 1:] if g["fault"] == "cont"
-                             and g.get("role") == f.get("role")), None)
-                f["t_end"] = cont["t_start"] if cont else heal
-        return faults
-
-    def never_fired(self) -> list[dict]:
-        return [r for r in self.records if r.get("type") == "nemesis" and r.get("phase") == "never"]
-
-    def lane_of(self, who) -> str | None:
-        """The lane of a process name or PID (None: not a lane of this timeline)."""
-        if isinstance(who, str):
-            return who if who in self.lane_info else None
-        if isinstance(who, int):
-            return self.pid_lane.get(who)
-        return None
-
-    def sample_spans(self) -> dict[str, list[tuple[str, float, float, str]]]:
-        """Per lane: ``(what, t_from, t_to, title)`` spans derived from consecutive ``sample``
-        records: ``lock`` (owns the write lock), ``wait`` (waits on the store), ``stopped``
-        (SIGSTOPped, from the sampler's process status)."""
-        out: dict[str, list] = {}
-        for i, s in enumerate(self.samples):
-            t = float(s["t"])
-            t_next = float(self.samples[i + 1]["t"]) if i + 1 < len(self.samples) else t
-            owner_rec = next((s[k] for k in ("write_lock", "write_lock_owner", "lock_owner")
-                              if s.get(k) is not None), None)
-            owner = None
-            if isinstance(owner_rec, dict) and owner_rec.get("process"):
-                owner = self.lane_of(owner_rec["process"])
-            if owner is None:
-                owner = self.lane_of(sample_owner(s))
-            if owner is not None:
-                pid = sample_owner(s)
-                out.setdefault(owner, []).append(
-                    ("lock", t, t_next, f"{owner} (PID {pid}) holds the WAL write lock"))
-            for who in sample_waiters(s):
-                lane = self.lane_of(who)
-                if lane is not None:
-                    out.setdefault(lane, []).append(
-                        ("wait", t, t_next, f"{lane} waits on a store lock"))
-            readers = set()
-            for lk in s.get("locks") or []:
-                if (isinstance(lk, dict) and str(lk.get("lock", "")).startswith("read mark")
-                        and not lk.get("waiting")):
-                    lane = self.lane_of(lk.get("process")) or self.lane_of(lk.get("pid"))
-                    if lane is not None and lane not in readers:
-                        readers.add(lane)
-                        out.setdefault(lane, []).append(
-                            ("read", t, t_next, f"{lane} is in a read transaction ({lk['lock']}): "
-                                                "a checkpoint cannot pass its snapshot"))
-            for entry in s.get("procs") or []:
-                if isinstance(entry, dict) and any(
-                        isinstance(entry.get(k), dict) and entry[k].get("current") is False
-                        for k in ("db", "wal", "shm")):
-                    lane = self.lane_of(entry.get("process")) or self.lane_of(entry.get("pid"))
-                    if lane is not None:
-                        out.setdefault(lane, []).append(
-                            ("retired", t, t_next, f"{lane} holds a retired (deleted or "
-                                                   "replaced) store file"))
-                if isinstance(entry, dict) and entry.get("status") == "stopped":
-                    lane = self.lane_of(entry.get("process")) or self.lane_of(entry.get("pid"))
-                    if lane is not None:
-                        out.setdefault(lane, []).append(
-                            ("stopped", t, t_next, f"{lane} is stopped (SIGSTOP)"))
-        merged: dict[str, list] = {}
-        for lane, spans in out.items():
-            acc: list = []
-            for span in spans:
-                if acc and acc[-1][0] == span[0] and abs(acc[-1][2] - span[1]) < 1e-9:
-                    acc[-1] = (span[0], acc[-1][1], span[2], acc[-1][3])
-                else:
-                    acc.append(span)
-            merged[lane] = acc
-        return merged
 
 
 # ------------------------------------------------------------------------------ rendering
+def write_report(run_dir: str | os.PathLike) -> Path:
+    """(Re)build ``<run_dir>/report.html`` from the run's files; returns its path.
+
+    Written atomically (:func:`chaos.store.write_text_atomic`): a reader never sees half a page.
+
+    Raises:
+        FileNotFoundError: ``run_dir`` is not a run directory (see :func:`chaos.store.load_run`).
+    """
+    run = store.RunDir(Path(run_dir))
+    records, results, scenario = store.load_run(run.path)
+    page = render(records, results, scenario, title=run.path.name)
+    return store.write_text_atomic(run.report, page)
+
+
 def _e(value) -> str:
     return html.escape(str(value), quote=True)
 
