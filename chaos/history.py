@@ -327,6 +327,11 @@ def fmt_t(t: float | None) -> str:
     return "?" if t is None else f"{t:.3f}"
 
 
+def _first(key: str, *records: dict | None):
+    """The first non-None ``key`` of ``records`` (None records skipped), else None."""
+    return next((r[key] for r in records if r is not None and r.get(key) is not None), None)
+
+
 @dataclass
 class Op:
     """One operation (Jepsen's op): its ``invoke`` and its completion (``ok``/``fail``/``info``)."""
@@ -356,10 +361,7 @@ class Op:
 
     @property
     def payload_id(self):
-        for rec in (self.done, self.invoke):
-            if rec is not None and rec.get("payload_id") is not None:
-                return rec["payload_id"]
-        return None
+        return _first("payload_id", self.done, self.invoke)
 
     @property
     def error(self) -> str | None:
@@ -367,10 +369,7 @@ class Op:
 
     @property
     def pid(self):
-        for rec in (self.invoke, self.done):
-            if rec is not None and rec.get("pid") is not None:
-                return rec["pid"]
-        return None
+        return _first("pid", self.invoke, self.done)
 
     @property
     def synthesized(self) -> bool:
