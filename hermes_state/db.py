@@ -17,22 +17,25 @@ import sqlite3
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
+from .cleanup import CleanupMixin
 from .connection import StoreConnection
 from .lifecycle import LifecycleMixin
 from .messages import MessagesMixin
 from .paths import default_db_path
+from .replay import ReplayMixin
 from .search import SearchMixin
 from .sessions import SessionsMixin
 from .spool import divert_to_spool as _divert
 from .text import clean_text
 from .titles import TitlesMixin
 from .usage import UsageMixin
+from .workspace import WorkspaceMixin
 
 T = TypeVar("T")
 
 
-class SessionDB(SessionsMixin, MessagesMixin, TitlesMixin, UsageMixin, LifecycleMixin,
-                SearchMixin):
+class SessionDB(SessionsMixin, MessagesMixin, ReplayMixin, TitlesMixin, UsageMixin,
+                LifecycleMixin, SearchMixin, WorkspaceMixin, CleanupMixin):
     """One profile's session store: ``state.db`` in WAL mode, safe across threads and processes.
 
     Args:

@@ -1,104 +1,192 @@
-"""Messages: append with counters in one transaction, read back, OpenAI conversation (SPEC §5)."""
+"""Messages: append with counters in one transaction, read back, page, small lookups (SPEC §5;
+UPSTREAM_API §2.3, D6, D11).
+
+Rows come back as plain dicts of the raw columns: only ``content`` (D6: a list/dict stored with
+the ``"\\x00json:"`` prefix returns as the list/dict) and ``tool_calls`` (JSON text → list;
+invalid JSON → ``[]``) are decoded; ``reasoning_details``, ``codex_*`` and ``display_metadata``
+stay JSON text. Every INSERT writes ``active = 1`` explicitly (D11), so legacy stores whose
+``active`` column has no default still get visible rows.
+"""
 
 from __future__ import annotations
 
+import math
 import sqlite3
 import time
 from typing import Any, Callable
 
-from .text import clean_text, decode_json, encode_json
+from .text import (
+    clean_text,
+    content_text,
+    decode_content,
+    decode_tool_calls,
+    encode_content,
+    encode_json_field,
+)
 
-JSON_MESSAGE_COLUMNS = ("tool_calls", "reasoning_details", "codex_reasoning_items",
-                        "codex_message_items", "display_metadata")
+#: Optional keyword columns of append_message beyond upstream's parameters (schema 23 only).
+EXTRA_MESSAGE_COLUMNS = ("display_kind", "display_metadata")
 
-#: Optional keyword columns of append_message beyond the named parameters ("..." in SPEC §5).
-EXTRA_MESSAGE_COLUMNS = ("effect_disposition", "platform_message_id", "observed", "active",
-                         "compacted", "display_kind", "display_metadata")
+#: ``list_recent_user_messages``: previews longer than this are cut to 77 chars + "...".
+RECENT_PREVIEW_CHARS = 80
 
-_ASSISTANT_KEYS = ("finish_reason", "reasoning", "reasoning_content", "reasoning_details",
+_ASSISTANT_ONLY = ("reasoning", "reasoning_content", "reasoning_details",
                    "codex_reasoning_items", "codex_message_items")
+#: Visible rows (D11): ``active`` NULL counts as 1 (a legacy row not healed yet).
+ACTIVE_SQL = "COALESCE(active, 1) = 1"
 
 
 def message_row(row: sqlite3.Row) -> dict:
-    """A messages row as a dict with its JSON fields decoded."""
+    """A messages row as a dict: ``content`` decoded (D6), ``tool_calls`` JSON-decoded."""
     out = dict(row)
-    for col in JSON_MESSAGE_COLUMNS:
-        if col in out:
-            out[col] = decode_json(out[col])
+    if "content" in out:
+        out["content"] = decode_content(out["content"])
+    if "tool_calls" in out:
+        out["tool_calls"] = decode_tool_calls(out["tool_calls"])
     return out
 
 
-def build_append(session_id: str, role: str, content: str | None = None,
-                 tool_name: str | None = None, tool_calls: Any = None,
-                 tool_call_id: str | None = None, token_count: int | None = None,
-                 finish_reason: str | None = None, reasoning: str | None = None,
-                 reasoning_content: str | None = None, reasoning_details: Any = None,
-                 codex_reasoning_items: Any = None, codex_message_items: Any = None,
-                 timestamp: float | None = None, api_content: str | None = None,
-                 **extra: Any) -> Callable[[sqlite3.Connection], int]:
+def coerce_timestamp(value: Any) -> float | None:
+    """A message timestamp as float epoch seconds: a number, or anything with ``.timestamp()``
+    (datetime). None, or a value that is neither (or not finite), gives None (= now)."""
+    if value is None or isinstance(value, bool):
+        return None
+    stamp = getattr(value, "timestamp", None)
+    try:
+        out = float(stamp()) if callable(stamp) else float(value)
+    except (TypeError, ValueError, OverflowError, OSError):
+        return None
+    return out if math.isfinite(out) else None
+
+
+def count_tool_calls(tool_calls: Any) -> int:
+    """What a message adds to ``tool_call_count``: ``len`` of a list, 1 for any other truthy
+    value, 0 for none (whatever the role, UPSTREAM_API §2.3)."""
+    if not tool_calls:
+        return 0
+    return len(tool_calls) if isinstance(tool_calls, (list, tuple)) else 1
+
+
+def message_values(session_id: str, role: str, content: Any = None, tool_name: Any = None,
+                   tool_calls: Any = None, tool_call_id: Any = None, token_count: Any = None,
+                   finish_reason: Any = None, reasoning: Any = None,
+                   reasoning_content: Any = None, reasoning_details: Any = None,
+                   codex_reasoning_items: Any = None, codex_message_items: Any = None,
+                   platform_message_id: Any = None, observed: Any = False,
+                   effect_disposition: Any = None, timestamp: float | None = None,
+                   api_content: Any = None, **extra: Any) -> dict:
+    """The column → value map of one message row, encoded as upstream stores it.
+
+    ``timestamp`` must already be a float (see :func:`coerce_timestamp`). ``active`` is 1.
+    Raises:
+        TypeError: an unknown keyword.
+    """
+    unknown = set(extra) - set(EXTRA_MESSAGE_COLUMNS)
+    if unknown:
+        raise TypeError(f"append_message() got unknown keyword(s): {', '.join(sorted(unknown))}")
+    vals = {
+        "session_id": clean_text(session_id), "role": clean_text(role),
+        "content": encode_content(content), "tool_name": clean_text(tool_name),
+        "tool_calls": encode_json_field(tool_calls), "tool_call_id": clean_text(tool_call_id),
+        "token_count": token_count, "finish_reason": clean_text(finish_reason),
+        "reasoning": clean_text(reasoning), "reasoning_content": clean_text(reasoning_content),
+        "reasoning_details": encode_json_field(reasoning_details),
+        "codex_reasoning_items": encode_json_field(codex_reasoning_items),
+        "codex_message_items": encode_json_field(codex_message_items),
+        "platform_message_id": clean_text(platform_message_id),
+        "observed": 1 if observed else 0,
+        "effect_disposition": clean_text(effect_disposition),
+        "timestamp": time.time() if timestamp is None else timestamp,
+        "api_content": clean_text(api_content) if isinstance(api_content, str) else None,
+        "active": 1,
+    }
+    if "display_kind" in extra:
+        vals["display_kind"] = clean_text(extra["display_kind"])
+    if "display_metadata" in extra:
+        meta = extra["display_metadata"]
+        vals["display_metadata"] = clean_text(meta) if isinstance(meta, str) else (
+            encode_json_field(meta))
+    return vals
+
+
+def insert_sql(cols: list[str] | tuple[str, ...]) -> str:
+    """``INSERT INTO messages (cols) VALUES (?, ...)``."""
+    return f"INSERT INTO messages ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})"
+
+
+def build_append(session_id: str, role: str, content: Any = None, tool_name: Any = None,
+                 tool_calls: Any = None, tool_call_id: Any = None, token_count: Any = None,
+                 finish_reason: Any = None, reasoning: Any = None, reasoning_content: Any = None,
+                 reasoning_details: Any = None, codex_reasoning_items: Any = None,
+                 codex_message_items: Any = None, platform_message_id: Any = None,
+                 observed: Any = False, effect_disposition: Any = None, timestamp: Any = None,
+                 api_content: Any = None, **extra: Any) -> Callable[[sqlite3.Connection], int]:
     """Validate one message and return ``fn(conn) -> message id`` that inserts it and bumps the
     session's counters; the caller runs ``fn`` inside its write transaction (``append_message``
     alone, or with other statements, as the exactly-once spool replay does, SPEC §10.1).
 
     Raises:
         TypeError: an unknown keyword (before anything is written).
+        ValueError: a ``timestamp`` that is neither a number nor a datetime (``append_message``
+            uses "now" for those instead; the spool replay reports them).
     """
-    session_id = clean_text(session_id)
-    unknown = set(extra) - set(EXTRA_MESSAGE_COLUMNS)
-    if unknown:
-        raise TypeError(f"append_message() got unknown keyword(s): {', '.join(sorted(unknown))}")
-    calls_json = encode_json(tool_calls, empty_list_is_null=True)
-    n_calls = 0
-    if role != "tool" and calls_json is not None:
-        decoded = tool_calls if isinstance(tool_calls, (list, tuple)) else decode_json(calls_json)
-        n_calls = len(decoded) if isinstance(decoded, (list, tuple)) else 1
-    cols = ["session_id", "role", "content", "tool_name", "tool_calls", "tool_call_id",
-            "token_count", "finish_reason", "reasoning", "reasoning_content",
-            "reasoning_details", "codex_reasoning_items", "codex_message_items", "timestamp",
-            "api_content"]
-    vals = [session_id, role, clean_text(content), clean_text(tool_name), calls_json,
-            clean_text(tool_call_id), token_count, clean_text(finish_reason),
-            clean_text(reasoning), clean_text(reasoning_content),
-            encode_json(reasoning_details), encode_json(codex_reasoning_items),
-            encode_json(codex_message_items),
-            time.time() if timestamp is None else float(timestamp), clean_text(api_content)]
-    for key in EXTRA_MESSAGE_COLUMNS:
-        if key in extra:
-            cols.append(key)
-            vals.append(encode_json(extra[key]) if key in JSON_MESSAGE_COLUMNS
-                        else clean_text(extra[key]))
-    insert = f"INSERT INTO messages ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})"
+    ts = coerce_timestamp(timestamp)
+    if timestamp is not None and ts is None:
+        raise ValueError(f"timestamp must be epoch seconds or a datetime, not {timestamp!r}")
+    vals = message_values(
+        session_id, role, content, tool_name, tool_calls, tool_call_id, token_count,
+        finish_reason, reasoning, reasoning_content, reasoning_details, codex_reasoning_items,
+        codex_message_items, platform_message_id, observed, effect_disposition, ts,
+        api_content, **extra)
+    n_calls = count_tool_calls(tool_calls)
+    sql = insert_sql(list(vals))
+    args = list(vals.values())
+    sid = vals["session_id"]
 
     def fn(c: sqlite3.Connection) -> int:
-        cur = c.execute(insert, vals)
-        c.execute("UPDATE sessions SET message_count = message_count + 1, "
-                  "tool_call_count = tool_call_count + ? WHERE id = ?", (n_calls, session_id))
+        cur = c.execute(sql, args)
+        c.execute("UPDATE sessions SET message_count = COALESCE(message_count, 0) + 1, "
+                  "tool_call_count = COALESCE(tool_call_count, 0) + ? WHERE id = ?",
+                  (n_calls, sid))
         return cur.lastrowid
 
     return fn
 
 
+def recent_preview(content: Any) -> str:
+    """``list_recent_user_messages`` preview: text, whitespace collapsed, over 80 chars cut to
+    77 + ``"..."``."""
+    text = " ".join(content_text(content).split())
+    if len(text) > RECENT_PREVIEW_CHARS:
+        return text[:RECENT_PREVIEW_CHARS - 3] + "..."
+    return text
+
+
 class MessagesMixin:
     """Message-level API; needs ``self._write(fn, op)`` and ``self._read(fn)``."""
 
-    def append_message(self, session_id: str, role: str, content: str | None = None,
+    def append_message(self, session_id: str, role: str, content: Any = None,
                        tool_name: str | None = None, tool_calls: Any = None,
                        tool_call_id: str | None = None, token_count: int | None = None,
                        finish_reason: str | None = None, reasoning: str | None = None,
                        reasoning_content: str | None = None, reasoning_details: Any = None,
                        codex_reasoning_items: Any = None, codex_message_items: Any = None,
-                       timestamp: float | None = None, api_content: str | None = None,
-                       **extra: Any) -> int:
+                       platform_message_id: str | None = None, observed: bool = False,
+                       effect_disposition: str | None = None, timestamp: Any = None,
+                       api_content: str | None = None, **extra: Any) -> int:
         """Insert one message and bump the session's counters in the same transaction (SPEC §5).
 
-        ``message_count += 1``; ``tool_call_count += len(tool_calls)`` except for ``role='tool'``
-        rows. JSON fields accept Python values or JSON text; an empty ``tool_calls`` list is NULL.
+        ``message_count += 1``; ``tool_call_count += len(tool_calls)`` (1 for a non-list, 0
+        without). ``tool_calls``, ``reasoning_details`` and ``codex_*`` are stored as JSON text
+        when truthy, else NULL (``[]`` → NULL). ``content``: a list/dict is stored as prefixed
+        JSON and read back as given (D6). ``observed`` is stored 1/0, ``active`` is 1 (D11),
+        ``api_content`` only when it is a str.
 
         Args:
             session_id: an existing session.
             role: ``user``, ``assistant``, ``tool``, ``system``.
-            timestamp: epoch seconds (float); default now.
-            **extra: any of :data:`EXTRA_MESSAGE_COLUMNS` (e.g. ``platform_message_id``).
+            timestamp: epoch seconds, or a datetime; None or an invalid value = now.
+            **extra: ``display_kind``, ``display_metadata``.
         Returns:
             The new message id.
         Raises:
@@ -107,41 +195,84 @@ class MessagesMixin:
             DeletedWalGenerationError / StateDbReplacedError / WriteContentionError: see
             :meth:`StoreConnection.execute_write`.
         """
-        fn = build_append(session_id, role, content=content, tool_name=tool_name,
-                          tool_calls=tool_calls, tool_call_id=tool_call_id,
-                          token_count=token_count, finish_reason=finish_reason,
-                          reasoning=reasoning, reasoning_content=reasoning_content,
-                          reasoning_details=reasoning_details,
-                          codex_reasoning_items=codex_reasoning_items,
-                          codex_message_items=codex_message_items, timestamp=timestamp,
-                          api_content=api_content, **extra)
+        fn = build_append(session_id, role, content, tool_name, tool_calls, tool_call_id,
+                          token_count, finish_reason, reasoning, reasoning_content,
+                          reasoning_details, codex_reasoning_items, codex_message_items,
+                          platform_message_id, observed, effect_disposition,
+                          coerce_timestamp(timestamp), api_content, **extra)
         return self._write(fn, op="append_message")
 
-    def get_messages(self, session_id: str) -> list[dict]:
-        """Every message of a session in insertion (id) order, JSON fields decoded."""
-        return self._read(lambda c: [message_row(r) for r in c.execute(
-            "SELECT * FROM messages WHERE session_id = ? ORDER BY id", (clean_text(session_id),))])
+    def get_messages(self, session_id: str, include_inactive: bool = False,
+                     limit: int | None = None, offset: int = 0) -> list[dict]:
+        """A session's messages in insertion (id) order (UPSTREAM_API §2.3).
 
-    def get_messages_as_conversation(self, session_id: str,
-                                     include_ancestors: bool = False) -> list[dict]:
-        """The session in OpenAI chat format (SPEC §5).
-
-        Each item is ``{"role", "content"}`` plus ``tool_calls``, ``tool_call_id``, ``tool_name``
-        when set; assistant rows also carry ``finish_reason``, ``reasoning``,
-        ``reasoning_content`` (kept when ""), ``reasoning_details`` and ``codex_*`` when set.
-        ``include_ancestors`` prepends the ``parent_session_id`` chain, root first.
+        Args:
+            include_inactive: also rows rewound or archived by compaction (``active = 0``).
+            limit: page size (None = all); offset: rows to skip (also without a limit).
+        Returns:
+            Row dicts: ``content`` and ``tool_calls`` decoded, other columns raw.
         """
-        chain = self.get_lineage(session_id) if include_ancestors else [session_id]
-        out: list[dict] = []
-        for sid in chain:
-            for m in self.get_messages(sid):
-                item: dict[str, Any] = {"role": m["role"], "content": m["content"]}
-                for key in ("tool_calls", "tool_call_id", "tool_name"):
-                    if m.get(key) is not None:
-                        item[key] = m[key]
-                if m["role"] == "assistant":
-                    for key in _ASSISTANT_KEYS:
-                        if m.get(key) is not None:
-                            item[key] = m[key]
-                out.append(item)
-        return out
+        sid = clean_text(session_id)
+        where = "" if include_inactive else f" AND {ACTIVE_SQL}"
+        lim = -1 if limit is None else max(int(limit), 0)
+        off = max(int(offset or 0), 0)
+        return self._read(lambda c: [message_row(r) for r in c.execute(
+            f"SELECT * FROM messages WHERE session_id = ?{where} ORDER BY id LIMIT ? OFFSET ?",
+            (sid, lim, off))])
+
+    def has_platform_message_id(self, session_id: str, platform_message_id: str) -> bool:
+        """True when the session has a message with this ``platform_message_id``."""
+        row = self._read(lambda c: c.execute(
+            "SELECT 1 FROM messages WHERE session_id = ? AND platform_message_id = ? LIMIT 1",
+            (clean_text(session_id), clean_text(platform_message_id))).fetchone())
+        return row is not None
+
+    def message_count(self, session_id: str | None = None) -> int:
+        """Message rows (inactive included) of one session, or of the store when None/empty."""
+        if not session_id:
+            return self._read(lambda c: c.execute("SELECT COUNT(*) FROM messages").fetchone()[0])
+        return self._read(lambda c: c.execute(
+            "SELECT COUNT(*) FROM messages WHERE session_id = ?",
+            (clean_text(session_id),)).fetchone()[0])
+
+    def has_archived_messages(self, session_id: str) -> bool:
+        """True when the session has any ``active = 0`` row (compacted or rewound)."""
+        row = self._read(lambda c: c.execute(
+            "SELECT 1 FROM messages WHERE session_id = ? AND active = 0 LIMIT 1",
+            (clean_text(session_id),)).fetchone())
+        return row is not None
+
+    def list_recent_user_messages(self, session_id: str, limit: int = 20,
+                                  include_inactive: bool = False) -> list[dict]:
+        """The newest user messages first: ``[{"id", "timestamp", "preview"}]``.
+
+        ``preview``: the text (multimodal → its text parts, or ``"[multimodal content]"``) with
+        whitespace collapsed, cut to 77 characters + ``"..."`` when over 80.
+        """
+        where = "" if include_inactive else f" AND {ACTIVE_SQL}"
+        rows = self._read(lambda c: c.execute(
+            f"SELECT id, timestamp, content FROM messages WHERE session_id = ? AND role = 'user'"
+            f"{where} ORDER BY id DESC LIMIT ?", (clean_text(session_id), int(limit))).fetchall())
+        return [{"id": r["id"], "timestamp": r["timestamp"],
+                 "preview": recent_preview(decode_content(r["content"]))} for r in rows]
+
+    def set_latest_user_api_content(self, session_id: str, content: Any, api_content: Any) -> int:
+        """Set ``api_content`` on the newest active user row if its content equals ``content``.
+
+        Returns:
+            1 when the row was updated, else 0 (no user row, or another content is newest).
+        """
+        sid = clean_text(session_id)
+        want = encode_content(content)
+        api = clean_text(api_content)
+
+        def fn(c: sqlite3.Connection) -> int:
+            row = c.execute(f"SELECT id, content FROM messages WHERE session_id = ? AND "
+                            f"role = 'user' AND {ACTIVE_SQL} ORDER BY id DESC LIMIT 1",
+                            (sid,)).fetchone()
+            if row is None or row["content"] != want:
+                return 0
+            c.execute("UPDATE messages SET api_content = ? WHERE id = ?", (api, row["id"]))
+            return 1
+
+        return self._write(fn, op="set_latest_user_api_content")

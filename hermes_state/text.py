@@ -46,3 +46,80 @@ def decode_json(text: str | None) -> Any:
         return json.loads(text)
     except (ValueError, TypeError):
         return text
+
+
+# ---------------------------------------------------------------------------- message content
+#: Prefix of a list/dict ``content`` stored as JSON text (upstream D6): the NUL keeps it apart
+#: from any plain string a user could type.
+CONTENT_JSON_PREFIX = "\x00json:"
+MULTIMODAL_PLACEHOLDER = "[multimodal content]"
+
+
+def encode_content(value: Any) -> Any:
+    """Encode message ``content`` for binding (UPSTREAM_API D6).
+
+    A list or dict becomes ``"\\x00json:" + json.dumps(value)`` (ASCII-escaped); a value
+    ``json.dumps`` refuses becomes its ``str()``; a str has lone surrogates replaced; None, bytes,
+    int and float are stored as given; any other object as its (cleaned) ``str()``.
+    """
+    if value is None or isinstance(value, (bytes, int, float)):
+        return value
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, (list, dict)):
+        try:
+            return CONTENT_JSON_PREFIX + json.dumps(value)
+        except (TypeError, ValueError):
+            return clean_text(str(value))
+    return clean_text(str(value))
+
+
+def decode_content(value: Any) -> Any:
+    """Reverse :func:`encode_content`: the original list/dict; invalid JSON stays the raw text."""
+    if isinstance(value, str) and value.startswith(CONTENT_JSON_PREFIX):
+        try:
+            return json.loads(value[len(CONTENT_JSON_PREFIX):])
+        except ValueError:
+            return value
+    return value
+
+
+def content_text(value: Any) -> str:
+    """Readable text of decoded ``content`` for previews and search context.
+
+    A str as is; a list/dict (multimodal parts) → its text parts joined by a space, or
+    ``"[multimodal content]"`` when it has none; None → ``""``; anything else its ``str()``.
+    """
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (list, dict)):
+        parts = value if isinstance(value, list) else [value]
+        texts = []
+        for part in parts:
+            if isinstance(part, str):
+                texts.append(part)
+            elif isinstance(part, dict) and isinstance(part.get("text"), str):
+                texts.append(part["text"])
+        joined = " ".join(t for t in texts if t)
+        return joined or MULTIMODAL_PLACEHOLDER
+    return str(value)
+
+
+def encode_json_field(value: Any) -> str | None:
+    """A JSON message/session field as upstream stores it: ``json.dumps`` when truthy, else NULL
+    (``[]`` and ``{}`` become NULL; a str becomes a quoted JSON string)."""
+    if not value:
+        return None
+    return clean_text(json.dumps(value))
+
+
+def decode_tool_calls(text: Any) -> Any:
+    """Stored ``tool_calls`` JSON → Python; NULL stays None, invalid JSON → ``[]``."""
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except (ValueError, TypeError):
+        return []

@@ -46,7 +46,7 @@ AUTO_TITLE_META_PREFIX = "auto_title:"
 # ASCII control characters except \t \n \r, which the whitespace collapse turns into spaces.
 _CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 # Invisible and bidirectional-control characters (SPEC §7).
-_INVISIBLE = re.compile("[\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
+_INVISIBLE = re.compile("[\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff\ufff9-\ufffc]")
 _WHITESPACE = re.compile(r"\s+")
 _NUMBERED = re.compile(r"^(.*) #(\d+)$", re.DOTALL)
 
@@ -58,7 +58,7 @@ def auto_title_key(session_id: str) -> str:
 
 def _clean(text: str | None) -> str | None:
     """Sanitise without the length check: the common part of manual and automatic titles."""
-    if text is None:
+    if not text:
         return None
     if not isinstance(text, str):
         raise TypeError(f"a title must be a string or None, not {type(text).__name__}")
@@ -73,7 +73,8 @@ def sanitize_title(text: str | None) -> str | None:
     """Clean a session title (SPEC §7).
 
     Strips ASCII control characters (tab, newline and carriage return count as whitespace),
-    invisible/bidi characters U+200B–U+200F, U+2028–U+202E, U+2060–U+2069 and U+FEFF, replaces
+    invisible/bidi characters U+200B–U+200F, U+2028–U+202E, U+2060–U+2069, U+FEFF and the
+    interlinear annotation / object replacement characters U+FFF9–U+FFFC (upstream), replaces
     lone surrogates with U+FFFD (SPEC §2.2), collapses every run of whitespace to one space and
     trims. Idempotent.
 
@@ -165,6 +166,21 @@ def is_compression_ancestor(c: sqlite3.Connection, holder_id: str, session_id: s
     return False
 
 
+def _take_title(c: sqlite3.Connection, title: str | None, session_id: str) -> None:
+    """Make ``title`` free for ``session_id``: a compression ancestor holding it loses it;
+    any other holder raises ``ValueError`` (checked before whether ``session_id`` exists, as
+    upstream does)."""
+    if title is None:
+        return
+    holder = _holder(c, title, session_id)
+    if holder is None:
+        return
+    if not is_compression_ancestor(c, holder, session_id):
+        raise ValueError(f"Title '{title}' is already in use by session {holder}")
+    c.execute("UPDATE sessions SET title = NULL WHERE id = ?", (holder,))
+    c.execute("DELETE FROM state_meta WHERE key = ?", (auto_title_key(holder),))
+
+
 def _fit(base: str, n: int) -> str:
     """``base #n`` cut (on the base side) to at most 100 characters."""
     suffix = f" #{n}"
@@ -179,6 +195,7 @@ class TitlesMixin:
 
     #: Exposed so callers can validate input before a write: ``SessionDB.sanitize_title(t)``.
     sanitize_title = staticmethod(sanitize_title)
+    MAX_TITLE_LENGTH = MAX_TITLE_LENGTH
 
     def set_session_title(self, session_id: str, title: str | None) -> bool:
         """Set (or clear) a session's title by hand (SPEC §5, §7).
@@ -195,28 +212,53 @@ class TitlesMixin:
         Returns:
             True when the session exists (and now has the title); False for an unknown id.
         Raises:
-            ValueError: the cleaned title is longer than 100 characters (raised before any lookup,
-                also for an unknown id), or ``"Title '<t>' is already in use by session <id>"``
-                when any other session holds it.
+            ValueError: the cleaned title is longer than 100 characters, or
+                ``"Title '<t>' is already in use by session <id>"`` when any other session
+                holds it (both checked before whether the session exists, as upstream does).
         """
         clean = sanitize_title(title)
         sid = clean_text(session_id)
 
         def fn(c: sqlite3.Connection) -> bool:
-            if c.execute("SELECT 1 FROM sessions WHERE id = ?", (sid,)).fetchone() is None:
+            _take_title(c, clean, sid)
+            cur = c.execute("UPDATE sessions SET title = ? WHERE id = ?", (clean, sid))
+            if cur.rowcount == 0:
                 return False
-            if clean is not None:
-                holder = _holder(c, clean, sid)
-                if holder is not None:
-                    if not is_compression_ancestor(c, holder, sid):
-                        raise ValueError(f"Title '{clean}' is already in use by session {holder}")
-                    c.execute("UPDATE sessions SET title = NULL WHERE id = ?", (holder,))
-                    c.execute("DELETE FROM state_meta WHERE key = ?", (auto_title_key(holder),))
-            c.execute("UPDATE sessions SET title = ? WHERE id = ?", (clean, sid))
             c.execute("DELETE FROM state_meta WHERE key = ?", (auto_title_key(sid),))
             return True
 
         return self._write(fn, op="set_session_title")
+
+    def set_auto_title_if_empty(self, session_id: str, title: str | None) -> bool:
+        """Title an untitled session; never replaces a title (UPSTREAM_API §2.6).
+
+        Same cleaning, length check and uniqueness rules as :meth:`set_session_title` (a holder
+        that is a compression ancestor gives the title up); the check and the write happen in
+        one transaction. The title counts as automatic (:meth:`set_auto_title` may replace it).
+
+        Returns:
+            True when the title was written; False when the session already has one, is
+            unknown, or the cleaned title is empty.
+        Raises:
+            ValueError: too long, or held by another session.
+        """
+        clean = sanitize_title(title)
+        sid = clean_text(session_id)
+        if clean is None:
+            return False
+
+        def fn(c: sqlite3.Connection) -> bool:
+            row = c.execute("SELECT title FROM sessions WHERE id = ?", (sid,)).fetchone()
+            if row is None or row["title"] is not None:
+                return False
+            _take_title(c, clean, sid)
+            c.execute("UPDATE sessions SET title = ? WHERE id = ?", (clean, sid))
+            c.execute("INSERT INTO state_meta(key, value) VALUES (?, ?) "
+                      "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                      (auto_title_key(sid), clean))
+            return True
+
+        return self._write(fn, op="set_auto_title_if_empty")
 
     def set_auto_title(self, session_id: str, title: str | None) -> str | None:
         """Give a session an automatic title; never fails on a collision (SPEC §5).
@@ -284,7 +326,7 @@ class TitlesMixin:
         return None if row is None else row[0]
 
     def get_session_by_title(self, title: str) -> dict | None:
-        """The session row (dict, ``model_config`` decoded) whose title is exactly ``title``."""
+        """The session row (raw columns, D7) whose title is exactly ``title``, or None."""
         if title is None:
             return None
         return self._read(lambda c: session_row(c.execute(

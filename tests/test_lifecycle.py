@@ -87,7 +87,7 @@ class TestListSessions:
     def test_rows_carry_session_columns(self, db):
         db.create_session("s", "cli", model="m", model_config={"k": 1})
         (row,) = db.list_sessions()
-        assert row["model"] == "m" and row["model_config"] == {"k": 1}
+        assert row["model"] == "m" and row["model_config"] == '{"k": 1}'  # raw text (D7)
         assert "_preview_raw" not in row
 
     @pytest.mark.parametrize("content,preview", [
@@ -232,22 +232,27 @@ class TestExport:
         assert isinstance(gen, types.GeneratorType)
         assert list(gen) == []
 
-    def test_iter_export_pages_keyset_with_equal_timestamps(self, db, monkeypatch):
-        monkeypatch.setattr(lifecycle, "EXPORT_PAGE_SIZE", 2)
+    def test_iter_export_equal_timestamps_tie_break_on_id(self, db):
         for i in range(7):
             db.create_session(f"s{i}", "cli")
-            set_started(db, f"s{i}", 500.0)  # identical: paging must tie-break, not skip/dupe
-            db.append_message(f"s{i}", "user", f"m{i}")
+            set_started(db, f"s{i}", 500.0)  # identical: the order must tie-break, not skip/dupe
         ids = [s["id"] for s in db.iter_export()]
-        assert sorted(ids) == [f"s{i}" for i in range(7)]
-        assert len(ids) == len(set(ids))
+        assert ids == [f"s{i}" for i in range(6, -1, -1)]
 
-    def test_iter_export_streams(self, db, monkeypatch):
-        monkeypatch.setattr(lifecycle, "EXPORT_PAGE_SIZE", 2)
+    def test_iter_export_orders_by_last_active_with_it(self, db):
+        for i in range(3):
+            db.create_session(f"s{i}", "cli")
+            set_started(db, f"s{i}", 100.0 + i)
+        db.append_message("s0", "user", "late", timestamp=900.0)
+        items = list(db.iter_export())
+        assert [(s["id"], s["last_active"]) for s in items] == [
+            ("s0", 900.0), ("s2", 102.0), ("s1", 101.0)]
+
+    def test_iter_export_streams(self, db):
         for i in range(5):
             db.create_session(f"s{i}", "cli")
             set_started(db, f"s{i}", 100.0 + i)
-            db.append_message(f"s{i}", "user", f"m{i}")
+            db.append_message(f"s{i}", "user", f"m{i}", timestamp=100.0 + i)
         statements: list[str] = []
         conn = db.connection.conn
         conn.set_trace_callback(statements.append)
@@ -259,15 +264,12 @@ class TestExport:
         finally:
             conn.set_trace_callback(None)
         assert first["id"] == "s4"
-        msg_reads = [s for s in after_first if "FROM messages" in s]
+        msg_reads = [s for s in after_first if s.lstrip().startswith("SELECT * FROM messages")]
         assert len(msg_reads) == 1  # only the first session's messages were read
         assert not conn.in_transaction
         assert [s["id"] for s in rest] == ["s3", "s2", "s1", "s0"]
-        page_reads = [s for s in statements if "LIMIT" in s and "FROM sessions" in s]
-        assert len(page_reads) == 3  # 2 + 2 + 1
 
-    def test_iter_export_skips_session_deleted_mid_stream(self, db, monkeypatch):
-        monkeypatch.setattr(lifecycle, "EXPORT_PAGE_SIZE", 10)
+    def test_iter_export_skips_session_deleted_mid_stream(self, db):
         for i in range(3):
             db.create_session(f"s{i}", "cli")
             set_started(db, f"s{i}", 100.0 + i)

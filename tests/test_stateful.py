@@ -29,7 +29,8 @@ from hermes_state import SessionDB
 from hermes_state.titles import MAX_TITLE_LENGTH, sanitize_title
 
 INVISIBLE = ([chr(c) for c in range(0x200B, 0x2010)] + [chr(c) for c in range(0x2028, 0x202F)]
-             + [chr(c) for c in range(0x2060, 0x206A)] + ["\ufeff"])
+             + [chr(c) for c in range(0x2060, 0x206A)] + ["\ufeff"]
+             + [chr(c) for c in range(0xFFF9, 0xFFFD)])
 CONTROL = [chr(c) for c in range(0x00, 0x20)] + ["\x7f"]
 
 
@@ -129,6 +130,7 @@ class StoreMachine(RuleBasedStateMachine):
 
     # -- helpers
     def _is_compression_ancestor(self, holder: str, sid: str) -> bool:
+        """(The holder is checked before the id exists: an unknown id raises, §2.6.)"""
         seen = {sid}
         cur = self.model[sid].parent
         while cur is not None and cur not in seen:
@@ -174,10 +176,17 @@ class StoreMachine(RuleBasedStateMachine):
     def create(self, sid, parent, source):
         if parent not in self.model:
             parent = None
+        existing = self.model.get(sid)
+        if existing is not None and existing.parent is None and parent is not None:
+            if parent == sid or sid in self._ancestors(parent):
+                return  # would close a cycle: not a thing a caller does
+            event("create_session filled a NULL parent")
         assert self.db.create_session(sid, source, parent_session_id=parent) == sid
-        if sid not in self.model:  # first writer wins
+        if existing is None:
             self.model[sid] = MSession(source=source, parent=parent,
                                        started_at=self.db.get_session(sid)["started_at"])
+        elif existing.parent is None:  # D5: only NULL columns are filled
+            existing.parent = parent
 
     @rule(sid=st.sampled_from(IDS), role=st.sampled_from(ROLES),
           n_calls=st.integers(min_value=0, max_value=3), multiline=st.booleans())
@@ -196,8 +205,7 @@ class StoreMachine(RuleBasedStateMachine):
         s = self.model[sid]
         s.messages.append({"role": role, "content": content, "tool_calls": calls, "word": word,
                            "timestamp": self.clock})
-        if role != "tool":
-            s.tool_call_count += n_calls
+        s.tool_call_count += n_calls  # whatever the role (UPSTREAM_API §2.3)
 
     @rule(sid=st.sampled_from(IDS), reason=st.sampled_from(REASONS))
     def end(self, sid, reason):
@@ -222,11 +230,11 @@ class StoreMachine(RuleBasedStateMachine):
                 self.db.set_session_title(sid, raw)
             return
         s = self.model.get(sid)
-        if s is None:
+        holder = self._holder(clean, sid) if clean is not None else None
+        if s is None and holder is None:
             assert self.db.set_session_title(sid, raw) is False
             return
-        holder = self._holder(clean, sid) if clean is not None else None
-        if holder is not None and not self._is_compression_ancestor(holder, sid):
+        if holder is not None and (s is None or not self._is_compression_ancestor(holder, sid)):
             with pytest.raises(ValueError) as exc:
                 self.db.set_session_title(sid, raw)
             assert str(exc.value) == f"Title '{clean}' is already in use by session {holder}"
@@ -304,20 +312,24 @@ class StoreMachine(RuleBasedStateMachine):
         got = self.db.update_token_counts(sid, input_tokens=inp, output_tokens=out, model=model,
                                           api_call_count=calls, absolute=absolute, task=task,
                                           estimated_cost_usd=cost)
-        assert got is (s is not None)
-        if s is None:
-            return
-        vals = {"input_tokens": inp, "output_tokens": out, "api_call_count": calls}
-        key = (model or "", task)
-        row = s.usage.setdefault(key, {"counts": dict.fromkeys(COUNT_KEYS, 0), "cost": None})
-        for k, v in vals.items():
-            s.tokens[k] = v if absolute else s.tokens[k] + v
-            row["counts"][k] = v if absolute else row["counts"][k] + v
-        if cost is not None:
-            s.cost = cost if absolute else (s.cost or 0.0) + cost
-            row["cost"] = cost if absolute else (row["cost"] or 0.0) + cost
+        assert got is None
+        if s is None:  # an unknown id is created (UPSTREAM_API D8 step 1)
+            event("usage created a session")
+            s = self.model[sid] = MSession(source="unknown", parent=None,
+                                           started_at=self.db.get_session(sid)["started_at"])
         if s.model is None:
             s.model = model
+        vals = {"input_tokens": inp, "output_tokens": out, "api_call_count": calls}
+        for k, v in vals.items():
+            s.tokens[k] = v if absolute else s.tokens[k] + v
+        s.cost = (cost or 0.0) if absolute else (s.cost or 0.0) + (cost or 0.0)
+        if absolute or not (inp or out or calls or cost):
+            return  # no usage row (D8)
+        key = (model or s.model or "unknown", task)
+        row = s.usage.setdefault(key, {"counts": dict.fromkeys(COUNT_KEYS, 0), "cost": 0.0})
+        for k, v in vals.items():
+            row["counts"][k] += v
+        row["cost"] += cost or 0.0
 
     # -- invariants
     @invariant()

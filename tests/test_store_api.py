@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 
 import pytest
@@ -23,6 +24,7 @@ def raw(db, sql, *args):
 # --------------------------------------------------------------------------- sessions
 
 def test_create_session_first_writer_wins(db):
+    """Set values are never overwritten (D5 fills only NULL columns: test_parity_sessions)."""
     assert db.create_session("s1", source="cli", model="m-a", model_config={"t": 1},
                              system_prompt="sp", user_id="u1", chat_id="c1") == "s1"
     first = db.get_session("s1")
@@ -31,7 +33,7 @@ def test_create_session_first_writer_wins(db):
     again = db.get_session("s1")
     assert again == first
     assert (again["source"], again["model"], again["model_config"], again["system_prompt"],
-            again["user_id"], again["chat_id"]) == ("cli", "m-a", {"t": 1}, "sp", "u1", "c1")
+            again["user_id"], again["chat_id"]) == ("cli", "m-a", '{"t": 1}', "sp", "u1", "c1")
     assert again["message_count"] == 0 and again["tool_call_count"] == 0
     assert isinstance(again["started_at"], float)
     assert raw(db, "SELECT count(*) FROM sessions") == [(1,)]
@@ -73,8 +75,7 @@ def test_append_message_counters(db):
     db.append_message("s1", "assistant", None,
                       tool_calls=[{"id": "c1", "function": {"name": "a"}},
                                   {"id": "c2", "function": {"name": "b"}}])
-    db.append_message("s1", "tool", "out", tool_call_id="c1", tool_name="a",
-                      tool_calls=[{"id": "ignored"}])  # role 'tool' adds 0
+    db.append_message("s1", "tool", "out", tool_call_id="c1", tool_name="a")  # adds 0
     mid = db.append_message("s1", "assistant", "done", tool_calls=[])  # empty list => NULL
     s = db.get_session("s1")
     assert s["message_count"] == 4
@@ -104,6 +105,8 @@ def test_append_to_unknown_session_is_integrity_error_and_writes_nothing(db):
 
 
 def test_get_messages_order_and_json_decoding(db):
+    """``content`` and ``tool_calls`` are decoded; the other JSON columns stay text (UPSTREAM_API
+    §2.3)."""
     db.create_session("s1", source="cli")
     db.create_session("other", source="cli")
     ids = []
@@ -123,10 +126,10 @@ def test_get_messages_order_and_json_decoding(db):
     second = msgs[1]
     assert second["tool_calls"] == [
         {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]
-    assert second["reasoning_details"] == {"steps": [1, 2]}
-    assert second["codex_reasoning_items"] == [{"r": 1}]
-    assert second["codex_message_items"] == [{"m": "x"}]
-    assert second["display_metadata"] == {"k": "v"}
+    assert json.loads(second["reasoning_details"]) == {"steps": [1, 2]}
+    assert json.loads(second["codex_reasoning_items"]) == [{"r": 1}]
+    assert json.loads(second["codex_message_items"]) == [{"m": "x"}]
+    assert json.loads(second["display_metadata"]) == {"k": "v"}
     assert second["token_count"] == 7
     assert second["timestamp"] == 100.0
     assert msgs[0]["tool_calls"] is None

@@ -101,10 +101,12 @@ class TestSetSessionTitle:
         assert db.set_session_title("nope", "anything") is False
         assert db.get_session_by_title("anything") is None
 
-    def test_unknown_id_with_conflicting_title_is_false_not_error(self, db):
+    def test_unknown_id_with_conflicting_title_raises(self, db):
+        """Upstream checks the holder before the id (UPSTREAM_API §2.6)."""
         db.create_session("s1", "cli")
         db.set_session_title("s1", "taken")
-        assert db.set_session_title("nope", "taken") is False
+        with pytest.raises(ValueError, match="already in use by session s1"):
+            db.set_session_title("nope", "taken")
 
     def test_too_long_raises_and_changes_nothing(self, db):
         db.create_session("s1", "cli")
