@@ -206,7 +206,7 @@ def api_problems(db: SessionDB, manifest: dict) -> list[str]:
     for sid in manifest["session_ids"]:
         if db.get_session(sid) is None:
             out.append(f"get_session({sid!r}) is None")
-        got = {r["id"]: r["content"] for r in db.get_messages(sid)}
+        got = {r["id"]: r["content"] for r in db.get_messages(sid, include_inactive=True)}
         want = by_session.get(sid, {})
         if got != want:
             lost = sorted(set(want) - set(got))
@@ -214,7 +214,8 @@ def api_problems(db: SessionDB, manifest: dict) -> list[str]:
                        + (f"; missing ids {lost[:5]}" if lost else "; contents differ"))
     for kind in ("terms", "cjk_terms"):
         for mid, term in manifest[kind].items():
-            ids = {hit["id"] for hit in db.search_messages(term, limit=100)}
+            ids = {hit["id"] for hit in db.search_messages(term, limit=100,
+                                                           include_inactive=True)}
             if int(mid) not in ids:
                 out.append(f"search_messages({term!r}) misses message {mid}")
     return out
@@ -357,7 +358,7 @@ def run_writer(fx: Fixtures, version: int) -> tuple[list[str], dict, str]:
     problems += _migrated_problems(path, m, extra=True)
     with SessionDB(path) as db:
         problems += api_problems(db, m)
-        got = [r["id"] for r in db.get_messages(f"legacy-v{version}")]
+        got = [r["id"] for r in db.get_messages(f"legacy-v{version}", include_inactive=True)]
         if got != [w["id"] for w in writes]:
             problems.append(f"get_messages(legacy-v{version}): {len(got)} rows, expected "
                             f"{len(writes)} acknowledged old-schema writes")

@@ -32,9 +32,18 @@ Decisions where SPEC §6 leaves room:
 - Tool rows: the trigram index excludes them (SPEC §2.4), so a substring query served by it
   finds no ``role='tool'`` row unless ``role_filter`` contains ``tool`` (then LIKE). A LIKE-routed
   query searches every row.
-- ``source_filter``/``role_filter`` of ``None`` or an empty list mean "no filter"; a single
-  string is accepted as a one-item list. ``limit <= 0`` returns ``[]``; a negative offset is 0.
-  Non-numeric limit/offset fall back to 20/0.
+- ``source_filter``/``exclude_sources`` apply whenever they are not None (upstream): an empty
+  ``source_filter`` matches nothing, an empty ``exclude_sources`` excludes nothing;
+  ``role_filter`` applies only when non-empty. A single string is accepted as a one-item list.
+  ``limit <= 0`` returns ``[]``; a negative offset is 0. Non-numeric limit/offset fall back to
+  20/0.
+- Visibility (upstream): rows rewound away (``active = 0`` and ``compacted = 0``) are hidden
+  unless ``include_inactive``; rows archived by compaction (``compacted = 1``) are found.
+- ``sort``: None = relevance; ``"newest"``/``"oldest"`` (any case) = message timestamp DESC/ASC
+  first, then relevance; anything else = None. The LIKE route has no relevance: it orders by
+  timestamp (``"oldest"`` ascending, otherwise newest first).
+- ``context`` shows the text of structured content (D6): the text parts of a multimodal message,
+  or ``"[multimodal content]"``.
 - ``context`` items whose ``content`` is NULL carry ``""``.
 - The LIKE-route snippet: up to 40 characters either side of the first match of a term that is
   not under ``NOT`` (first of ``content``, ``tool_name``, ``tool_calls`` that has one), every such
@@ -65,7 +74,7 @@ from .fts_query import (
     render_substring_match,
     terms_of,
 )
-from .text import clean_text
+from .text import clean_text, content_text, decode_content
 
 log = logging.getLogger("hermes_state.search")
 
@@ -91,13 +100,21 @@ _ASCII_LOWER = {c: c + 32 for c in range(ord("A"), ord("Z") + 1)}
 
 
 class _Filters:
-    """Normalised ``source_filter`` / ``exclude_sources`` / ``role_filter`` (SPEC §6.1)."""
+    """Normalised ``source_filter`` / ``exclude_sources`` / ``role_filter`` and visibility
+    (SPEC §6.1; module docstring)."""
 
-    def __init__(self, sources: Any, exclude: Any, roles: Any) -> None:
+    def __init__(self, sources: Any, exclude: Any, roles: Any,
+                 include_inactive: bool = False) -> None:
         self.sources = _as_list(sources)
         self.exclude = _as_list(exclude)
-        self.roles = _as_list(roles)
+        self.roles = _as_list(roles) or None
+        self.include_inactive = include_inactive
         self.wants_tool = bool(self.roles) and "tool" in self.roles
+
+    @property
+    def matches_nothing(self) -> bool:
+        """An empty ``source_filter`` list: no session can match."""
+        return self.sources is not None and not self.sources
 
     def sql(self) -> tuple[str, list]:
         """`` AND ...`` clauses over ``m`` (messages) and ``s`` (sessions, LEFT JOINed)."""
@@ -113,11 +130,14 @@ class _Filters:
         if self.roles:
             parts.append(f"m.role IN ({','.join('?' * len(self.roles))})")
             params += self.roles
+        if not self.include_inactive:
+            parts.append("(COALESCE(m.active, 1) = 1 OR m.compacted = 1)")
         return "".join(" AND " + p for p in parts), params
 
 
 def _as_list(value: Any) -> list[str] | None:
-    """None/empty ⇒ None; a string ⇒ one item; any iterable ⇒ its items as cleaned strings."""
+    """None ⇒ None; a string ⇒ one item; any iterable ⇒ its items as cleaned strings (an empty
+    iterable ⇒ ``[]``)."""
     if value is None:
         return None
     if isinstance(value, (str, bytes)):
@@ -131,7 +151,7 @@ def _as_list(value: Any) -> list[str] | None:
         if isinstance(v, bytes):
             v = v.decode("utf-8", "replace")
         out.append(clean_text(v if isinstance(v, str) else str(v)))
-    return out or None
+    return out
 
 
 def _as_int(value: Any, default: int) -> int:
@@ -222,8 +242,10 @@ def _balanced(parts: list[str], op: str) -> str:
 class _Query:
     """Everything one ``search_messages`` call needs, derived once from the input."""
 
-    def __init__(self, items: list[Item], filters: _Filters, limit: int, offset: int) -> None:
+    def __init__(self, items: list[Item], filters: _Filters, limit: int, offset: int,
+                 sort: str | None = None) -> None:
         self.items = items
+        self.sort = sort
         self.tree = build_tree(items)
         self.terms = terms_of(items)
         self.positive = positive_terms(self.tree)
@@ -236,25 +258,30 @@ class SearchMixin:
     """``search_messages`` (SPEC §6); needs ``self._read(fn)``."""
 
     def search_messages(self, query: Any, source_filter: Any = None, exclude_sources: Any = None,
-                        role_filter: Any = None, limit: Any = 20, offset: Any = 0) -> list[dict]:
+                        role_filter: Any = None, limit: Any = 20, offset: Any = 0,
+                        sort: Any = None, include_inactive: bool = False) -> list[dict]:
         """Search every message; bm25 order; filters apply before paging (SPEC §6).
 
         Args:
             query: user text; FTS5 syntax (implicit AND, ``"phrase"``, ``OR``, ``NOT``,
                 ``prefix*``) is honoured, anything else is sanitised (SPEC §6.2). CJK text
                 routes to substring search (SPEC §6.3).
-            source_filter: only sessions whose ``source`` is in this list.
+            source_filter: only sessions whose ``source`` is in this list (``[]``: no hit).
             exclude_sources: never sessions whose ``source`` is in this list.
-            role_filter: only messages whose ``role`` is in this list; containing ``tool``
-                routes substring queries to the LIKE scan (tool rows are not trigram-indexed).
+            role_filter: only messages whose ``role`` is in this list (when non-empty);
+                containing ``tool`` routes substring queries to the LIKE scan (tool rows are not
+                trigram-indexed).
             limit: page size (``<= 0`` ⇒ ``[]``).
             offset: hits to skip, counted after the filters.
+            sort: None (relevance), ``"newest"`` or ``"oldest"`` (message time first).
+            include_inactive: also rows rewound away (``active = 0``, not compacted).
         Returns:
             A list of hits, each ``{"id", "session_id", "role", "timestamp", "snippet",
-            "context", "source", "model", "session_started"}`` where ``snippet`` marks matches
-            with ``>>>``/``<<<`` and ``context`` is the previous message, the hit and the next
-            message of the same session by (timestamp, id) as ``{"role", "content"}`` dicts,
-            content cut to 200 characters (SPEC §6.1). ``[]`` for an empty or whitespace query.
+            "tool_name", "context", "source", "model", "session_started"}`` where ``snippet``
+            marks matches with ``>>>``/``<<<`` and ``context`` is the previous message, the hit
+            and the next message of the same session by (timestamp, id) as ``{"role",
+            "content"}`` dicts, content cut to 200 characters (SPEC §6.1). ``[]`` for an empty
+            or whitespace query.
         Raises:
             Nothing for any query or filter value (SPEC §6.1); a closed store raises
             ``sqlite3.ProgrammingError`` as every method does.
@@ -264,10 +291,12 @@ class SearchMixin:
             return []
         limit_n = _as_int(limit, 20)
         offset_n = max(0, _as_int(offset, 0))
-        if limit_n <= 0:
+        filters = _Filters(source_filter, exclude_sources, role_filter, bool(include_inactive))
+        if limit_n <= 0 or filters.matches_nothing:
             return []
-        q = _Query(items, _Filters(source_filter, exclude_sources, role_filter), limit_n,
-                   offset_n)
+        order = sort.strip().lower() if isinstance(sort, str) else None
+        q = _Query(items, filters, limit_n, offset_n,
+                   order if order in ("newest", "oldest") else None)
         return self._read(lambda conn: _in_snapshot(conn, lambda: _search(conn, q)))
 
 
@@ -351,8 +380,9 @@ def _substring_route(conn: sqlite3.Connection, q: _Query, tables: set,
     return _like_page(conn, q)
 
 
-_HIT_COLUMNS = ("m.id, m.session_id, m.role, m.timestamp, s.source, s.model, "
+_HIT_COLUMNS = ("m.id, m.session_id, m.role, m.timestamp, m.tool_name, s.source, s.model, "
                 "s.started_at AS session_started")
+_TIME_ORDER = {"newest": "m.timestamp DESC, ", "oldest": "m.timestamp ASC, ", None: ""}
 
 
 def _match_page(conn: sqlite3.Connection, q: _Query, table: str, expr: str,
@@ -366,7 +396,7 @@ def _match_page(conn: sqlite3.Connection, q: _Query, table: str, expr: str,
             f"SELECT {_HIT_COLUMNS}, {snippet} AS snippet "
             f"FROM {table} CROSS JOIN messages m ON m.id = {table}.rowid "
             f"LEFT JOIN sessions s ON s.id = m.session_id "
-            f"WHERE {table} MATCH ?{fsql} ORDER BY rank LIMIT ? OFFSET ?",
+            f"WHERE {table} MATCH ?{fsql} ORDER BY {_TIME_ORDER[q.sort]}rank LIMIT ? OFFSET ?",
             [expr, *fparams, limit, offset]).fetchall()
         return [_hit(r, r["snippet"]) for r in rows]
     lo, hi = pending
@@ -380,7 +410,7 @@ def _match_page(conn: sqlite3.Connection, q: _Query, table: str, expr: str,
         f" AND p.id NOT IN (SELECT rowid FROM {table} WHERE {table} MATCH ?)"
         f") h CROSS JOIN messages m ON m.id = h.id "
         f"LEFT JOIN sessions s ON s.id = m.session_id "
-        f"WHERE 1{fsql} ORDER BY h.src, h.r, h.id LIMIT ? OFFSET ?",
+        f"WHERE 1{fsql} ORDER BY {_TIME_ORDER[q.sort]}h.src, h.r, h.id LIMIT ? OFFSET ?",
         [expr, lo, hi, *lparams, expr, *fparams, limit, offset]).fetchall()
     out = []
     for r in rows:
@@ -406,7 +436,7 @@ def _like_page(conn: sqlite3.Connection, q: _Query) -> list[dict]:
         rows = conn.execute(
             f"SELECT {_HIT_COLUMNS}, m.content, m.tool_name, m.tool_calls "
             f"FROM messages m LEFT JOIN sessions s ON s.id = m.session_id "
-            f"WHERE {like}{fsql} ORDER BY m.timestamp DESC, m.id DESC LIMIT ? OFFSET ?",
+            f"WHERE {like}{fsql} ORDER BY {_like_order(q.sort)} LIMIT ? OFFSET ?",
             [*lparams, *fparams, q.limit, q.offset]).fetchall()
     except sqlite3.OperationalError as exc:
         # Only SQLite's size limits depend on the query text (variables, expression depth,
@@ -419,11 +449,15 @@ def _like_page(conn: sqlite3.Connection, q: _Query) -> list[dict]:
             for r in rows]
 
 
+def _like_order(sort: str | None) -> str:
+    return "m.timestamp ASC, m.id ASC" if sort == "oldest" else "m.timestamp DESC, m.id DESC"
+
+
 def _hit(row: sqlite3.Row, snippet: str | None) -> dict:
     return {"id": row["id"], "session_id": row["session_id"], "role": row["role"],
             "timestamp": row["timestamp"], "snippet": snippet if snippet is not None else "",
-            "context": [], "source": row["source"], "model": row["model"],
-            "session_started": row["session_started"]}
+            "tool_name": row["tool_name"], "context": [], "source": row["source"],
+            "model": row["model"], "session_started": row["session_started"]}
 
 
 def _pending_range(conn: sqlite3.Connection) -> tuple[int, int] | None:
@@ -458,10 +492,10 @@ def _attach_context(conn: sqlite3.Connection, hits: list[dict]) -> None:
         f"FROM messages h WHERE h.id IN ({marks})", ids)}
     wanted = sorted({i for pair in neighbours.values() for i in pair if i is not None} | set(ids))
     marks = ",".join("?" * len(wanted))
-    texts = {r[0]: {"role": r[1], "content": r[2] if r[2] is not None else ""}
+    texts = {r[0]: {"role": r[1],
+                    "content": content_text(decode_content(r[2]))[:CONTEXT_CHARS]}
              for r in conn.execute(
-                 f"SELECT id, role, substr(content, 1, {CONTEXT_CHARS}) FROM messages "
-                 f"WHERE id IN ({marks})", wanted)}
+                 f"SELECT id, role, content FROM messages WHERE id IN ({marks})", wanted)}
     for h in hits:
         prev_id, next_id = neighbours.get(h["id"], (None, None))
         h["context"] = [dict(texts[i]) for i in (prev_id, h["id"], next_id)

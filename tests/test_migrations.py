@@ -53,10 +53,10 @@ def test_every_version_migrates_to_23_intact_and_a_second_open_writes_nothing(tm
             assert rep.stats["titles_cleared"] == m["titles_cleared"]
         # Readable through the API.
         sid = m["session_ids"][1]
-        got = {r["id"]: r["content"] for r in db.get_messages(sid)}
+        got = {r["id"]: r["content"] for r in db.get_messages(sid, include_inactive=True)}
         assert got == {i: c for i, c in m["messages"].items() if i in got} and len(got) == 8
         assert db.get_session(sid)["id"] == sid
-        conv = db.get_messages_as_conversation(sid)
+        conv = db.get_messages_as_conversation(sid, include_inactive=True)
         assert [c["role"] for c in conv] == [m["roles"][i] for i in sorted(got)]
     finally:
         db.close()
@@ -135,13 +135,14 @@ def test_subagent_tagging_rule(tmp_path):
     sids = m["session_ids"]
     with SessionDB(m["path"]) as db:
         assert db.connection.migration_report.stats["subagents_tagged"] == 2
-        assert db.get_session(sids[7])["model_config"]["_delegate_from"] == sids[1]
-        assert db.get_session(sids[8])["model_config"] == {"_delegate_from": sids[1]}
+        assert json.loads(db.get_session(sids[7])["model_config"])["_delegate_from"] == sids[1]
+        assert json.loads(db.get_session(sids[8])["model_config"]) == {"_delegate_from": sids[1]}
         # not JSON: left alone; no parent: never tagged; plain compression child: never tagged
         assert db._read(lambda c: c.execute("SELECT model_config FROM sessions WHERE id = ?",
                                             (sids[9],)).fetchone()[0]) == "not json {"
         for i in (10, 3):
-            assert "_delegate_from" not in (db.get_session(sids[i])["model_config"] or {})
+            assert "_delegate_from" not in json.loads(db.get_session(sids[i])["model_config"]
+                                                      or "{}")
 
 
 SESSIONS_JSON_VARIANTS = {

@@ -24,7 +24,7 @@ CJK_MESSAGES = {
 }
 
 RESULT_KEYS = {"id", "session_id", "role", "timestamp", "snippet", "context", "source", "model",
-               "session_started"}
+               "session_started", "tool_name"}
 
 
 @pytest.fixture
@@ -406,9 +406,13 @@ def test_odd_arguments_never_raise(corpus, kwargs):
     assert isinstance(db.search_messages("世界", **kwargs), list)
 
 
-def test_empty_filter_lists_mean_no_filter(corpus):
+def test_empty_filter_lists_upstream_semantics(corpus):
+    """An empty source_filter matches nothing; an empty role_filter or exclude list is no
+    filter (UPSTREAM_API §2.5)."""
     db, ids = corpus
-    assert hit_ids(db.search_messages("chat-send", source_filter=[], role_filter=[])) == [
+    assert db.search_messages("chat-send", source_filter=[]) == []
+    assert db.search_messages("世界", source_filter=[]) == []
+    assert hit_ids(db.search_messages("chat-send", role_filter=[], exclude_sources=[])) == [
         ids["spec"]]
 
 
