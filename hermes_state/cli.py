@@ -8,13 +8,16 @@ with the next step. Exit codes: 0 ok, 1 refusal or failure (or doctor found an i
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
+import re
 import sqlite3
 import sys
 from pathlib import Path
 from typing import Any
 
+from . import atomic
 from .errors import HermesStateError
 from .paths import default_db_path
 
@@ -187,58 +190,115 @@ def _markdown(data: dict) -> str:
 _STORE_MAGICS = (b"SQLite format 3\x00", b"\x37\x7f\x06\x82", b"\x37\x7f\x06\x83")
 
 
-def _check_export_target(output: str, db_path: Path) -> None:
-    """Refuse an ``--output`` that is one of the store's own files or any existing SQLite
-    database / WAL: an export that overwrote them would destroy the store it reads (and a live
-    writer would go on acknowledging writes into a malformed file).
+def _check_export_target(output: str, db_path: Path) -> str:
+    """What ``--output`` names: ``"new"`` (nothing there), ``"file"`` (a regular file, replaced
+    by an atomic rename) or ``"fifo"`` (a named pipe, streamed into). Checked with ``lstat``
+    before anything is opened: a symlink is never written through, a device or a FIFO is never
+    opened for reading.
+
+    Refuses one of the store's own files or any existing SQLite database / WAL: an export that
+    replaced them would destroy the store it reads (and a live writer would go on
+    acknowledging writes into a malformed file).
 
     Raises:
         CliError: naming the file and the next step.
     """
+    import stat
+
     target = Path(output).expanduser().absolute()
     own = {Path(f"{db_path}{suffix}").absolute() for suffix in ("", "-wal", "-shm", "-journal")}
     try:
-        same = any(target.exists() and p.exists() and os.path.samefile(target, p) for p in own)
+        st = os.lstat(target)
+    except FileNotFoundError:
+        st = None
+    except OSError as exc:
+        raise CliError(f"--output {output}: {exc.strerror}", "choose another path") from None
+    try:
+        same = st is not None and any(p.exists() and os.path.samefile(target, p) for p in own)
     except OSError:
         same = False
     if target in own or same:
         raise CliError(f"--output {output} is one of the store's own files; exporting there "
                        "would destroy the store", "choose another path for the export")
+    if st is None:
+        return "new"
+    if stat.S_ISFIFO(st.st_mode):
+        return "fifo"
+    if not stat.S_ISREG(st.st_mode):
+        raise CliError(f"--output {output} is {atomic.describe_mode(st.st_mode)}, not a regular "
+                       "file; refusing to write through it",
+                       "choose a new file name, or use `-o -` and a shell redirect")
     try:
-        with open(target, "rb") as fh:
+        with atomic.open_regular(target) as fh:
             head = fh.read(16)
     except OSError:
-        return
+        head = b""
     if any(head.startswith(m) for m in _STORE_MAGICS):
         raise CliError(f"--output {output} is an existing SQLite database or WAL; refusing to "
                        "overwrite it", "choose another path for the export")
+    return "file"
+
+
+def _open_fifo(path: str) -> int:
+    """Open a FIFO for writing without blocking: no reader ⇒ a CliError at once (ENXIO)."""
+    import errno
+    import fcntl
+
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:
+            raise CliError(f"--output {path} is a FIFO (named pipe) with no reader",
+                           "start the reading process first, or use `-o -`") from None
+        raise
+    fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+    return fd
+
+
+def _write_export(out, items, fmt: str) -> None:
+    """Stream ``items`` as json (an array written item by item), jsonl or md to ``out``."""
+    if fmt == "jsonl":
+        for item in items:
+            out.write(json.dumps(item, ensure_ascii=False, default=str) + "\n")
+    elif fmt == "md":
+        for item in items:
+            out.write(_markdown(item) + "\n")
+    else:
+        out.write("[")
+        for n, item in enumerate(items):
+            body = json.dumps(item, indent=2, ensure_ascii=False, default=str)
+            out.write(("," if n else "") + "\n  " + body.replace("\n", "\n  "))
+        out.write("\n]\n")
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    """``sessions export [ID]``: json/jsonl/md; refuses an --output that is a store file."""
-    if args.output:
-        _check_export_target(args.output, _db_path(args))
+    """``sessions export [ID]``: json/jsonl/md streamed to stdout (``-o -``), a new or replaced
+    file (written as ``.partial``, 0600, fsynced, renamed) or a FIFO; never a store file."""
+    output = None if args.output in (None, "-") else args.output
+    kind = _check_export_target(output, _db_path(args)) if output else None
     with _open_ro(args) as db:
         if args.id:
             data = db.export_session(args.id)
             if data is None:
                 raise CliError(f"no session {args.id!r}", "list them with `sessions list`")
-            items = [data]
+            items = iter([data])
         else:
             items = db.iter_export(source=args.source)
-        out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
-        try:
-            if args.format == "jsonl":
-                for item in items:
-                    out.write(json.dumps(item, ensure_ascii=False, default=str) + "\n")
-            elif args.format == "md":
-                for item in items:
-                    out.write(_markdown(item) + "\n")
-            else:
-                out.write(json.dumps(list(items), indent=2, ensure_ascii=False, default=str) + "\n")
-        finally:
-            if out is not sys.stdout:
-                out.close()
+        if output is None:
+            _write_export(sys.stdout, items, args.format)
+            sys.stdout.flush()
+        elif kind == "fifo":
+            with open(_open_fifo(output), "w", encoding="utf-8") as out:
+                _write_export(out, items, args.format)
+        else:
+            target = Path(output).expanduser().absolute()
+            atomic.clean_partials(target.parent, rf"{re.escape(target.name)}(-\d+)?\.partial")
+            with atomic.PartialFile(target) as part:
+                out = io.TextIOWrapper(part.file, encoding="utf-8")
+                _write_export(out, items, args.format)
+                out.flush()
+                out.detach()  # part.file stays open: publish flushes and fsyncs it
+                part.publish(replace=(kind == "file"))
     return EXIT_OK
 
 

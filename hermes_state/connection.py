@@ -13,12 +13,13 @@ import logging
 import os
 import random
 import sqlite3
+import stat
 import threading
 import time
 from pathlib import Path
 from typing import Callable, TypeVar
 
-from . import events, failpoints, holders
+from . import atomic, events, failpoints, holders
 from .errors import (
     DeletedWalGenerationError,
     StateDbCorruptError,
@@ -133,37 +134,50 @@ def quarantine_if_not_sqlite(db_path: Path) -> Path | None:
     is written in it), re-checked inside the lock, so two starting processes never both move
     things. Never touches a file some process holds open, a 0-byte file beside a non-empty WAL
     (a store being created), or a file this process already has a descriptor of (reading it
-    would mean opening and closing a descriptor: SPEC §4).
+    would mean opening and closing a descriptor: SPEC §4). Names are taken without following
+    links and without replacing anything (:mod:`hermes_state.atomic`).
 
     Returns:
         The backup path when the file was moved, else None.
+    Raises:
+        StateDbCorruptError: the file is damaged (not merely empty) and another process has it
+            open: it is not moved under that process; the error names the holders (issue 11.7).
     """
     if not _looks_damaged(db_path):
         return None
     import fcntl
 
-    lock_path = Path(f"{db_path}.quarantine.lock")
-    with open(lock_path, "a+") as lock:
-        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+    with _DirLock(db_path.parent, exclusive=True):
+        # Exclusive on the directory: no starting process is reading the header right now (they
+        # read it under a shared lock), so every holder the scan sees really has the file open.
+        lock = atomic.open_lock(f"{db_path}.quarantine.lock")
         try:
-            lock.seek(0)
-            lock.truncate()
-            lock.write(f"pid={os.getpid()}\n")
-            lock.flush()
-            if not _looks_damaged(db_path) or holders.scan(db_path).holders:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            os.ftruncate(lock, 0)
+            os.pwrite(lock, f"pid={os.getpid()}\n".encode(), 0)
+            if not _looks_damaged(db_path, locked=True):
                 return None
-            backup = Path(f"{db_path}.corrupt.{utc_stamp()}.bak")
-            n = 2
-            while backup.exists():
-                backup = Path(f"{db_path}.corrupt.{utc_stamp()}-{n}.bak")
-                n += 1
-            os.rename(db_path, backup)
+            held = holders.scan(db_path).holders
+            if held:
+                if os.lstat(db_path).st_size == 0:
+                    return None  # an empty file another process holds: a store being created
+                raise _damaged_and_held(db_path, held)
+            name_for = atomic.numbered(f"{db_path}.corrupt.{utc_stamp()}.bak", before=".bak")
+            for n in range(1, 100_000):  # the backup and both sidecar names must be free
+                backup = name_for(n)
+                if any(os.path.lexists(f"{backup}{s}") for s in ("", "-wal", "-shm")):
+                    continue
+                try:
+                    atomic.rename_noreplace(db_path, backup)
+                    break
+                except FileExistsError:
+                    continue
             for suffix in ("-wal", "-shm"):
                 side = Path(f"{db_path}{suffix}")
-                if side.exists():
-                    os.rename(side, Path(f"{backup}{suffix}"))
+                if os.path.lexists(side):
+                    atomic.rename_noreplace(side, Path(f"{backup}{suffix}"))
         finally:
-            fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+            os.close(lock)
     log.error("%s was not a SQLite database (empty, zero-filled or another format): moved "
               "aside to %s with its sidecars and a fresh store was created. Inspect it with "
               "`hermes-state sessions recover --source %s --inspect-only`.", db_path, backup, backup)
@@ -189,18 +203,72 @@ def _reset_fts_shadow(conn: sqlite3.Connection, table: str) -> None:
     conn.execute("DROP TABLE temp.hermes_fts_reset")
 
 
-def _looks_damaged(db_path: Path) -> bool:
+class _DirLock:
+    """``flock`` on the store's directory: shared while a starting process reads the header,
+    exclusive while one decides to quarantine (so its holder scan never sees a mere reader)."""
+
+    def __init__(self, directory: Path, *, exclusive: bool) -> None:
+        self.directory, self.exclusive, self.fd = directory, exclusive, None
+
+    def __enter__(self) -> "_DirLock":
+        import fcntl
+
+        try:
+            self.fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            fcntl.flock(self.fd, fcntl.LOCK_EX if self.exclusive else fcntl.LOCK_SH)
+        except OSError:
+            pass  # no directory lock on this filesystem: the quarantine lock file still orders
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+
+
+def _damaged_and_held(db_path: Path, held: list) -> StateDbCorruptError:
+    """SPEC §12: a damaged store another process has open is never moved aside under it."""
+    lines = "\n".join("  " + h.line() for h in held)
+    err = StateDbCorruptError(
+        f"session storage cannot open {db_path}: it is not a SQLite database (empty, "
+        "zero-filled or another format) and another process has it open, so it was not moved "
+        "aside. Nothing was written. Stop every process using this profile, then start again "
+        "(the damaged file is then moved aside to state.db.corrupt.<UTCSTAMP>.bak and a fresh "
+        f"store is created); `hermes-state sessions recover --source {db_path} --inspect-only` "
+        "shows what is readable.",
+        f"holders of the damaged store:\n{lines}")
+    err.holders = [h.as_tuple() for h in held]
+    return err
+
+
+def _looks_damaged(db_path: Path, *, locked: bool = False) -> bool:
+    """True for a 0-byte (no WAL beside it), zero-filled or non-SQLite regular ``state.db``.
+
+    The header is read under a shared lock of the directory unless ``locked`` (see
+    :func:`quarantine_if_not_sqlite`); never through a link, never blocking on a FIFO.
+    """
     try:
-        st = os.stat(db_path)
+        st = os.lstat(db_path)
     except FileNotFoundError:
         return False
+    if not stat.S_ISREG(st.st_mode):
+        return False  # refused by name before this (_refuse_unsafe_files)
     if own_descriptors((st.st_dev, st.st_ino)):
         return False  # this process has it open: never open+close another descriptor
     if st.st_size == 0:
         wal = Path(f"{db_path}-wal")
-        return not (wal.exists() and wal.stat().st_size > 0)
-    with open(db_path, "rb") as fh:
-        head = fh.read(4096)
+        try:
+            return os.lstat(wal).st_size == 0
+        except FileNotFoundError:
+            return True
+    try:
+        if locked:
+            with atomic.open_regular(db_path) as fh:
+                head = fh.read(4096)
+        else:
+            with _DirLock(db_path.parent, exclusive=False), atomic.open_regular(db_path) as fh:
+                head = fh.read(4096)
+    except FileNotFoundError:
+        return False
     return not head.startswith(SQLITE_HEADER)
 
 
@@ -278,19 +346,27 @@ class StoreConnection:
         self.journal_mode = "?"
         self._backfill = None  # fts_backfill.BackfillThread after a deferred FTS re-index
         _log_exposure_once()
+        self.retired_holders: list = []
         if read_only:
+            self._refuse_unsafe_files()
             self.conn = self._connect_ro()
             return
         ensure_home(self.db_path.parent)
-        self._refuse_symlinks()
+        self._refuse_unsafe_files()
         self._refuse_if_retired_holders()
         self.quarantined_to = quarantine_if_not_sqlite(self.db_path)
         failpoints.hit("open.before_connect")
-        self.conn = self._connect_rw(synchronous)
+        try:
+            self.conn = self._connect_rw(synchronous)
+        except sqlite3.DatabaseError as exc:
+            raise self._damaged_at_open(exc) from exc
         try:
             self._prepare_schema()
             failpoints.hit("open.after_schema")
             self._record_generation()
+        except sqlite3.DatabaseError as exc:
+            self.conn.close()
+            raise self._damaged_at_open(exc) from exc
         except BaseException:
             self.conn.close()
             raise
@@ -301,22 +377,61 @@ class StoreConnection:
 
     # ------------------------------------------------------------------ opening
     def _connect_ro(self) -> sqlite3.Connection:
+        """``mode=ro``; ``immutable=1`` while a process holds a retired sidecar (issue 11.5).
+
+        With a retired generation held, the ``-shm`` at the path may index frames of a WAL that
+        is no longer there (``disk I/O error``), and any ordinary opener would create a new
+        ``-wal``/``-shm`` (a second generation). ``immutable=1`` reads the main file alone and
+        touches neither sidecar: what the holder committed since the last checkpoint is not
+        shown (it is safe in its WAL; the CLI says so). ``self.retired_holders`` lists them.
+        """
         if not self.db_path.exists():
             raise sqlite3.OperationalError(f"no session store at {self.db_path}")
-        uri = sqlite_uri(self.db_path, mode="ro")
+        self.retired_holders = holders.scan(self.db_path, include_self=True).retired_holders
+        params = {"mode": "ro"}
+        if self.retired_holders:
+            params["immutable"] = "1"
+        uri = sqlite_uri(self.db_path, **params)
         conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None,
                                check_same_thread=False)
         conn.row_factory = sqlite3.Row
         return conn
 
-    def _refuse_symlinks(self) -> None:
+    def _refuse_unsafe_files(self) -> None:
+        """The three store files must be plain files or absent: never a link, FIFO or device.
+
+        Checked with ``lstat`` before anything opens them (a FIFO would block the open, a device
+        would be read as a database). Raises :class:`~hermes_state.atomic.UnsafePathError`.
+        """
         for suffix in ("", "-wal", "-shm"):
             p = Path(f"{self.db_path}{suffix}")
-            if p.is_symlink():
-                raise StorePermissionError(
-                    f"refusing to open the session store: {p} is a symbolic link.",
+            try:
+                st = os.lstat(p)
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                raise atomic.UnsafePathError(
+                    f"refusing to open the session store: {p} is "
+                    f"{atomic.describe_mode(st.st_mode)}, not a regular file.",
                     "the three files state.db, state.db-wal and state.db-shm must be plain files "
-                    "in one directory (SPEC §1); replace the link with the real file.")
+                    "in one directory (SPEC §1); replace it with the real file or move it away.",
+                    path=str(p))
+
+    def _damaged_at_open(self, exc: sqlite3.DatabaseError) -> BaseException:
+        """A structural error while opening becomes a named refusal (SPEC §12, issue 11.7)."""
+        if corruption_kind(exc) != "structural":
+            return exc
+        held = holders.scan(self.db_path).holders
+        lines = "\n".join("  " + h.line() for h in held) or "  (no other holder visible)"
+        err = StateDbCorruptError(
+            f"session storage cannot use {self.db_path}: the database file is damaged ({exc}). "
+            "Nothing was written. Stop every process using this profile, then run "
+            f"`hermes-state sessions recover --source {self.db_path} --inspect-only` (it works "
+            "on a copy) and follow the command it prints, or restore the newest snapshot "
+            "(`backup list`, then `backup restore ID`).",
+            f"SQLite error code {getattr(exc, 'sqlite_errorcode', '?')}; holders:\n{lines}")
+        err.holders = [h.as_tuple() for h in held]
+        return err
 
     def _refuse_if_retired_holders(self) -> None:
         """SPEC §10.4: never connect while any process holds a retired sidecar of this store."""
@@ -872,8 +987,10 @@ class StoreConnection:
             try:
                 return fn(self.conn)
             except sqlite3.DatabaseError as exc:
-                if corruption_kind(exc) == "structural" and not self.read_only:
-                    raise self._corrupt(exc) from exc
+                if corruption_kind(exc) == "structural":
+                    if not self.read_only:
+                        raise self._corrupt(exc) from exc
+                    raise self._damaged_at_open(exc) from exc
                 raise
 
     # ------------------------------------------------------------------ close

@@ -150,9 +150,11 @@ def run_doctor(db_path: str | os.PathLike, *, fix: bool = False) -> DoctorReport
                    "doctor stops here: even a read-only open would be one more opener of the new "
                    "generation.")
         return report
-    if not db.exists():
+    if not os.path.lexists(db):
         report.add(WARN, f"no session store at {db} yet (it is created on first use)")
         _exposure(report)
+        return report
+    if _special_files(db, report):
         return report
     db_size, wal_size = _size(db), _size(Path(f"{db}-wal"))
     report.stats.update(db_bytes=db_size, wal_bytes=wal_size)
@@ -195,6 +197,27 @@ def run_doctor(db_path: str | os.PathLike, *, fix: bool = False) -> DoctorReport
     if fix:
         _fix(db, report, scan)
     return report
+
+
+def _special_files(db: Path, report: DoctorReport) -> bool:
+    """A link, FIFO, device or directory at a store path: named, never opened (issue 11.4)."""
+    import stat
+
+    from .atomic import describe_mode
+
+    bad = []
+    for suffix in ("", "-wal", "-shm"):
+        try:
+            st = os.lstat(f"{db}{suffix}")
+        except OSError:
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            bad.append(f"{db}{suffix} is {describe_mode(st.st_mode)}, not a regular file")
+    if bad:
+        report.add(ISSUE, "the store's files are not plain files: doctor did not open them", *bad,
+                   "fix: the three files state.db, state.db-wal and state.db-shm must be plain "
+                   "files in one directory; move the odd one away (never delete a real -wal)")
+    return bool(bad)
 
 
 def _health(conn: sqlite3.Connection, report: DoctorReport) -> None:
@@ -278,14 +301,19 @@ def _needs_rollback(exc: BaseException, db_path: str) -> bool:
 
 def _capture_summary(directory: Path) -> str:
     """``captured <at> by PID <pid> (<trigger>): WAL <frames> frames, <bytes> bytes`` from the
-    capture's ``manifest.json`` (SPEC §10.3); a directory without one is an interrupted capture."""
-    import json
+    capture's ``manifest.json`` (SPEC §10.3); a directory without one is an interrupted capture.
+    A manifest of any other shape (not an object, odd field types, a FIFO, too large) is named
+    as such, never a crash (issue 11.10)."""
+    from .atomic import read_json
 
     try:
-        manifest = json.loads((directory / "manifest.json").read_text(encoding="utf-8"))
+        manifest = read_json(directory / "manifest.json", limit=1 << 20)
     except (OSError, ValueError):
         return "no readable manifest.json (an interrupted or damaged capture)"
-    wal = manifest.get("wal") or {}
+    if not isinstance(manifest, dict):
+        return "manifest.json is not a JSON object (a damaged capture)"
+    wal = manifest.get("wal")
+    wal = wal if isinstance(wal, dict) else {}
     return (f"captured {manifest.get('captured_at')} by PID {manifest.get('pid')} "
             f"({manifest.get('trigger')}): WAL {wal.get('frames')} frames, "
             f"{wal.get('bytes')} bytes")
@@ -311,11 +339,37 @@ def _evidence(db: Path, report: DoctorReport) -> None:
         report.add(WARN, f"rollback journal state.db-journal ({_size(Path(f'{db}-journal'))} "
                          "bytes) beside the store", JOURNAL_ADVICE)
     snapshots = db.parent / "state-snapshots"
-    if snapshots.is_dir():
+    if snapshots.is_symlink():
+        report.add(ISSUE, f"{snapshots} is a symbolic link: backups refuse to write through it",
+                   "fix: replace it with a plain directory (move the snapshots into it)")
+    elif snapshots.is_dir():
         n = sum(1 for p in snapshots.iterdir() if p.is_dir() and not p.name.endswith(".partial"))
         report.add(OK, f"{n} snapshot(s) in {snapshots}",
                    "restore one only after stopping every process using the store: "
                    "`backup list`, then `backup restore ID`")
+    _leftovers(db, report)
+
+
+def _leftovers(db: Path, report: DoctorReport) -> None:
+    """``.partial`` work of killed commands that nobody is building any more (issue 11.12)."""
+    import tempfile
+
+    from .atomic import iter_partials
+    from .recover import WORK_DIR_RE
+    from .snapshots import _PARTIAL_RE
+
+    snaps = sorted(iter_partials(db.parent / "state-snapshots", _PARTIAL_RE))
+    temps = sorted(iter_partials(tempfile.gettempdir(), WORK_DIR_RE))
+    report.stats["leftovers"] = {"snapshots": snaps, "recover_copies": temps}
+    if snaps:
+        report.add(WARN, f"{len(snaps)} unfinished snapshot(s) of a killed `backup` in "
+                         f"{db.parent / 'state-snapshots'}", *snaps,
+                   "they are not snapshots; the next `backup` removes them")
+    if temps:
+        report.add(WARN, f"{len(temps)} temporary cop(y/ies) of a store left by a killed "
+                         f"`sessions recover` in {tempfile.gettempdir()}", *temps,
+                   "they may hold whole conversations; the next `sessions recover` removes "
+                   "them (or delete them yourself)")
 
 
 def _spool(db: Path, conn: sqlite3.Connection | None, report: DoctorReport) -> None:
@@ -323,12 +377,27 @@ def _spool(db: Path, conn: sqlite3.Connection | None, report: DoctorReport) -> N
     from .spool import IMPORTED_PREFIX, read_spool
 
     spool_dir = db.parent / "sessions"
+    if spool_dir.is_symlink():
+        report.add(ISSUE, f"{spool_dir} is a symbolic link: refused writes are not spooled "
+                          "through it and replay-spool does not read it",
+                   "fix: replace it with a plain directory (move the *.jsonl files into it)")
+        return
     if not spool_dir.is_dir():
         return
     files = sorted(spool_dir.glob("*.jsonl"))
     if not files:
         return
-    ids = [rec.get("spool_id") for f in files for rec in read_spool(f) if rec.get("spool_id")]
+    ids = []
+    unreadable = []
+    for f in files:
+        try:
+            ids += [rec["spool_id"] for rec in read_spool(f)
+                    if isinstance(rec.get("spool_id"), str) and rec["spool_id"]]
+        except OSError as exc:  # a FIFO, device or link among the spool files: named, not read
+            unreadable.append(f"{f.name}: {getattr(exc, 'user_message', exc)}")
+    if unreadable:
+        report.add(ISSUE, f"{len(unreadable)} file(s) in {spool_dir} cannot be read as spool "
+                          "files", *unreadable, "fix: move them out of the spool directory")
     imported: set[str] = set()
     if conn is not None:
         try:

@@ -16,7 +16,6 @@ import hashlib
 import json
 import os
 import platform
-import shutil
 import sqlite3
 import struct
 import sys
@@ -25,7 +24,7 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import failpoints
+from . import atomic, failpoints
 from .paths import retired_wal_dir, utc_stamp
 
 Identity = tuple  # (st_dev, st_ino)
@@ -134,11 +133,12 @@ def _read_fd(fd: int, chunk: int = 1 << 20):
         yield data
 
 
-def _copy_from_identity(ident: Identity | None, fallback_path: str, dest: Path,
+def _copy_from_identity(ident: Identity | None, fallback_path: str, out,
                         limit: int | None = None) -> dict | None:
-    """Copy the file of inode ``ident`` into ``dest`` through our own descriptor.
+    """Copy the file of inode ``ident`` into the binary file object ``out`` (our own descriptor).
 
-    Falls back to the path when no descriptor of ours has that inode and the path still has it.
+    Falls back to the path when no descriptor of ours has that inode and the path still has it
+    (a regular file only, opened without following a link and without blocking).
     Returns ``{"identity", "bytes", "sha256", "mode"}`` or None when the file is unreachable.
     """
     fds = own_descriptors(ident)
@@ -148,23 +148,23 @@ def _copy_from_identity(ident: Identity | None, fallback_path: str, dest: Path,
     if fds:
         st = os.fstat(fds[0])
         header_only = limit is not None and st.st_size > limit
-        with open(dest, "wb") as out:
-            for data in _read_fd(fds[0]):
-                if header_only:
-                    data = data[:100]
-                    mode = "header_only"
-                out.write(data)
-                digest.update(data)
-                size += len(data)
-                if header_only:
-                    break
+        for data in _read_fd(fds[0]):
+            if header_only:
+                data = data[:100]
+                mode = "header_only"
+            out.write(data)
+            digest.update(data)
+            size += len(data)
+            if header_only:
+                break
     elif ident is not None and identity(fallback_path) == tuple(ident):
         # Non-Linux or no descriptor: the file is still at its path. Copying through a NEW
         # descriptor is only done when this process holds none of that inode (nothing to drop).
-        shutil.copyfile(fallback_path, dest)
-        data = dest.read_bytes()
-        digest.update(data)
-        size = len(data)
+        with atomic.open_regular(fallback_path) as src:
+            for data in iter(lambda: src.read(1 << 20), b""):
+                out.write(data)
+                digest.update(data)
+                size += len(data)
     else:
         return None
     return {"identity": list(ident or ()), "bytes": size, "sha256": digest.hexdigest(),
@@ -234,49 +234,48 @@ def capture_retired(db_path: str | os.PathLike, recorded: Generation, trigger: s
         OSError: the directory cannot be written (the caller reports it; the refusal stands).
     """
     base = Path(db_path)
-    final = retired_wal_dir(base, os.getpid(), utc_stamp())
-    n = 2
-    while final.exists():
-        final = final.with_name(f"{retired_wal_dir(base, os.getpid(), utc_stamp()).name}-{n}")
-        n += 1
-    partial = final.with_name(final.name + ".partial")
-    if partial.exists():
-        shutil.rmtree(partial)
-    partial.mkdir(mode=0o700)
-    wal = _copy_from_identity(recorded.wal, f"{base}-wal", partial / "state.db-wal")
-    failpoints.hit("capture.mid_copy")
-    shm = _copy_from_identity(recorded.shm, f"{base}-shm", partial / "state.db-shm")
-    main = _copy_from_identity(recorded.db, str(base), partial / "state.db", CAPTURE_MAIN_LIMIT)
-    if wal is None:
-        shutil.rmtree(partial, ignore_errors=True)
-        return None
-    wal.update(parse_wal_header(partial / "state.db-wal"))
-    if main is not None:
-        main["header"] = _header_fields(partial / "state.db")
-    manifest = {
-        "version": 1,
-        "database": str(base),
-        "trigger": trigger,
-        "pid": os.getpid(),
-        "captured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "python": platform.python_version(),
-        "python_executable": sys.executable,
-        "sqlite": sqlite3.sqlite_version,
-        "generation": recorded.as_dict(),
-        "wal": wal,
-        "shm": shm,
-        "path_generation_at_capture": {
-            "db": list(identity(base) or ()), "wal": list(identity(f"{base}-wal") or ()),
-            "shm": list(identity(f"{base}-shm") or ())},
-        "main": main,
-        "note": ("This is the write-ahead log a process still held after its state.db-wal was "
-                 "deleted or replaced. Copy state.db and state.db-wal from this directory to an "
-                 "empty directory and open them to read that generation. Merging its frames into "
-                 "the live store is an operator decision; the product never does it."),
-    }
-    with open(partial / "manifest.json", "w", encoding="utf-8") as fh:
-        json.dump(manifest, fh, indent=2, sort_keys=True)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.rename(partial, final)
-    return final
+    stamp = utc_stamp()
+    final = retired_wal_dir(base, os.getpid(), stamp)
+    # A failure part-way keeps the .partial directory: it may hold the only copy of the WAL
+    # (doctor reports it). A name already taken gets the next free one: never given up.
+    with atomic.PartialDir(base.parent, final.name, keep_on_error=True) as part:
+        with part.create("state.db-wal") as out:
+            wal = _copy_from_identity(recorded.wal, f"{base}-wal", out)
+        if wal is None:
+            return None  # nothing of that generation is held: the partial is removed
+        failpoints.hit("capture.mid_copy")
+        with part.create("state.db-shm") as out:
+            shm = _copy_from_identity(recorded.shm, f"{base}-shm", out)
+        if shm is None:
+            os.unlink(part.path / "state.db-shm")
+        with part.create("state.db") as out:
+            main = _copy_from_identity(recorded.db, str(base), out, CAPTURE_MAIN_LIMIT)
+        if main is None:
+            os.unlink(part.path / "state.db")
+        wal.update(parse_wal_header(part.path / "state.db-wal"))
+        if main is not None:
+            main["header"] = _header_fields(part.path / "state.db")
+        manifest = {
+            "version": 1,
+            "database": str(base),
+            "trigger": trigger,
+            "pid": os.getpid(),
+            "captured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "python": platform.python_version(),
+            "python_executable": sys.executable,
+            "sqlite": sqlite3.sqlite_version,
+            "generation": recorded.as_dict(),
+            "wal": wal,
+            "shm": shm,
+            "path_generation_at_capture": {
+                "db": list(identity(base) or ()), "wal": list(identity(f"{base}-wal") or ()),
+                "shm": list(identity(f"{base}-shm") or ())},
+            "main": main,
+            "note": ("This is the write-ahead log a process still held after its state.db-wal "
+                     "was deleted or replaced. Copy state.db and state.db-wal from this directory "
+                     "to an empty directory and open them to read that generation. Merging its "
+                     "frames into the live store is an operator decision; the product never "
+                     "does it."),
+        }
+        part.write_json("manifest.json", manifest)
+        return part.publish(atomic.numbered(final))

@@ -28,8 +28,8 @@ Decisions (the SPEC leaves them open):
   rowid 1 (rowids below 1 are never assigned by this product). When its last leaf is
   unreadable and nothing else records the highest rowid, the open tail is reported as an
   unreadable range ``[n, null]`` with a warning.
-* The output store is built as ``.<name>.recover-<pid>-<time>.partial`` beside ``output`` with
-  :class:`~hermes_state.db.SessionDB` (current schema), rows are inserted table by table in
+* The output store is built as ``state.db`` in ``.<name>.recover[-N].partial/`` beside
+  ``output`` with :class:`~hermes_state.db.SessionDB` (current schema), rows are inserted table by table in
   chunks of :data:`INSERT_CHUNK` through the store's own write path with ``foreign_keys`` off
   during the bulk copy; every message insert fires the FTS triggers, so the FTS index is rebuilt
   as the rows go in. Then placeholder sessions (``source='recovered'``) are created for every
@@ -37,8 +37,9 @@ Decisions (the SPEC leaves them open):
   has (with ``--allow-partial`` these are the unreadable sessions; without it they can only come
   from dangling references already in the source, which is reported as a warning), foreign keys
   are switched back on and the result is verified (``integrity_check`` ok, ``foreign_key_check``
-  empty, every table's count = rows inserted, FTS ``integrity-check``). Only then is it hard-linked
-  to ``output`` (which fails if ``output`` appeared meanwhile: never overwritten). It is never
+  empty, every table's count = rows inserted, FTS ``integrity-check``). Only then is it renamed
+  to ``output`` with ``RENAME_NOREPLACE`` (fails if ``output`` appeared meanwhile: never
+  overwritten). It is never
   swapped into the live store's place.
 * ``state_meta`` keys that describe the SOURCE file rather than data are not copied:
   ``db_file_generation`` (the output has its own generation token, SPEC §10.1) and every
@@ -51,9 +52,11 @@ Decisions (the SPEC leaves them open):
 from __future__ import annotations
 
 import bisect
+import contextlib
 import hashlib
-import json
 import os
+import re
+import stat
 import sqlite3
 import tempfile
 import time
@@ -61,7 +64,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
-from . import holders
+from . import atomic, holders
 from .errors import HermesStateError
 from .schema import SCHEMA_VERSION
 
@@ -88,6 +91,9 @@ SKIPPED_META_PREFIXES = ("fts_",)
 #: Sidecars copied with the source (the main file's name + suffix).
 SIDECARS = ("-wal", "-shm", "-journal")
 SOURCE_CHANGED = "the source changed while it was copied; stop every process using it"
+#: The private working directory (in the temporary directory) and its leftovers' names.
+WORK_DIR_STEM = "hermes-recover"
+WORK_DIR_RE = re.compile(r"hermes-recover(-\d+)?\.partial")
 RECOVERED_SOURCE = "recovered"
 
 
@@ -121,7 +127,7 @@ def _stat_key(path: Path) -> tuple | None:
 def _hash_file(path: Path) -> str | None:
     digest = hashlib.sha256()
     try:
-        with open(path, "rb") as fh:
+        with atomic.open_regular(path, follow=True) as fh:
             for block in iter(lambda: fh.read(1 << 20), b""):
                 digest.update(block)
     except FileNotFoundError:
@@ -167,7 +173,8 @@ def _copy_source(source: Path, dest_dir: Path,
         digest = hashlib.sha256()
         size = 0
         try:
-            with open(path, "rb") as src, open(dest_dir / name, "wb") as dst:
+            with atomic.open_regular(path, follow=True) as src, \
+                    os.fdopen(atomic.create_file(dest_dir / name), "wb") as dst:
                 for block in iter(lambda: src.read(1 << 20), b""):
                     dst.write(block)
                     digest.update(block)
@@ -403,7 +410,7 @@ def _open_copy(path: Path) -> sqlite3.Connection:
 
 def _header_journal_mode(path: Path) -> str | None:
     try:
-        with open(path, "rb") as fh:
+        with atomic.open_regular(path) as fh:
             header = fh.read(100)
     except OSError:
         return None
@@ -720,11 +727,9 @@ def _remove_store(path: Path) -> None:
 # =========================================================================== the entry point
 
 def _write_report(path: Path, report: dict) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(report, fh, indent=2, ensure_ascii=False, default=str)
-        fh.write("\n")
-    os.replace(tmp, path)
+    """Write the report atomically (0600, replacing a regular file, never through a link)."""
+    atomic.clean_partials(path.parent, rf"{re.escape(path.name)}(-\d+)?\.partial")
+    atomic.write_json(path, report, replace=True)
 
 
 def _same_file(a: Path, b: Path) -> bool:
@@ -792,9 +797,18 @@ def recover(source: str | os.PathLike, *, output: str | os.PathLike | None = Non
     if output is not None and inspect_only:
         raise RecoverRefused("--inspect-only and --output exclude each other: inspect first, "
                              "then build the new store with --output.")
-    if not src.is_file():
+    if not src.exists():
         raise RecoverRefused(f"no file at {src}: nothing to recover.",
                              "give --source the state.db (or a capture directory's state.db)")
+    for path in _source_files(src).values():  # never block on a FIFO or read a device
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            raise RecoverRefused(f"{path} is {atomic.describe_mode(st.st_mode)}, not a regular "
+                                 "file: nothing to recover from it.",
+                                 "give --source the state.db file of a store")
     out_path = Path(output).expanduser().absolute() if output is not None else None
     if out_path is not None:
         for suffix in ("", "-wal", "-shm", "-journal"):
@@ -812,6 +826,11 @@ def recover(source: str | os.PathLike, *, output: str | os.PathLike | None = Non
         if any(_same_file(report_path, p) for p in taken) or report_path.is_dir():
             raise RecoverRefused(f"--report {report_path} names a store file or a directory.",
                                  "choose a separate file for the report")
+        if os.path.lexists(report_path) and not stat.S_ISREG(os.lstat(report_path).st_mode):
+            raise RecoverRefused(
+                f"--report {report_path} is {atomic.describe_mode(os.lstat(report_path).st_mode)}"
+                "; a report is only written as (or over) a regular file.",
+                "choose a separate file for the report")
 
     rep: dict = {
         "operation": "recover" if out_path is not None else "inspect",
@@ -847,9 +866,20 @@ def recover(source: str | os.PathLike, *, output: str | os.PathLike | None = Non
             raise exc
         return rep
 
-    with tempfile.TemporaryDirectory(prefix="hermes-recover-",
-                                     dir=os.fspath(tmp_dir) if tmp_dir else None) as tmp:
-        work_dir = Path(tmp)
+    # The private copy: a flock-ed ``hermes-recover[-N].partial`` directory, so the copies a
+    # killed recover left behind are removed by the next one (issue 11.12).
+    tmp_parent = Path(tmp_dir or tempfile.gettempdir()).resolve()
+    atomic.clean_partials(tmp_parent, WORK_DIR_RE)
+    with contextlib.ExitStack() as stack:
+        work_dir = stack.enter_context(atomic.PartialDir(tmp_parent, WORK_DIR_STEM)).path
+        out_partial = None
+        if out_path is not None:
+            # The new store is built in ``.<name>.recover[-N].partial/`` beside the output
+            # (flock-ed, 0700; a killed run's leftover is removed by the next recover there).
+            out_path.parent.mkdir(parents=True, exist_ok=True, mode=atomic.DIR_MODE)
+            atomic.clean_partials(out_path.parent, _output_partial_re(out_path))
+            out_partial = stack.enter_context(atomic.PartialDir(
+                out_path.parent, f".{out_path.name}.recover")).path / "state.db"
         try:
             copied = _copy_source(src, work_dir, _after_copy_hook)
         except SourceChangedError as exc:
@@ -874,7 +904,7 @@ def recover(source: str | os.PathLike, *, output: str | os.PathLike | None = Non
                 rep["errors"].append("not recoverable: the sessions and messages tables must be "
                                      "readable")
             if out_path is not None:
-                _recover_into(conn, scans, out_path, allow_partial, rep)
+                _recover_into(conn, scans, out_path, out_partial, allow_partial, rep)
         finally:
             if conn is not None:
                 conn.close()
@@ -899,13 +929,13 @@ def recover(source: str | os.PathLike, *, output: str | os.PathLike | None = Non
 def _capture_note(src: Path, rep: dict) -> None:
     """Warn when the source is a retired-WAL capture that holds only the main file's header."""
     manifest = src.parent / "manifest.json"
-    if src.name != "state.db" or not manifest.is_file():
+    if src.name != "state.db":
         return
     try:
-        data = json.loads(manifest.read_text(encoding="utf-8"))
+        data = atomic.read_json(manifest, limit=1 << 20)
     except (OSError, ValueError):
         return
-    if isinstance(data, dict) and isinstance(data.get("main"), dict):
+    if isinstance(data, dict) and isinstance(data.get("main"), dict):  # any other shape: skip
         rep["capture"] = {"trigger": data.get("trigger"), "pid": data.get("pid"),
                           "captured_at": data.get("captured_at"),
                           "main_mode": data["main"].get("mode")}
@@ -916,8 +946,12 @@ def _capture_note(src: Path, rep: dict) -> None:
                 "recover from that")
 
 
+def _output_partial_re(out_path: Path) -> re.Pattern:
+    return re.compile(rf"\.{re.escape(out_path.name)}\.recover(-\d+)?\.partial")
+
+
 def _recover_into(conn: sqlite3.Connection | None, scans: dict[str, _TableScan], out_path: Path,
-                  allow_partial: bool, rep: dict) -> None:
+                  partial: Path, allow_partial: bool, rep: dict) -> None:
     """Build the output in a ``.partial`` file; record the outcome in ``rep`` (never raises)."""
     rep["output"] = {"path": str(out_path), "written": False}
     if conn is None or not rep["recoverable"]:
@@ -935,8 +969,6 @@ def _recover_into(conn: sqlite3.Connection | None, scans: dict[str, _TableScan],
         rep["failure"] = (f"the source is damaged ({'; '.join(parts)}); nothing was written. "
                           f"Re-run with --allow-partial to keep every readable row.")
         return
-    partial = out_path.with_name(f".{out_path.name}.recover-{os.getpid()}-"
-                                 f"{time.time_ns()}.partial")
     try:
         result = _build_output(conn, scans, partial, allow_partial, rep)
     except _OutputFailed as exc:
@@ -952,29 +984,16 @@ def _recover_into(conn: sqlite3.Connection | None, scans: dict[str, _TableScan],
 
 
 def _publish(partial: Path, out_path: Path, rep: dict) -> None:
-    """Hard-link the verified new store to ``output`` (never replaces a file), drop the partial."""
+    """Rename the verified new store to ``output`` without replacing anything (its ``.partial``
+    directory, with any empty ``-shm`` left in it, is removed by the caller)."""
     try:
-        os.link(partial, out_path)
+        atomic.rename_noreplace(partial, out_path)
     except FileExistsError:
         _remove_store(partial)
         rep["failed"] = True
         rep["failure"] = f"{out_path} appeared while the new store was built; nothing replaced"
         return
-    except OSError:
-        # No hard links on this filesystem: rename, after re-checking that nothing is there.
-        if os.path.lexists(out_path):
-            _remove_store(partial)
-            rep["failed"] = True
-            rep["failure"] = f"{out_path} appeared while the new store was built"
-            return
-        os.rename(partial, out_path)
-    else:
-        os.unlink(partial)
-    for suffix in ("-shm",):
-        try:
-            os.unlink(f"{partial}{suffix}")
-        except FileNotFoundError:
-            pass
+    atomic.fsync_dir(out_path.parent)
     rep["output"]["written"] = True
 
 

@@ -53,11 +53,12 @@ import os
 import re
 import shutil
 import sqlite3
+import stat
 import time
 from pathlib import Path
 from urllib.parse import quote
 
-from . import holders
+from . import atomic, holders
 from .errors import HermesStateError
 from .paths import utc_stamp
 
@@ -89,6 +90,7 @@ _REASON_MAX = 40
 _STAMP_RE = r"\d{8}T\d{6}Z"
 _BAK_RE = re.compile(rf"^state\.db\.pre-update-emergency-({_STAMP_RE})(?:-(\d+))?\.bak$")
 _DIR_RE = re.compile(rf"^({_STAMP_RE})-[a-z0-9-]+$")
+_PARTIAL_RE = re.compile(rf"^{_STAMP_RE}-[a-z0-9-]+{re.escape(atomic.PARTIAL_SUFFIX)}$")
 
 
 class SnapshotError(HermesStateError):
@@ -166,9 +168,9 @@ def _iso_now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int((t % 1) * 1e6):06d}Z"
 
 
-def _iso_epoch(text: str | None) -> float:
-    """Seconds since the epoch of our ``created_at`` strings (0.0 when unparsable)."""
-    if not text:
+def _iso_epoch(text: object) -> float:
+    """Seconds since the epoch of our ``created_at`` strings (0.0 when unparsable or not text)."""
+    if not isinstance(text, str) or not text:
         return 0.0
     m = re.match(r"^(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(?:\.(\d+))?Z$", text)
     if not m:
@@ -185,8 +187,9 @@ def _stamp_iso(stamp: str) -> str:
 
 
 def _sha256(path: Path) -> str:
+    """sha256 of a regular file (never a FIFO or device: see :func:`atomic.open_regular`)."""
     digest = hashlib.sha256()
-    with open(path, "rb") as fh:
+    with atomic.open_regular(path) as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
@@ -203,27 +206,12 @@ def _ro_uri(path: Path) -> str:
     return f"file:{quote(os.fspath(path))}?mode=ro"
 
 
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
+def _fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     try:
         os.fsync(fd)
-    except OSError:
-        pass
     finally:
         os.close(fd)
-
-
-def _write_json(path: Path, obj: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(obj, fh, indent=2, sort_keys=True)
-        fh.write("\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
 
 
 def _store_sizes(db: Path) -> dict:
@@ -253,8 +241,14 @@ def _inspect_image(image: Path) -> dict:
         except sqlite3.Error as exc:
             out["error"] = f"quick_check failed: {exc}"
             return out
-        out["verified"] = out["quick_check"] == ["ok"]
         out.update(_facts(conn))
+        # A snapshot is good only if it is a session store: an empty or foreign database passes
+        # quick_check too (issue 11.10: a 0-byte state.db is never a "verified" snapshot).
+        store = all(out.get(k) is not None for k in ("schema_version", "sessions", "messages"))
+        out["verified"] = out["quick_check"] == ["ok"] and store
+        if out["quick_check"] == ["ok"] and not store:
+            out["error"] = "the image is not a session store (no schema_version, sessions or " \
+                           "messages table: an empty or foreign database)"
     finally:
         conn.close()
     return out
@@ -302,51 +296,6 @@ def _backup_image(db: Path, dest: Path) -> None:
     os.chmod(dest, 0o600)
 
 
-def _new_partial_dir(root: Path, stamp: str, reason: str) -> tuple[Path, Path]:
-    """Reserve ``root/<stamp>-<reason>[-N].partial``; returns ``(partial, final)``."""
-    base = f"{stamp}-{reason}"
-    n = 1
-    while True:
-        name = base if n == 1 else f"{base}-{n}"
-        final = root / name
-        partial = root / f"{name}.partial"
-        if not final.exists():
-            try:
-                partial.mkdir(mode=0o700)
-                return partial, final
-            except FileExistsError:
-                pass  # another process took it (or a crash left it): try the next name
-        n += 1
-
-
-def _publish_dir(partial: Path, final: Path) -> Path:
-    """Rename the finished ``partial`` to ``final`` (or ``final-N`` if someone took it)."""
-    candidate = final
-    n = 2
-    while True:
-        if not candidate.exists():
-            try:
-                os.rename(partial, candidate)
-                _fsync_dir(candidate.parent)
-                return candidate
-            except OSError:
-                if not candidate.exists():
-                    raise
-        candidate = final.with_name(f"{final.name}-{n}")
-        n += 1
-
-
-def _bak_path(db: Path, stamp: str) -> Path:
-    """``state.db.pre-update-emergency-<UTCSTAMP>[-N].bak`` that does not exist yet (SPEC §1)."""
-    n = 1
-    while True:
-        suffix = stamp if n == 1 else f"{stamp}-{n}"
-        cand = db.with_name(f"{db.name}.pre-update-emergency-{suffix}.bak")
-        if not cand.exists():
-            return cand
-        n += 1
-
-
 def _bak_key(name: str) -> tuple[str, int] | None:
     m = _BAK_RE.match(name)
     if not m or not name.startswith("state.db."):
@@ -389,49 +338,54 @@ def create_snapshot(db_path: str | os.PathLike, reason: str = "manual", *,
     reason = sanitize_reason(reason)
     if keep < 1:
         raise ValueError(f"keep must be at least 1, not {keep}")
-    if not db.is_file():
-        raise SnapshotError(f"no session store at {db}: nothing to back up.",
-                            "check --home/--profile (or HERMES_HOME)")
-    stamp = utc_stamp()
-    root = db.parent / SNAPSHOT_DIR
-    root.mkdir(mode=0o700, exist_ok=True)
-    partial, final = _new_partial_dir(root, stamp, reason)
-    image = partial / IMAGE
-    sizes = _store_sizes(db)
-    backup_error = None
     try:
-        _backup_image(db, image)
-    except sqlite3.Error as exc:
-        backup_error = f"the online backup failed: {exc}"
-    facts = _inspect_image(image) if backup_error is None else {
-        "quick_check": [], "verified": False, "schema_version": None, "sessions": None,
-        "messages": None, "page_size": None, "page_count": None, "error": backup_error}
-    manifest = {
-        "version": MANIFEST_VERSION,
-        "kind": "snapshot",
-        "reason": reason,
-        "created_at": _iso_now(),
-        "source": str(db),
-        "source_sizes": sizes,
-        "file": IMAGE,
-        "bytes": _size(image),
-        "sha256": _sha256(image) if image.exists() else None,
-        "schema_version": facts["schema_version"],
-        "sessions": facts["sessions"],
-        "messages": facts["messages"],
-        "counts": {"sessions": facts["sessions"], "messages": facts["messages"]},
-        "quick_check": facts["quick_check"],
-        "verified": bool(facts["verified"]),
-        "error": facts["error"],
-        "sqlite": sqlite3.sqlite_version,
-        "page_size": facts["page_size"],
-        "page_count": facts["page_count"],
-    }
-    if reason == PRE_UPDATE_REASON and manifest["verified"]:
-        return _finish_pre_update(db, stamp, partial, image, manifest)
-
-    _write_json(partial / MANIFEST, manifest)
-    final = _publish_dir(partial, final)
+        st = os.lstat(db)
+    except FileNotFoundError:
+        raise SnapshotError(f"no session store at {db}: nothing to back up.",
+                            "check --home/--profile (or HERMES_HOME)") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise SnapshotError(f"{db} is {atomic.describe_mode(st.st_mode)}, not a regular file: "
+                            "nothing was backed up.", "check --home/--profile (or HERMES_HOME)")
+    stamp = utc_stamp()
+    root = atomic.ensure_dir(db.parent / SNAPSHOT_DIR, what="the snapshot directory")
+    atomic.clean_partials(root, _PARTIAL_RE)  # leftovers of a killed backup (issue 11.12)
+    with atomic.PartialDir(root, f"{stamp}-{reason}") as part:
+        image = part.path / IMAGE
+        os.close(atomic.create_file(image))  # 0600 from the start; SQLite fills it
+        sizes = _store_sizes(db)
+        backup_error = None
+        try:
+            _backup_image(db, image)
+        except sqlite3.Error as exc:
+            backup_error = f"the online backup failed: {exc}"
+        facts = _inspect_image(image) if backup_error is None else {
+            "quick_check": [], "verified": False, "schema_version": None, "sessions": None,
+            "messages": None, "page_size": None, "page_count": None, "error": backup_error}
+        manifest = {
+            "version": MANIFEST_VERSION,
+            "kind": "snapshot",
+            "reason": reason,
+            "created_at": _iso_now(),
+            "source": str(db),
+            "source_sizes": sizes,
+            "file": IMAGE,
+            "bytes": _size(image),
+            "sha256": _sha256(image) if image.exists() else None,
+            "schema_version": facts["schema_version"],
+            "sessions": facts["sessions"],
+            "messages": facts["messages"],
+            "counts": {"sessions": facts["sessions"], "messages": facts["messages"]},
+            "quick_check": facts["quick_check"],
+            "verified": bool(facts["verified"]),
+            "error": facts["error"],
+            "sqlite": sqlite3.sqlite_version,
+            "page_size": facts["page_size"],
+            "page_count": facts["page_count"],
+        }
+        if reason == PRE_UPDATE_REASON and manifest["verified"]:
+            return _finish_pre_update(db, stamp, image, manifest)
+        part.write_json(MANIFEST, manifest)
+        final = part.publish(atomic.numbered(root / f"{stamp}-{reason}"))
     result = dict(manifest, id=final.name, path=str(final / IMAGE), dir=str(final), pruned=[])
     if not manifest["verified"]:
         lines = "; ".join(manifest["quick_check"][:5]) or manifest["error"] or "unknown"
@@ -444,28 +398,38 @@ def create_snapshot(db_path: str | os.PathLike, reason: str = "manual", *,
     return result
 
 
-def _finish_pre_update(db: Path, stamp: str, partial: Path, image: Path, manifest: dict) -> dict:
+def _finish_pre_update(db: Path, stamp: str, image: Path, manifest: dict) -> dict:
     """Move a verified pre-update image to ``state.db.pre-update-emergency-<UTCSTAMP>.bak``."""
-    while True:
-        bak = _bak_path(db, stamp)
-        try:
-            os.link(image, bak)  # never replaces an existing file
-            break
-        except FileExistsError:
-            continue
-    os.unlink(image)
-    shutil.rmtree(partial, ignore_errors=True)
-    _fsync_dir(db.parent)
+    _fsync_file(image)
+    bak = atomic.move_aside(image, atomic.numbered(
+        db.with_name(f"{db.name}.pre-update-emergency-{stamp}.bak"), before=".bak"))
     result = dict(manifest, kind="pre-update", id=bak.name, path=str(bak), dir=None, pruned=[])
     result["pruned"] = _prune_pre_update(db, keep=PRE_UPDATE_KEEP, protect={bak.name})
     return result
 
 
+def _intact(snap: dict) -> bool:
+    """A verified snapshot whose image is still there as its manifest describes it: a regular
+    file of the recorded size with the SQLite header. Only these count toward retention, so a
+    damaged, emptied or planted "verified" manifest can never push a good snapshot out."""
+    try:
+        st = os.lstat(snap["path"])
+        if not stat.S_ISREG(st.st_mode) or st.st_size != snap.get("bytes"):
+            return False
+        with atomic.open_regular(snap["path"]) as fh:
+            return fh.read(16) == b"SQLite format 3\x00"
+    except (OSError, TypeError):
+        return False
+
+
 def _prune_snapshots(root: Path, keep: int, protect: set) -> list[str]:
-    """Delete verified snapshot directories beyond the newest ``keep`` (SPEC §13)."""
-    good = [s for s in _list_snapshot_dirs(root) if s.get("verified") is True]
+    """Delete intact verified snapshot directories beyond the newest ``keep`` (SPEC §13).
+
+    Never deletes the newest intact verified snapshot, a failed one, or one in ``protect``.
+    """
+    good = [s for s in _list_snapshot_dirs(root) if s.get("verified") is True and _intact(s)]
     deleted = []
-    for snap in good[keep:]:
+    for snap in good[max(keep, 1):]:
         if snap["id"] in protect:
             continue
         shutil.rmtree(snap["dir"], ignore_errors=True)
@@ -477,7 +441,7 @@ def _prune_pre_update(db: Path, keep: int, protect: set) -> list[str]:
     """Keep the newest ``keep`` ``*.pre-update-emergency-*.bak`` files (SPEC §13: 2)."""
     baks = sorted(((k, p) for p in db.parent.iterdir()
                    if p.name.startswith(f"{db.name}.") and (k := _bak_key(p.name)) is not None
-                   and p.is_file()), reverse=True)
+                   and _is_regular(p)), reverse=True)
     deleted = []
     for _key, path in baks[keep:]:
         if path.name in protect:
@@ -489,33 +453,64 @@ def _prune_pre_update(db: Path, keep: int, protect: set) -> list[str]:
 
 # --------------------------------------------------------------------------- list
 
-def _read_manifest(directory: Path) -> dict | None:
+def _is_regular(path: Path) -> bool:
     try:
-        data = json.loads((directory / MANIFEST).read_text(encoding="utf-8"))
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _is_dir(path: Path) -> bool:
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+#: A manifest is a few kilobytes; anything larger is not ours (never read into memory).
+MANIFEST_LIMIT = 1 << 20
+
+
+def _read_manifest(directory: Path) -> dict | None:
+    """The manifest as a dict, or None when missing, not a regular file, too large or not a JSON
+    object (issue 11.10: evidence of unexpected shape never crashes a command)."""
+    try:
+        data = atomic.read_json(directory / MANIFEST, limit=MANIFEST_LIMIT)
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
 
 
+def _order_key(item: dict) -> tuple:
+    """Newest first by the UTC stamp in the name; ``created_at`` only orders within its second."""
+    stamp = _iso_epoch(_stamp_iso(item["id"][:16])) if _DIR_RE.match(item["id"]) else 0.0
+    created = _iso_epoch(item.get("created_at"))
+    if not stamp or not 0 <= created - stamp < 1:
+        created = stamp or created
+    return (created, item["id"])
+
+
 def _list_snapshot_dirs(root: Path) -> list[dict]:
-    """Snapshot directories under ``root``, newest first; unfinished ``.partial`` ones skipped."""
+    """Snapshot directories under ``root``, newest first; ``.partial`` ones and links skipped."""
     out = []
-    if not root.is_dir():
+    if not _is_dir(root):
         return out
     for entry in root.iterdir():
-        if not entry.is_dir() or entry.name.endswith(".partial") or not _DIR_RE.match(entry.name):
+        if (not _is_dir(entry) or entry.name.endswith(atomic.PARTIAL_SUFFIX)
+                or not _DIR_RE.match(entry.name)):
             continue
         manifest = _read_manifest(entry)
         if manifest is None:
             item = {"id": entry.name, "kind": "snapshot", "verified": False,
-                    "error": "manifest.json is missing or unreadable",
+                    "error": "manifest.json is missing, unreadable or not a JSON object",
                     "created_at": _stamp_iso(entry.name[:16])}
         else:
             item = dict(manifest)
-            item.setdefault("kind", "snapshot")
+            if not isinstance(item.get("kind"), str):
+                item["kind"] = "snapshot"
         item.update(id=entry.name, dir=str(entry), path=str(entry / IMAGE))
         out.append(item)
-    out.sort(key=lambda s: (_iso_epoch(s.get("created_at")), s["id"]), reverse=True)
+    out.sort(key=_order_key, reverse=True)
     return out
 
 
@@ -537,7 +532,7 @@ def list_snapshots(db_path: str | os.PathLike) -> list[dict]:
     if db.parent.is_dir():
         for entry in db.parent.iterdir():
             key = _bak_key(entry.name) if entry.name.startswith(f"{db.name}.") else None
-            if key is None or not entry.is_file():
+            if key is None or not _is_regular(entry):
                 continue
             created = _stamp_iso(key[0])
             try:  # the name has whole seconds; the mtime orders images of the same second
@@ -551,7 +546,8 @@ def list_snapshots(db_path: str | os.PathLike) -> list[dict]:
                           "created_at": created, "path": str(entry), "dir": None,
                           "bytes": _size(entry), "verified": True, "sessions": None,
                           "messages": None})
-    items.sort(key=lambda s: (_iso_epoch(s.get("created_at")), s["id"]), reverse=True)
+    items.sort(key=lambda s: _order_key(s) if s.get("dir") else (
+        _iso_epoch(s.get("created_at")), s["id"]), reverse=True)
     return items
 
 
@@ -564,10 +560,10 @@ def _locate(db: Path, snapshot_id: str) -> tuple[Path, dict | None]:
         raise SnapshotNotFound(f"{snapshot_id!r} is not a snapshot id; not restored.",
                                "list them with `backup list`")
     directory = db.parent / SNAPSHOT_DIR / sid
-    if directory.is_dir() and (directory / IMAGE).is_file():
+    if _is_dir(directory) and _is_regular(directory / IMAGE):
         return directory / IMAGE, _read_manifest(directory)
     bak = db.parent / sid
-    if _bak_key(sid) is not None and sid.startswith(f"{db.name}.") and bak.is_file():
+    if _bak_key(sid) is not None and sid.startswith(f"{db.name}.") and _is_regular(bak):
         return bak, None
     known = ", ".join(s["id"] for s in list_snapshots(db)[:5]) or "none"
     raise SnapshotNotFound(f"no snapshot {sid!r} beside {db}; not restored.",
@@ -658,7 +654,7 @@ def restore_snapshot(db_path: str | os.PathLike, snapshot_id: str, *,
                                   _protect=frozenset({str(snapshot_id)}))
         except SnapshotFailed as exc:
             pre = exc.result
-            if not pre.get("bytes"):
+            if not pre.get("bytes") and _size(db) != 0:  # an empty store has nothing to keep
                 raise RestoreRefused(
                     f"could not keep a copy of the current store {db} before restoring "
                     f"({pre.get('error')}); not restored.",

@@ -11,11 +11,13 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import stat
 import time
 import uuid
 from pathlib import Path
 
-from .paths import spool_path
+from . import atomic
+from .paths import ensure_home, spool_path
 from .text import clean_text
 
 
@@ -34,14 +36,15 @@ def divert_to_spool(home: str | os.PathLike, session_id: str, messages: list[dic
     """
     session_id = clean_text(session_id)  # the file must be valid UTF-8 to be replayed
     path = spool_path(home, session_id)
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    ensure_home(Path(home))
+    atomic.ensure_dir(path.parent, what="the spool directory")  # a symlinked sessions/: refused
     lines = []
     for msg in messages:
         record = {"spool_id": uuid.uuid4().hex, "session_id": session_id,
                   "spooled_at": time.time(),
                   "message": {k: clean_text(v) for k, v in msg.items()}}
         lines.append(json.dumps(record, ensure_ascii=False, default=str) + "\n")
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    fd = atomic.open_append(path)  # no link, no FIFO, no device, no hard-linked file
     try:
         os.write(fd, "".join(lines).encode("utf-8", "surrogatepass"))
         os.fsync(fd)
@@ -50,23 +53,54 @@ def divert_to_spool(home: str | os.PathLike, session_id: str, messages: list[dic
     return path
 
 
-def scan_spool(path: str | os.PathLike) -> tuple[list[tuple[int, dict]], list[tuple[int, str]]]:
+#: Longest spool line read (bytes); a longer one is reported, never held in memory whole.
+MAX_LINE_BYTES = 64 * 1024 * 1024
+
+
+def _lines(fh, limit: int):
+    """``(line number, bytes or None)`` for each line; None for a line longer than ``limit``."""
+    lineno = 0
+    while True:
+        line = fh.readline(limit + 1)
+        if not line:
+            return
+        lineno += 1
+        if len(line) > limit and not line.endswith(b"\n"):
+            while True:  # skip the rest of the overlong line in bounded chunks
+                rest = fh.readline(1 << 20)
+                if not rest or rest.endswith(b"\n"):
+                    break
+            yield lineno, None
+            continue
+        yield lineno, line
+
+
+def scan_spool(path: str | os.PathLike, *, max_line: int = MAX_LINE_BYTES
+               ) -> tuple[list[tuple[int, dict]], list[tuple[int, str]]]:
     """Parse one spool file line by line.
 
     Returns:
         ``(records, bad)``: ``records`` = ``[(line number, record dict)]``; ``bad`` =
         ``[(line number, reason)]`` for lines that are not a JSON object (a torn last line, a
-        garbled or foreign line). Blank lines are ignored. Never raises for content.
+        garbled or foreign line, a line over ``max_line`` bytes). Blank lines are ignored.
+        Never raises for content.
+    Raises:
+        OSError: the file cannot be read; :class:`~hermes_state.atomic.NotRegularFileError` when
+            it is a FIFO, device, directory or symlink (it is never opened for reading then).
     """
     records: list[tuple[int, dict]] = []
     bad: list[tuple[int, str]] = []
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        for lineno, line in enumerate(fh, 1):
+    with atomic.open_regular(path) as fh:
+        for lineno, raw in _lines(fh, max_line):
+            if raw is None:
+                bad.append((lineno, f"longer than {max_line} bytes (skipped)"))
+                continue
+            line = raw.decode("utf-8", "replace")
             if not line.strip():
                 continue
             try:
                 rec = json.loads(line)
-            except ValueError:
+            except (ValueError, RecursionError):
                 bad.append((lineno, "not JSON (torn or garbled line)"))
                 continue
             if isinstance(rec, dict):
@@ -83,6 +117,11 @@ def read_spool(path: str | os.PathLike) -> list[dict]:
 
 
 IMPORTED_PREFIX = "spool_imported:"
+
+#: Errors caused by one spooled record's values (wrong types, out of range, too deep), never by
+#: the store: the record is reported as failed and the replay goes on (issue 11.10).
+_RECORD_ERRORS = (sqlite3.IntegrityError, sqlite3.InterfaceError, sqlite3.DataError,
+                  sqlite3.ProgrammingError, ValueError, TypeError, OverflowError, RecursionError)
 
 
 def replay_spool(db, *, dry_run: bool = False) -> dict:
@@ -106,11 +145,24 @@ def replay_spool(db, *, dry_run: bool = False) -> dict:
     spool_dir = Path(db.home) / "sessions"
     result = {"files": 0, "records": 0, "imported": 0, "skipped": 0, "failed": 0, "torn": 0,
               "errors": [], "warnings": []}
-    if not spool_dir.is_dir():
+    try:
+        st = os.lstat(spool_dir)
+    except FileNotFoundError:
         return result
+    if not stat.S_ISDIR(st.st_mode):
+        raise atomic.UnsafePathError(
+            f"refusing to read the spool: {spool_dir} is {atomic.describe_mode(st.st_mode)}, "
+            "not a directory.", f"replace {spool_dir} with a plain directory holding the "
+            "*.jsonl spool files (a link would import files from elsewhere)",
+            path=str(spool_dir))
     for path in sorted(spool_dir.glob("*.jsonl")):
         result["files"] += 1
-        records, bad = scan_spool(path)
+        try:
+            records, bad = scan_spool(path)
+        except OSError as exc:  # a FIFO, device, link or unreadable file: reported, not read
+            result["failed"] += 1
+            result["errors"].append(f"{path.name}: not read: {getattr(exc, 'user_message', exc)}")
+            continue
         for lineno, reason in bad:
             # A line that is not JSON is a spool append cut short by a crash: that message was
             # never acknowledged as spooled, so it is reported, not counted as a failure.
@@ -134,6 +186,7 @@ def replay_spool(db, *, dry_run: bool = False) -> dict:
                                         "spool_id and session_id, a message object with a "
                                         "string role)")
                 continue
+            spool_id, sid = clean_text(spool_id), clean_text(sid)
             key = IMPORTED_PREFIX + spool_id
             if db.get_meta(key) is not None:
                 result["skipped"] += 1
@@ -145,7 +198,7 @@ def replay_spool(db, *, dry_run: bool = False) -> dict:
             role = fields.pop("role", "user")
             try:
                 insert = build_append(sid, role, **fields)
-            except (TypeError, ValueError) as exc:
+            except _RECORD_ERRORS as exc:
                 result["failed"] += 1
                 result["errors"].append(f"{path.name}:{lineno} {spool_id}: {exc}")
                 continue
@@ -161,8 +214,7 @@ def replay_spool(db, *, dry_run: bool = False) -> dict:
 
             try:
                 mid = db._write(fn, op="replay_spool")
-            except (sqlite3.IntegrityError, sqlite3.InterfaceError, sqlite3.DataError,
-                    ValueError, TypeError) as exc:  # this record's values, not the store
+            except _RECORD_ERRORS as exc:  # this record's values, not the store
                 result["failed"] += 1
                 result["errors"].append(f"{path.name}:{lineno} {spool_id}: {exc}")
                 continue

@@ -275,13 +275,23 @@ def test_retention_keeps_newest_verified_and_a_failed_snapshot_never_pushes_one_
     assert sorted(s["id"] for s in listed if not s["verified"]) == sorted(failed)
 
 
-def test_retention_ignores_partial_and_foreign_directories(store):
+def test_retention_ignores_foreign_directories_and_backup_cleans_dead_partials(store):
+    """A ``.partial`` nobody is building (a killed backup's leftover) is removed by the next
+    backup; one whose builder still holds its flock, and foreign directories, are left alone."""
+    import fcntl
+
     root = store.parent / "state-snapshots"
     root.mkdir()
     (root / "20000101T000000Z-manual.partial").mkdir()
+    (root / "20000101T000001Z-manual.partial").mkdir()
     (root / "my-notes").mkdir()
-    ids = [create_snapshot(store, keep=1)["id"] for _ in range(2)]
-    assert snapshot_dirs(store) == sorted(["20000101T000000Z-manual.partial", "my-notes", ids[1]])
+    busy = os.open(root / "20000101T000001Z-manual.partial", os.O_RDONLY)
+    fcntl.flock(busy, fcntl.LOCK_EX)  # a builder in progress (this test plays it)
+    try:
+        ids = [create_snapshot(store, keep=1)["id"] for _ in range(2)]
+    finally:
+        os.close(busy)
+    assert snapshot_dirs(store) == sorted(["20000101T000001Z-manual.partial", "my-notes", ids[1]])
     assert [s["id"] for s in list_snapshots(store)] == [ids[1]]
 
 
