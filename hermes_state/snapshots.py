@@ -481,12 +481,19 @@ def _read_manifest(directory: Path) -> dict | None:
     return data if isinstance(data, dict) else None
 
 
+#: A manifest's ``created_at`` is trusted for ordering only this long after its name's stamp
+#: (a backup of a huge store under load can cross many seconds; a day is no backup's length).
+_CREATED_AT_TOLERANCE_S = 86400.0
+
+
 def _order_key(item: dict) -> tuple:
-    """Newest first by the UTC stamp in the name; ``created_at`` only orders within its second."""
+    """Sort key, newest last: the manifest's ``created_at`` when it is consistent with the UTC
+    stamp in the directory name, else that stamp (a manifest of unexpected shape or a
+    far-future date never decides the order)."""
     stamp = _iso_epoch(_stamp_iso(item["id"][:16])) if _DIR_RE.match(item["id"]) else 0.0
     created = _iso_epoch(item.get("created_at"))
-    if not stamp or not 0 <= created - stamp < 1:
-        created = stamp or created
+    if stamp and not 0 <= created - stamp < _CREATED_AT_TOLERANCE_S:
+        created = stamp
     return (created, item["id"])
 
 
