@@ -46,12 +46,14 @@ from . import store
 #: Fixture names (``schema_v1`` .. ``schema_v22`` are matched by :data:`SCHEMA_FIXTURE_RE`).
 FIXTURES = ("empty", "generated", "zeroed", "empty_file", "not_sqlite")
 SCHEMA_FIXTURE_RE = re.compile(r"^schema_v([1-9]|1[0-9]|2[0-2])$")
+SCHEMA_FIXTURES = tuple(f"schema_v{n}" for n in range(1, 23))
+#: The parameters of a fixture and their defaults (a parameter belongs to its fixture only).
+FIXTURE_DEFAULTS = {"generated": {"sessions": 20, "messages": 1000}, "zeroed": {"bytes": 16384}}
 SIZE_RE = re.compile(r"^(?P<num>[1-9][0-9]*)(?P<unit>[KMG])$")
 _UNITS = {"K": 1024, "M": 1024 ** 2, "G": 1024 ** 3}
 #: Smallest and largest tmpfs a scenario may ask for (bytes).
 TMPFS_MIN = 1024 ** 2
 TMPFS_MAX = 1024 ** 3
-DEFAULT_ZEROED_BYTES = 16384
 MANIFEST_NAME = store.FIXTURE_MANIFEST
 
 _WORDS = ("deploy docker build session gateway agent memory search index commit checkpoint retry "
@@ -167,7 +169,8 @@ def prepare_store(store: dict, db_path: Path, *, seed: int = 0,
     if fixture == "empty":
         _current_store(db_path, 0, 0, seed)
     elif fixture == "generated":
-        n_s, n_m = int(store.get("sessions", 20)), int(store.get("messages", 1000))
+        given = {**FIXTURE_DEFAULTS["generated"], **store}
+        n_s, n_m = int(given["sessions"]), int(given["messages"])
         _current_store(db_path, n_s, n_m, seed)
         out.update(sessions=n_s, messages=n_m)
     elif version is not None:
@@ -178,7 +181,7 @@ def prepare_store(store: dict, db_path: Path, *, seed: int = 0,
             json.dumps(manifest, default=str, ensure_ascii=False) + "\n", encoding="utf-8")
         out.update(version=version, counts=manifest["counts"])
     elif fixture == "zeroed":
-        db_path.write_bytes(b"\0" * int(store.get("bytes", DEFAULT_ZEROED_BYTES)))
+        db_path.write_bytes(b"\0" * int(store.get("bytes", FIXTURE_DEFAULTS["zeroed"]["bytes"])))
     elif fixture == "empty_file":
         db_path.write_bytes(b"")
     elif fixture == "not_sqlite":

@@ -12,8 +12,14 @@ and always reach the code as float seconds.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
+import functools
+import json
 import math
 import re
+import types
+import typing
 from typing import Any
 
 DURATION_PATTERN = r"^[0-9]+(\.[0-9]+)?(ms|s|m)$"
@@ -65,3 +71,160 @@ def parse_duration(value: Any) -> float:
             "'10s', '500ms', '2m'"
         )
     raise ValueError(f"bad duration {value!r}: expected a number or a string like '10s'")
+
+
+# ------------------------------------------------------------------------------ declarations
+class Duration(float):
+    """Type marker of a duration parameter: written ``10s``/``500ms``/``2m`` or seconds, read as
+    float seconds (:func:`parse_duration`)."""
+
+
+_REQUIRED = object()
+_FIELD_KEY = "chaos.param"
+
+
+def param(default: Any = _REQUIRED, description: str = "", **schema: Any) -> Any:
+    """Declare one parameter of a params dataclass: default, one-line description and the
+    JSON Schema keywords that bound it (``minimum``, ``maximum``, ``pattern``, ``enum``,
+    ``minItems``, ``uniqueItems``, ``maxLength``, ``title``...).
+
+    ``default`` omitted: the parameter is required. ``None``: optional, no default (absent
+    from the resolved document). A list default is copied for every instance.
+    """
+    meta = {_FIELD_KEY: {"description": description, "schema": schema,
+                         "required": default is _REQUIRED}}
+    if default is _REQUIRED:
+        return dataclasses.field(metadata=meta)
+    if isinstance(default, (list, dict)):
+        return dataclasses.field(default_factory=lambda d=default: copy.deepcopy(d),
+                                 metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+@dataclasses.dataclass(frozen=True)
+class Declared:
+    """One declared parameter: name, JSON Schema, default (``None``: none), required."""
+
+    name: str
+    schema: dict
+    default: Any
+    required: bool
+    duration: bool
+
+    @property
+    def has_default(self) -> bool:
+        return self.default is not None
+
+
+def _type_schema(tp: Any) -> tuple[dict, bool]:
+    """JSON Schema of a field type; ``(schema, is_duration)``."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return _type_schema(args[0])
+    if tp is Duration:
+        return {"$ref": DURATION_REF}, True
+    if tp is bool:
+        return {"type": "boolean"}, False
+    if tp is int:
+        return {"type": "integer"}, False
+    if tp is float:
+        return {"type": "number"}, False
+    if tp is str:
+        return {"type": "string"}, False
+    if origin is typing.Literal:
+        return {"enum": list(typing.get_args(tp))}, False
+    if origin in (list, tuple):
+        (item,) = typing.get_args(tp)[:1]
+        return {"type": "array", "items": _type_schema(item)[0]}, False
+    raise TypeError(f"no JSON Schema for parameter type {tp!r}")
+
+
+#: Where the duration definition lives in the published schema.
+DURATION_REF = "#/$defs/duration"
+
+
+@functools.lru_cache(maxsize=None)
+def declared(cls: type) -> tuple[Declared, ...]:
+    """The declared parameters of a params dataclass, in declaration order."""
+    hints = typing.get_type_hints(cls)
+    out = []
+    for f in dataclasses.fields(cls):
+        meta = f.metadata.get(_FIELD_KEY, {"description": "", "schema": {}, "required": False})
+        schema, is_dur = _type_schema(hints[f.name])
+        extra = dict(meta["schema"])
+        if "items" in extra and "items" in schema:
+            schema["items"] = {**schema["items"], **extra.pop("items")}
+        schema.update(extra)
+        if meta["description"]:
+            schema["description"] = meta["description"]
+        if f.default is not dataclasses.MISSING:
+            default = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            default = f.default_factory()
+        else:
+            default = None
+        if default is not None:
+            schema["default"] = list(default) if isinstance(default, tuple) else default
+        out.append(Declared(f.name, schema, default, meta["required"], is_dur))
+    return tuple(out)
+
+
+def object_schema(cls: type, title: str | None = None) -> dict:
+    """The JSON Schema object of a params dataclass: every declared parameter, unknown keys
+    refused (``additionalProperties: false``); description = the class docstring's first
+    paragraph."""
+    out: dict = {}
+    if title:
+        out["title"] = title
+    doc = " ".join((cls.__doc__ or "").strip().split("\n\n")[0].split())
+    if doc:
+        out["description"] = doc
+    out.update({"type": "object", "additionalProperties": False,
+                "properties": {d.name: d.schema for d in declared(cls)}})
+    required = [d.name for d in declared(cls) if d.required]
+    if required:
+        out["required"] = required
+    return out
+
+
+def defaults(cls: type) -> dict:
+    """``{name: default}`` of the parameters that have one (durations as float seconds)."""
+    return {d.name: (parse_duration(d.default) if d.duration else copy.deepcopy(d.default))
+            for d in declared(cls) if d.has_default}
+
+
+def resolve(cls: type, given: dict | None) -> dict:
+    """``given`` (valid for ``cls``'s schema) with every default filled, durations as float
+    seconds; parameters without a default and not given are absent."""
+    out = {}
+    given = given or {}
+    for d in declared(cls):
+        if d.name in given and given[d.name] is not None:
+            value = copy.deepcopy(given[d.name])
+        elif d.has_default:
+            value = copy.deepcopy(d.default)
+        else:
+            continue
+        out[d.name] = parse_duration(value) if d.duration else value
+    return out
+
+
+def build(cls: type, given: dict | None = None):
+    """An instance of the params dataclass ``cls`` from ``given`` (:func:`resolve` first)."""
+    return cls(**resolve(cls, given))
+
+
+def as_dict(params: Any) -> dict:
+    """A params instance as the resolved JSON data (``None`` values left out)."""
+    return {k: copy.deepcopy(v) for k, v in dataclasses.asdict(params).items() if v is not None}
+
+
+def reference_rows(cls: type) -> list[tuple[str, str, str]]:
+    """``(name, default, description)`` per parameter: the README's scenario reference."""
+    rows = []
+    for d in declared(cls):
+        default = "required" if d.required else ("-" if not d.has_default else
+                                                  json.dumps(d.default))
+        rows.append((d.name, default, d.schema.get("description", "")))
+    return rows

@@ -19,6 +19,7 @@ nemesis step can arm a failpoint in it at run time (:mod:`chaos.nemesis.process`
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import multiprocessing
 import os
@@ -40,11 +41,13 @@ from .checkers import CheckContext, run_checkers
 from .checkers.base import SKIPPED, Verdict, exit_code_of
 from .checkers.observed import faults_fired, must_observe
 from .nemesis import FAULTS, HEALS, NemesisEnv, NemesisError
+from .nemesis.commands import command_argv
+from .params import as_dict, build
 from .report import print_verdicts
-from .roles import role_main
+from .roles import ROLES, role_main
 from .sampler import Sampler
 from .scenario import NemesisStep, RoleSpec, Scenario
-from .schedule import Counts, Schedule
+from .schedule import Counts, Schedule, reached
 
 TICK_S = 0.02
 STOP_GRACE_S = 5.0
@@ -128,6 +131,44 @@ class HistoryTail:
                 self.new_notes.append(f"{rec.get('process')} {ev} {detail}")
 
 
+def preflight(scenario: Scenario, run_dir: Path) -> None:
+    """Derive, without starting anything, every input the run gives its parts: each role's
+    typed workload as its process rebuilds it, each maintenance command's argv (paths checked
+    against ``run_dir``), each fault's typed parameters and failpoint spec, the schedule's
+    triggers, the store fixture. The runner calls it first; a scenario that validates must pass
+    it (issue 11: what ``validate`` accepts, ``run`` can execute).
+
+    Raises:
+        ValueError, KeyError, TypeError: an input the run could not use (a toolkit defect:
+            validation should have refused the scenario).
+    """
+    run = store.RunDir(Path(run_dir))
+    for spec in scenario.roles:
+        workload = build(ROLES[spec.kind].Params, as_dict(spec.workload))
+        if spec.failpoints:
+            failpoints.parse(spec.failpoints)
+        if spec.kind == "maintenance":
+            command_argv(workload.command, run.home, run.db_path, force=workload.force,
+                         dry_run=workload.dry_run, args=list(workload.args))
+    for step in scenario.nemesis:
+        fault = FAULTS[step.fault]
+        params = build(fault.Params, as_dict(step.params))
+        if step.fault == "run":
+            command_argv(params.command, run.home, run.db_path, force=params.force,
+                         dry_run=params.dry_run, args=list(params.args))
+        elif step.fault == "kill" and params.failpoint:
+            failpoints.parse(f"{params.failpoint}=crash@{params.hit or 1}")
+        elif step.fault == "arm_failpoint":
+            failpoints.parse(f"{params.failpoint}={params.action}")
+        if step.after is not None:
+            reached(step.after, Counts())
+    if not fixtures.is_fixture_name(scenario.store["fixture"]):
+        raise ValueError(f"unknown store fixture {scenario.store['fixture']!r}")
+    if scenario.store.get("tmpfs"):
+        fixtures.parse_size(scenario.store["tmpfs"])
+    Schedule(scenario.nemesis).due(0.0, Counts())
+
+
 @dataclass
 class RunResult:
     """Outcome of one run: where it was written, the verdicts and the process exit code."""
@@ -174,7 +215,7 @@ class Runner:
         store = self.sc.store
         if store.get("tmpfs"):
             self.mount = fixtures.mount_tmpfs(self.home, fixtures.parse_size(store["tmpfs"]))
-        need_backup = any(s.fault == "replace_db" and s.params.get("source") == "backup"
+        need_backup = any(s.fault == "replace_db" and s.params.source == "backup"
                           for s in self.sc.nemesis)
         return fixtures.prepare_store(store, self.db_path, seed=self.sc.seed,
                                       need_backup=need_backup)
@@ -210,7 +251,7 @@ class Runner:
             "db_path": str(self.db_path), "home": str(self.home),
             "history_dir": str(self.hist_dir), "log_path": str(self.dirs.log(inst.process)),
             "seed": self.sc.seed, "t0": self.t0, "deadline": self.t0 + end,
-            "workload": dict(spec.workload), "failpoints": spec.failpoints or "",
+            "workload": as_dict(spec.workload), "failpoints": spec.failpoints or "",
         }
         inst.proc = _MP.Process(target=role_main, args=(cfg,), name=inst.process, daemon=False)
         # The spawned interpreter inherits the environment: the arm file is named there.
@@ -261,10 +302,10 @@ class Runner:
 
     def _fire(self, step: NemesisStep, env: NemesisEnv, writer: hist.HistoryWriter) -> bool:
         """Apply one step's fault; record ``start`` then ``done`` or ``error``. True if done."""
-        params = dict(step.params)
+        params = dataclasses.asdict(step.params)
         writer.record("nemesis", fault=step.fault, phase="start", step=step.index, **params)
         try:
-            details = FAULTS[step.fault](env, params)
+            details = FAULTS[step.fault](env, step.params)
         except (NemesisError, OSError) as exc:
             writer.record("nemesis", fault=step.fault, phase="error", step=step.index,
                           error=str(exc), **params)
@@ -277,6 +318,7 @@ class Runner:
 
     # ------------------------------------------------------------------ the run
     def run(self) -> RunResult:
+        preflight(self.sc, self.run_dir)
         for d in (self.home, self.hist_dir, self.log_dir):
             d.mkdir(parents=True, exist_ok=True)
         store.write_json(self.dirs.scenario, self.sc.to_dict())

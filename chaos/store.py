@@ -142,6 +142,13 @@ def run_dir_of(db_path: str | os.PathLike) -> RunDir:
     return RunDir(Path(db_path).parent.parent)
 
 
+def inside(path: str | os.PathLike, run_dir: str | os.PathLike) -> bool:
+    """True when ``path`` (symlinks resolved) lies inside ``run_dir`` (issue 11: every path a
+    scenario names stays inside its run)."""
+    real, top = os.path.realpath(path), os.path.realpath(run_dir)
+    return real == top or real.startswith(top.rstrip(os.sep) + os.sep)
+
+
 # ------------------------------------------------------------------------------ creation
 def fresh_dir(out: Path, name: str) -> Path:
     """Create ``<out>/<name>`` (or ``<name>-2``, ``-3``, ... if taken) atomically and return it.

@@ -13,7 +13,7 @@ from chaos.checkers import CHECKERS
 from chaos.checkers.base import FAIL, INCONCLUSIVE, PASS, SKIPPED
 from chaos.checkers.error_taxonomy import crash_class
 from chaos.checkers.latency import percentile
-from chaos.checkers.base import seconds
+from chaos.params import build
 from chaos.history import Samples, moment
 from test_checkers import H, make_ctx
 
@@ -51,10 +51,12 @@ def run(tmp_path, name, h: H, params=None, scenario=None):
 
 
 # ======================================================================================= samples
-def test_seconds_and_sample_lookups():
-    assert seconds("500ms", "x") == 0.5 and seconds(2, "x") == 2.0 and seconds(None, "x") is None
-    with pytest.raises(ValueError, match="bound"):
-        seconds("soon", "no_lockup.bound")
+def test_duration_params_and_sample_lookups():
+    p = CHECKERS["no_lockup"].Params
+    assert build(p, {"bound": "500ms"}).bound == 0.5 and build(p, {"bound": 2}).bound == 2.0
+    assert build(p, {}).bound == 5.0 and build(CHECKERS["latency"].Params, {}).p99_bound is None
+    with pytest.raises(ValueError, match="soon"):
+        build(p, {"bound": "soon"})
     h = H()
     for _ in range(3):
         sample(h)

@@ -22,7 +22,8 @@ from chaos import scenario as sc
 from chaos.history import read_file
 from chaos.nemesis import FAULTS, NemesisEnv, NemesisError
 from chaos.nemesis import commands
-from chaos.roles import KINDS, role_main
+from chaos.params import as_dict, resolve
+from chaos.roles import KINDS, ROLES, role_main
 from hermes_state import SessionDB
 
 MP = multiprocessing.get_context("spawn")
@@ -45,7 +46,7 @@ def start_role(db: Path, kind: str, workload: dict, *, seconds: float, name: str
     hist.mkdir(exist_ok=True)
     logs.mkdir(exist_ok=True)
     process = f"{name}-{index}"
-    filled = sc._fill(sc.SCHEMA["$defs"][f"{kind}_workload"], workload)  # the loader's defaults, as a scenario would resolve them
+    filled = resolve(ROLES[kind].Params, workload)  # the defaults, as a scenario resolves them
     now = time.monotonic()
     cfg = {"role": name, "kind": kind, "index": index, "process": process,
            "db_path": str(db), "home": str(db.parent), "history_dir": str(hist),
@@ -85,10 +86,10 @@ def store_rows(db: Path, sql: str, args: tuple = ()) -> list[tuple]:
 
 
 def test_every_scenario_role_kind_has_an_implementation():
-    assert set(KINDS) == set(sc.ROLE_KINDS)
-    assert set(commands.COMMANDS) == set(sc.MAINTENANCE_COMMANDS)
-    assert set(commands.GATED) == set(sc.GATED_COMMANDS)
-    assert set(commands.DRY_RUN) == set(sc.DRY_RUN_COMMANDS)
+    assert set(KINDS) == set(sc.ROLE_KINDS) == set(ROLES)
+    assert set(commands.GATED_COMMANDS) <= set(commands.COMMANDS)
+    assert list(commands.COMMANDS) == sc.SCHEMA["$defs"]["maintenance_workload"]["properties"][
+        "command"]["enum"]
     assert set(FAULTS) == set(sc.FAULTS)
 
 
@@ -328,8 +329,8 @@ def test_scenario_run_step_needs_a_command_and_resolves_defaults():
     problems = sc.validate_text(base % ", command: backup, force: true", "x.yaml")
     assert [p.field for p in problems] == ["nemesis[0].force"]
     s = sc.load_scenario_text(base % ", command: optimize, force: true, timeout: 30s")
-    assert s.nemesis[0].params == {"command": "optimize", "force": True, "dry_run": False,
-                                   "args": [], "timeout": 30.0}
+    assert as_dict(s.nemesis[0].params) == {"command": "optimize", "force": True,
+                                            "dry_run": False, "args": [], "timeout": 30.0}
 
 
 def test_command_records_keep_the_writer_pid(tmp_path, live_gateway):

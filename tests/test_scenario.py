@@ -13,6 +13,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from chaos import scenario as sc
+from chaos.checkers import CHECKERS as CHECKER_REGISTRY
+from chaos.nemesis import FAULTS as FAULT_REGISTRY
+from chaos.params import as_dict, build
+from chaos.roles import ROLES
 from chaos.scenario import (
     CHECKERS,
     FAULTS,
@@ -120,7 +124,7 @@ def test_full_scenario_loads_with_defaults_filled(tmp_path):
         count=1,
         start_at=0.0,
         stop_at=None,
-        workload={
+        workload=build(ROLES["gateway"].Params, {
             "appends_per_s": 50,
             "sessions": 3,
             "message_bytes": 200,
@@ -134,38 +138,44 @@ def test_full_scenario_loads_with_defaults_filled(tmp_path):
             "token_usage": False,
             "search_every": 0.0,
             "replay_spool_at_start": False,
-        },
+        }),
         failpoints="",
         line=line_of(VALID, "{name: gateway"),
     )
     cli = s.role("cli")
     assert (cli.count, cli.start_at, cli.stop_at) == (2, 3.0, 9.5)
-    assert cli.workload == {"burst": 20, "message_bytes": 120, "cjk_share": 0.0,
+    assert as_dict(cli.workload) == {"burst": 20, "message_bytes": 120, "cjk_share": 0.0,
                             "tool_call_share": 0.0, "search": False, "repeat": 1, "every": 1.0,
                             "appends_per_s": 0, "title": True}
     locker = s.role("locker")
-    assert locker.workload == {"hold": 0.25, "every": 2.0, "first_at": 1.0}
-    assert all(isinstance(v, float) for v in locker.workload.values())
+    assert as_dict(locker.workload) == {"hold": 0.25, "every": 2.0, "first_at": 1.0}
+    assert all(isinstance(v, float) for v in as_dict(locker.workload).values())
     assert locker.failpoints == "write.before_commit=crash@3"
     assert locker.line == line_of(VALID, "name: locker")
 
+    def step(fault, params):
+        return build(FAULT_REGISTRY[fault].Params, params)
+
     assert s.nemesis == [
-        NemesisStep(0, "delete_sidecars", 2.0, None, {"files": ["wal", "shm"]},
+        NemesisStep(0, "delete_sidecars", 2.0, None, step("delete_sidecars", {}),
                     line_of(VALID, "fault: delete_sidecars")),
-        NemesisStep(1, "terminate", 6.0, None, {"role": "gateway", "index": None},
+        NemesisStep(1, "terminate", 6.0, None, step("terminate", {"role": "gateway"}),
                     line_of(VALID, "fault: terminate")),
         NemesisStep(2, "kill", None, {"role": "gateway", "ok": 100, "op": "append"},
-                    {"role": "cli", "index": 1}, line_of(VALID, "fault: kill")),
+                    step("kill", {"role": "cli", "index": 1}), line_of(VALID, "fault: kill")),
     ]
-    assert s.expect == {
-        "no_lost_writes": {"allow_in": ["capture", "spool"]},
-        "stale_wal_refusal": {"holder": "gateway"},
+    assert as_dict(s.nemesis[0].params) == {"files": ["wal", "shm"]}
+    assert {name: as_dict(p) for name, p in s.expect.items()} == {
+        "no_lost_writes": {"allow_in": ["capture", "spool"], "expect_loss": False},
+        "stale_wal_refusal": {"holder": "gateway", "fault": "delete_sidecars"},
         "integrity": {},
         "retry_jitter": {"min_retries": 1, "max_attempts": 15, "lo": 0.020, "hi": 0.150,
                          "budget_s": 15.0},
         "checkpoint_cadence": {"every": 50},
         "recovery": {},
     }
+    assert s.expect["retry_jitter"] == build(CHECKER_REGISTRY["retry_jitter"].Params,
+                                             {"min_retries": 1})
     assert s.must_observe == ["delete_sidecars", "retry"]
     assert s.raw["roles"][0]["workload"] == {"appends_per_s": 50}  # raw keeps the file's data
 
@@ -177,8 +187,9 @@ def test_minimal_scenario_gets_top_level_defaults():
         0, 5.0, {"fixture": "empty"}, [], []
     )
     assert s.roles[0].count == 1 and s.roles[0].start_at == 0.0
-    assert set(s.roles[0].workload) == set(SCHEMA["$defs"]["gateway_workload"]["properties"])
-    assert s.expect == {"integrity": {}}
+    assert set(as_dict(s.roles[0].workload)) == set(
+        SCHEMA["$defs"]["gateway_workload"]["properties"])
+    assert list(s.expect) == ["integrity"] and as_dict(s.expect["integrity"]) == {}
 
 
 def test_role_lookup_with_seed_and_to_dict_round_trip():
@@ -188,8 +199,8 @@ def test_role_lookup_with_seed_and_to_dict_round_trip():
 
     s7 = s.with_seed(7)
     assert (s7.seed, s7.raw["seed"], s.seed, s.raw["seed"]) == (7, 7, 42, 42)
-    s7.roles[0].workload["sessions"] = 99
-    assert s.roles[0].workload["sessions"] == 3  # a deep copy
+    s7.roles[0].failpoints = "x"
+    assert s.roles[0].failpoints == ""  # a deep copy
     with pytest.raises(ValueError):
         s.with_seed(-1)
 
@@ -200,6 +211,7 @@ def test_role_lookup_with_seed_and_to_dict_round_trip():
     again = load_scenario_text(text, "resolved.json")
     assert again.to_dict() == d
     assert [r.workload for r in again.roles] == [r.workload for r in s.roles]
+    assert again.expect == s.expect
     assert [(n.fault, n.at, n.after, n.params) for n in again.nemesis] == [
         (n.fault, n.at, n.after, n.params) for n in s.nemesis
     ]
@@ -669,13 +681,11 @@ SCHED = textwrap.dedent(
 
 def test_process_fault_steps_and_after_triggers_resolve():
     s = load_scenario_text(SCHED)
-    assert [(n.fault, n.at, n.after, n.params) for n in s.nemesis] == [
-        ("kill", 1.0, None, {"role": "gw", "index": None, "failpoint": "write.before_commit",
-                             "hit": 2}),
+    assert [(n.fault, n.at, n.after, as_dict(n.params)) for n in s.nemesis] == [
+        ("kill", 1.0, None, {"role": "gw", "failpoint": "write.before_commit", "hit": 2}),
         ("restart", None, {"event": "failpoint", "role": "gw", "delay": 0.5, "count": 1},
-         {"role": "gw", "index": None, "stop": "kill"}),
-        ("arm_failpoint", None, {"step": 1}, {"role": "cli", "index": None,
-                                              "failpoint": "checkpoint.before",
+         {"role": "gw", "stop": "kill"}),
+        ("arm_failpoint", None, {"step": 1}, {"role": "cli", "failpoint": "checkpoint.before",
                                               "action": "sleep(100)"}),
         ("restart", None, {"role": "cli", "fail": 3, "op": "open"},
          {"role": "cli", "index": 0, "stop": "none"}),

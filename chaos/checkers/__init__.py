@@ -1,7 +1,7 @@
 """Checkers: invariants judged on a run's history and final store (SPEC §16.3).
 
-``CHECKERS`` maps a checker name (the key used under a scenario's ``expect:``) to
-``check(ctx: CheckContext, params: dict) -> Verdict``. Each checker lives in its own module, is a
+``CHECKERS`` maps a checker name (the key used under a scenario's ``expect:``) to a
+:class:`Checker`: its ``Params`` and ``check(ctx: CheckContext, params) -> Verdict``. Each checker lives in its own module, is a
 pure function of the history and the final files (it starts no process and works on copies), and
 documents which sentence of SPEC §16.3 it enforces.
 
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 import traceback
+from dataclasses import dataclass
 from typing import Callable
 
 from . import (
@@ -32,23 +33,33 @@ from . import (
     single_wal_generation,
     stale_wal_refusal,
 )
-from .base import FAIL, INCONCLUSIVE, PASS, SKIPPED, CheckContext, Verdict
+from .base import FAIL, INCONCLUSIVE, PASS, SKIPPED, CheckContext, Verdict, params_of
 
-CHECKERS: dict[str, Callable[[CheckContext, dict], Verdict]] = {
-    "no_lost_writes": no_lost_writes.check,
-    "stale_wal_refusal": stale_wal_refusal.check,
-    "integrity": integrity.check,
-    "retry_jitter": retry_jitter.check,
-    "checkpoint_cadence": checkpoint_cadence.check,
-    "recovery": recovery.check,
-    "fixture_preserved": fixture_preserved.check,
-    "maintenance_refusal": maintenance_refusal.check,
-    "no_lockup": no_lockup.check,
-    "latency": latency.check,
-    "single_wal_generation": single_wal_generation.check,
-    "liveness_after_heal": liveness_after_heal.check,
-    "error_taxonomy": error_taxonomy.check,
-}
+@dataclass(frozen=True)
+class Checker:
+    """One checker (SPEC §16.3): its parameters, declared once, and its ``check``.
+
+    Calling it with a dict of parameters fills the defaults (:func:`chaos.params.build`).
+    """
+
+    name: str
+    Params: type
+    check: Callable[[CheckContext, object], Verdict]
+
+    @property
+    def summary(self) -> str:
+        """One line for the scenario reference (the first paragraph of ``Params``' docstring)."""
+        return " ".join((self.Params.__doc__ or "").strip().split("\n\n")[0].split())
+
+    def __call__(self, ctx: CheckContext, params) -> Verdict:
+        return self.check(ctx, params_of(self.Params, params))
+
+
+#: Every checker by the name used under a scenario's ``expect:``, in reference order.
+CHECKERS: dict[str, Checker] = {m.NAME: Checker(m.NAME, m.Params, m.check) for m in (
+    no_lost_writes, stale_wal_refusal, integrity, retry_jitter, checkpoint_cadence, recovery,
+    maintenance_refusal, no_lockup, latency, single_wal_generation, liveness_after_heal,
+    error_taxonomy, fixture_preserved)}
 
 
 def run_checkers(ctx: CheckContext, expect: dict[str, dict]) -> list[Verdict]:
@@ -69,7 +80,7 @@ def run_checkers(ctx: CheckContext, expect: dict[str, dict]) -> list[Verdict]:
             continue
         t0 = time.monotonic()
         try:
-            verdict = fn(ctx, dict(params or {}))
+            verdict = fn(ctx, params)
             if not isinstance(verdict, Verdict):
                 raise TypeError(f"checker {name} returned {type(verdict).__name__}, not Verdict")
         except Exception as exc:  # noqa: BLE001 - a crashing checker is a FAIL, never green

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable
 
-from ..params import parse_duration
+from ..params import build
 
 PASS, FAIL, INCONCLUSIVE, SKIPPED = "PASS", "FAIL", "INCONCLUSIVE", "SKIPPED"
 STATUSES = (PASS, FAIL, INCONCLUSIVE, SKIPPED)
@@ -91,18 +91,10 @@ def role_kinds(scenario: dict | None) -> dict[str, str]:
     return out
 
 
-def seconds(value, name: str) -> float | None:
-    """A checker duration parameter in seconds (a number, or '5s'/'500ms'/'1m'); None stays None.
-
-    Raises:
-        ValueError: not a duration (names the parameter).
-    """
-    if value is None:
-        return None
-    try:
-        return parse_duration(value)
-    except ValueError as exc:
-        raise ValueError(f"{name}: {exc}") from None
+def params_of(cls: type, params):
+    """A checker's typed parameters: ``params`` as given (an instance of ``cls``) or built from
+    a dict with every default filled (:func:`chaos.params.build`)."""
+    return params if isinstance(params, cls) else build(cls, dict(params or {}))
 
 
 def verdict_from(name: str, cases: dict[str, list], figures: dict, *, summary: str,

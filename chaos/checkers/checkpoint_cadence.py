@@ -20,16 +20,28 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from dataclasses import dataclass
+
 from ..history import brief, exit_records
-from .base import FAIL, INCONCLUSIVE, PASS, CheckContext, Verdict
+from ..params import param
+
+from .base import params_of, FAIL, INCONCLUSIVE, PASS, CheckContext, Verdict
+
+@dataclass(frozen=True, kw_only=True)
+class Params:
+    """A PASSIVE checkpoint after every `every`-th write of each writer."""
+
+    every: int = param(50, "Writes between cadence checkpoints.", minimum=1)
+
 
 NAME = "checkpoint_cadence"
 
 
 def check(ctx: CheckContext, params: dict) -> Verdict:
-    """``check(ctx, params) -> Verdict`` as :mod:`chaos.checkers` defines it; the rules and the
-    ``params`` keys are in this module's docstring."""
-    every = int(params.get("every", 50))
+    """``check(ctx, params) -> Verdict`` as :mod:`chaos.checkers` defines it; the rules are in
+    this module's docstring, the parameters in :class:`Params`."""
+    p = params_of(Params, params)
+    every = p.every
     if every <= 0:
         raise ValueError("checkpoint_cadence: every must be > 0")
     exits = exit_records(ctx.history)

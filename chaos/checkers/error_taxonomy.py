@@ -25,8 +25,21 @@ from __future__ import annotations
 import re
 from collections import Counter, defaultdict
 
+from dataclasses import dataclass
+
 from ..history import TOOLKIT_PROCESSES, brief, fmt_t
-from .base import FAIL, INCONCLUSIVE, PASS, CheckContext, Verdict
+from ..params import param
+
+from .base import params_of, FAIL, INCONCLUSIVE, PASS, CheckContext, Verdict
+
+@dataclass(frozen=True, kw_only=True)
+class Params:
+    """Only the allowed error classes reach the roles; corruption errors fail unless a
+    corrupting fault was injected."""
+
+    allow: list[str] = param([], "Error class names a role may see (e.g. "
+                             "DeletedWalGenerationError).", uniqueItems=True)
+
 
 NAME = "error_taxonomy"
 CORRUPTING_FAULTS = frozenset({"corrupt_page", "corrupt_fts", "zero_db", "truncate_db",
@@ -50,9 +63,10 @@ def _text(rec: dict) -> str:
 
 
 def check(ctx: CheckContext, params: dict) -> Verdict:
-    """``check(ctx, params) -> Verdict`` as :mod:`chaos.checkers` defines it; the rules and the
-    ``params`` keys are in this module's docstring."""
-    allow = set(params.get("allow") or ())
+    """``check(ctx, params) -> Verdict`` as :mod:`chaos.checkers` defines it; the rules are in
+    this module's docstring, the parameters in :class:`Params`."""
+    p = params_of(Params, params)
+    allow = set(p.allow)
     hist = ctx.history
     injected_at = min((float(r["t"]) for r in hist if r.get("type") == "nemesis"
                        and r.get("fault") in CORRUPTING_FAULTS

@@ -20,9 +20,16 @@ import json
 import tempfile
 from pathlib import Path
 
+from dataclasses import dataclass
+
 from ..store import FIXTURE_MANIFEST
 from .base import FAIL, INCONCLUSIVE, PASS, CheckContext, Verdict
 from .store import connect_copy, copied_store
+
+@dataclass(frozen=True, kw_only=True)
+class Params:
+    """Every row of the schema_vN fixture survived the migration to version 23 and is searchable (SPEC §16.6)."""
+
 
 NAME = "fixture_preserved"
 MANIFEST_NAME = FIXTURE_MANIFEST

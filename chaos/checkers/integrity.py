@@ -24,8 +24,15 @@ from __future__ import annotations
 
 import sqlite3
 
+from dataclasses import dataclass
+
 from .base import FAIL, PASS, CheckContext, Verdict
 from .store import connect_copy, copied_store
+
+@dataclass(frozen=True, kw_only=True)
+class Params:
+    """integrity_check, foreign_key_check, FTS integrity and message counts."""
+
 
 NAME = "integrity"
 

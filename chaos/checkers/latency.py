@@ -19,8 +19,22 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 
+from dataclasses import dataclass
+
 from ..history import ADVERSARY_OPS, brief, pair_ops
-from .base import FAIL, INCONCLUSIVE, PASS, CheckContext, Verdict, seconds
+from ..params import Duration, param
+
+from .base import params_of, FAIL, INCONCLUSIVE, PASS, CheckContext, Verdict
+
+
+@dataclass(frozen=True, kw_only=True)
+class Params:
+    """p50/p95/p99/max latency per op kind; FAIL only past an optional bound."""
+
+    p99_bound: Duration | None = param(None, "Optional: FAIL when an op kind's p99 exceeds it.")
+    max_bound: Duration | None = param(None, "Optional: FAIL when an op kind's max exceeds it.")
+    ops: list[str] | None = param(None, "Op kinds the bounds apply to (default: all).",
+                                  uniqueItems=True)
 
 
 NAME = "latency"
@@ -45,11 +59,11 @@ def latency_of(op) -> float | None:
 
 
 def check(ctx: CheckContext, params: dict) -> Verdict:
-    """``check(ctx, params) -> Verdict`` as :mod:`chaos.checkers` defines it; the rules and the
-    ``params`` keys are in this module's docstring."""
-    p99_bound = seconds(params.get("p99_bound"), "latency.p99_bound")
-    max_bound = seconds(params.get("max_bound"), "latency.max_bound")
-    only = set(params.get("ops") or ())
+    """``check(ctx, params) -> Verdict`` as :mod:`chaos.checkers` defines it; the rules are in
+    this module's docstring, the parameters in :class:`Params`."""
+    p = params_of(Params, params)
+    p99_bound, max_bound = p.p99_bound, p.max_bound
+    only = set(p.ops or ())
     per_op: dict[str, list] = defaultdict(list)
     for op in pair_ops(ctx.history):
         lat = latency_of(op)

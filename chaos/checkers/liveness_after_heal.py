@@ -23,6 +23,8 @@ INCONCLUSIVE when there is no heal phase in the history, or no writer was tested
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ..history import (
     TOOLKIT_PROCESSES,
     WRITE_OPS,
@@ -37,18 +39,30 @@ from ..history import (
     spawn_records,
 )
 from ..roles import NOT_WRITER_KINDS
-from .base import FAIL, INCONCLUSIVE, PASS, CheckContext, Verdict, role_kinds, seconds
+from ..params import Duration, param
+
+from .base import params_of, FAIL, INCONCLUSIVE, PASS, CheckContext, Verdict, role_kinds
+
+
+@dataclass(frozen=True, kw_only=True)
+class Params:
+    """After the heal phase begins, every writer still alive commits again within `deadline`."""
+
+    deadline: Duration = param("3s", "Time after the heal starts to commit again.")
+    roles: list[str] | None = param(None, "Writer roles that must commit (default: every role "
+                                    "that wrote during the run and was alive at the heal).",
+                                    uniqueItems=True)
 
 
 NAME = "liveness_after_heal"
-DEFAULT_DEADLINE_S = 3.0
 
 
 def check(ctx: CheckContext, params: dict) -> Verdict:
-    """``check(ctx, params) -> Verdict`` as :mod:`chaos.checkers` defines it; the rules and the
-    ``params`` keys are in this module's docstring."""
-    deadline = seconds(params.get("deadline", DEFAULT_DEADLINE_S), "liveness_after_heal.deadline")
-    only = set(params.get("roles") or ())
+    """``check(ctx, params) -> Verdict`` as :mod:`chaos.checkers` defines it; the rules are in
+    this module's docstring, the parameters in :class:`Params`."""
+    p = params_of(Params, params)
+    deadline = p.deadline
+    only = set(p.roles or ())
     hist = ctx.history
     heal = next((r for r in hist if r.get("type") == "phase" and r.get("phase") == "heal"), None)
     if heal is None:

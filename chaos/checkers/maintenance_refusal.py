@@ -41,7 +41,20 @@ import re
 from dataclasses import dataclass, field
 
 from ..history import WRITE_OPS, Samples, brief, fmt_t, holding, pair_ops, role_of
-from .base import FAIL, INCONCLUSIVE, PASS, CheckContext, Verdict, role_kinds
+from ..params import param
+
+from .base import params_of, FAIL, INCONCLUSIVE, PASS, CheckContext, Verdict, role_kinds
+
+@dataclass(frozen=True, kw_only=True)
+class Params:
+    """A gated maintenance command without --force under a live writer exits 1 naming the holder
+    PIDs and rewrites nothing; --dry-run works (SPEC §11)."""
+
+    role: str | None = param(None, "Only judge the commands of this maintenance role (default: "
+                             "every maintenance command of the run).")
+    min_refusals: int = param(1, "Fewer refusals under a live writer than this is "
+                              "inconclusive.", minimum=0)
+
 
 NAME = "maintenance_refusal"
 GATED = ("optimize", "optimize-storage", "prune")
@@ -196,10 +209,10 @@ def _rewritten(cmd: Command, samples: Samples, ops, history: list[dict]) -> list
 
 
 def check(ctx: CheckContext, params: dict) -> Verdict:
-    """``check(ctx, params) -> Verdict`` as :mod:`chaos.checkers` defines it; the rules and the
-    ``params`` keys are in this module's docstring."""
-    role = params.get("role")
-    min_refusals = int(params.get("min_refusals", 1))
+    """``check(ctx, params) -> Verdict`` as :mod:`chaos.checkers` defines it; the rules are in
+    this module's docstring, the parameters in :class:`Params`."""
+    p = params_of(Params, params)
+    role, min_refusals = p.role, p.min_refusals
     hist = ctx.history
     samples = Samples(hist)
     ops = pair_ops(hist)

@@ -24,13 +24,26 @@ INCONCLUSIVE when no operation was judged.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ..history import ADVERSARY_OPS, Samples, brief, exit_records, fmt_t, moment, pair_ops, role_of
 from ..roles import ADVERSARY_KINDS
-from .base import FAIL, INCONCLUSIVE, PASS, CheckContext, Verdict, role_kinds, seconds
+from ..params import Duration, param
+
+from .base import params_of, FAIL, INCONCLUSIVE, PASS, CheckContext, Verdict, role_kinds
+
+
+@dataclass(frozen=True, kw_only=True)
+class Params:
+    """No operation waits longer than `bound` without progress; a stall names the holders and
+    the write-lock owner of that moment (from samples)."""
+
+    bound: Duration = param("5s", "Longest wait without progress.")
+    ignore_ops: list[str] = param([], "Ops that are long by design (besides hold_lock and the "
+                                  "adversary roles').", uniqueItems=True)
 
 
 NAME = "no_lockup"
-DEFAULT_BOUND_S = 5.0
 
 
 def frozen_intervals(history: list[dict]) -> dict[str, list[tuple[float, float]]]:
@@ -62,10 +75,11 @@ def _overlap(a: float, b: float, spans: list[tuple[float, float]]) -> float:
 
 
 def check(ctx: CheckContext, params: dict) -> Verdict:
-    """``check(ctx, params) -> Verdict`` as :mod:`chaos.checkers` defines it; the rules and the
-    ``params`` keys are in this module's docstring."""
-    bound = seconds(params.get("bound", DEFAULT_BOUND_S), "no_lockup.bound")
-    ignore = ADVERSARY_OPS | set(params.get("ignore_ops") or ())
+    """``check(ctx, params) -> Verdict`` as :mod:`chaos.checkers` defines it; the rules are in
+    this module's docstring, the parameters in :class:`Params`."""
+    p = params_of(Params, params)
+    bound = p.bound
+    ignore = ADVERSARY_OPS | set(p.ignore_ops)
     hist = ctx.history
     kinds = role_kinds(ctx.scenario)
     end_t = max((float(r.get("t", 0.0)) for r in hist), default=0.0)

@@ -33,10 +33,28 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
+from typing import Literal
+
+from dataclasses import dataclass
 
 from ..history import brief, pair_ops
-from .base import FAIL, INCONCLUSIVE, PASS, CheckContext, Verdict
+from ..params import param
+
+from .base import params_of, FAIL, INCONCLUSIVE, PASS, CheckContext, Verdict
 from .store import find_captures, payload_ids_in_capture, payload_ids_in_db, spool_payload_ids
+
+@dataclass(frozen=True, kw_only=True)
+class Params:
+    """Every ok append is in the final store (or in an allowed place); every failed append is
+    absent."""
+
+    allow_in: list[Literal["capture", "spool"]] = param(
+        [], "Where an ok append may be instead of the final store.", uniqueItems=True,
+        items={"title": "place"})
+    expect_loss: bool = param(False, "The scenario destroys acknowledged writes on purpose (e.g. "
+                              "the WAL deleted after a crash): PASS only if a loss is detected; "
+                              "the verdict lists exactly the lost payload ids.")
+
 
 NAME = "no_lost_writes"
 _DIGITS = re.compile(r"(\d+)")
@@ -52,10 +70,11 @@ _RANK = {"ok": 3, "info": 2, "fail": 1}
 
 
 def check(ctx: CheckContext, params: dict) -> Verdict:
-    """``check(ctx, params) -> Verdict`` as :mod:`chaos.checkers` defines it; the rules and the
-    ``params`` keys are in this module's docstring."""
-    allow = list(params.get("allow_in") or [])
-    expect_loss = bool(params.get("expect_loss", False))
+    """``check(ctx, params) -> Verdict`` as :mod:`chaos.checkers` defines it; the rules are in
+    this module's docstring, the parameters in :class:`Params`."""
+    p = params_of(Params, params)
+    allow = list(p.allow_in)
+    expect_loss = p.expect_loss
     bad = [a for a in allow if a not in ALLOWED_SOURCES]
     if bad:
         raise ValueError(f"no_lost_writes: allow_in accepts {list(ALLOWED_SOURCES)}, not {bad}")

@@ -32,9 +32,26 @@ from __future__ import annotations
 import math
 from collections import Counter
 
+from dataclasses import dataclass
+
 from ..history import ADVERSARY_OPS, brief, events_of, role_of
 from ..roles import ADVERSARY_KINDS
-from .base import FAIL, INCONCLUSIVE, PASS, CheckContext, Verdict, role_kinds
+from ..params import param
+
+from .base import params_of, FAIL, INCONCLUSIVE, PASS, CheckContext, Verdict, role_kinds
+
+@dataclass(frozen=True, kw_only=True)
+class Params:
+    """Retry sleeps within [lo, hi], spread uniformly, at most max_attempts."""
+
+    min_retries: int = param(0, "Fewer retries observed than this is inconclusive.", minimum=0)
+    max_attempts: int = param(15, "At most this many attempts per write.", minimum=1)
+    lo: float = param(0.020, "Lowest allowed retry sleep (seconds).", minimum=0)
+    hi: float = param(0.150, "Highest allowed retry sleep (seconds, >= lo).", minimum=0)
+    budget_s: float = param(15.0, "A lock error is justified only when one process held the "
+                            "write lock this long during the wait (seconds; 15 attempts x 1 s "
+                            "busy timeout).", minimum=0)
+
 
 NAME = "retry_jitter"
 MIN_FOR_KS = 20
@@ -111,13 +128,11 @@ def _justified(r: dict, waited: float | None, holds: list, budget_s: float) -> b
 
 
 def check(ctx: CheckContext, params: dict) -> Verdict:
-    """``check(ctx, params) -> Verdict`` as :mod:`chaos.checkers` defines it; the rules and the
-    ``params`` keys are in this module's docstring."""
-    min_retries = int(params.get("min_retries", 0))
-    max_attempts = int(params.get("max_attempts", 15))
-    lo = float(params.get("lo", 0.020))
-    hi = float(params.get("hi", 0.150))
-    budget_s = float(params.get("budget_s", 15.0))
+    """``check(ctx, params) -> Verdict`` as :mod:`chaos.checkers` defines it; the rules are in
+    this module's docstring, the parameters in :class:`Params`."""
+    p = params_of(Params, params)
+    min_retries, max_attempts = p.min_retries, p.max_attempts
+    lo, hi, budget_s = float(p.lo), float(p.hi), float(p.budget_s)
     holds = lock_holds(ctx.history)
     retries = events_of(ctx.history, "retry")
     gave_up = events_of(ctx.history, "write_gave_up")

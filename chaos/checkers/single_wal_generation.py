@@ -23,8 +23,21 @@ INCONCLUSIVE (the sampler saw nothing). SKIPPED when the sampler could not sampl
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ..history import WRITE_OPS, Samples, brief, fmt_t, pair_ops, proc_entry
-from .base import FAIL, INCONCLUSIVE, PASS, SKIPPED, CheckContext, Verdict
+from ..params import param
+
+from .base import params_of, FAIL, INCONCLUSIVE, PASS, SKIPPED, CheckContext, Verdict
+
+@dataclass(frozen=True, kw_only=True)
+class Params:
+    """From the sampler: no role process commits a write while it holds a -wal inode that is not
+    the one at the path."""
+
+    min_samples: int = param(5, "Fewer samples with a role holding the store is inconclusive.",
+                             minimum=1)
+
 
 NAME = "single_wal_generation"
 
@@ -39,9 +52,10 @@ def _retired_wal(sample: dict | None, process: str):
 
 
 def check(ctx: CheckContext, params: dict) -> Verdict:
-    """``check(ctx, params) -> Verdict`` as :mod:`chaos.checkers` defines it; the rules and the
-    ``params`` keys are in this module's docstring."""
-    min_samples = int(params.get("min_samples", 5))
+    """``check(ctx, params) -> Verdict`` as :mod:`chaos.checkers` defines it; the rules are in
+    this module's docstring, the parameters in :class:`Params`."""
+    p = params_of(Params, params)
+    min_samples = p.min_samples
     samples = Samples(ctx.history)
     if samples.unavailable:
         return Verdict(NAME, SKIPPED, f"the sampler could not sample: {samples.unavailable}",

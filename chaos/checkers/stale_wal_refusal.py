@@ -23,12 +23,15 @@ processes of role ``holder`` alive at T. Checked:
 
 INCONCLUSIVE when the fault never fired, no holder was alive at T, or no holder attempted a
 write after T (nothing was tested). Params: ``holder`` (role name, required), ``fault`` (default
-``delete_sidecars``), ``write_ops`` (extra op names that write).
+``delete_sidecars``).
 """
 
 from __future__ import annotations
 
 import uuid
+from typing import Literal
+
+from dataclasses import dataclass
 
 from ..history import (
     TOOLKIT_PROCESSES,
@@ -40,8 +43,21 @@ from ..history import (
     proc_name,
     role_of,
 )
-from .base import FAIL, INCONCLUSIVE, PASS, CheckContext, Verdict
+from ..params import param
+
+from .base import params_of, FAIL, INCONCLUSIVE, PASS, CheckContext, Verdict
 from .store import copied_store, find_captures
+
+@dataclass(frozen=True, kw_only=True)
+class Params:
+    """After the sidecars of a live holder are deleted, the holder stops writing, leaves a
+    capture, new processes refuse, and a new writer works after it exits."""
+
+    holder: str = param(description="The role holding the store when the sidecars go (must name "
+                        "a role).")
+    fault: Literal["delete_sidecars", "rename_sidecars"] = param(
+        "delete_sidecars", "The nemesis fault that retires the WAL (T = its first done record).")
+
 
 NAME = "stale_wal_refusal"
 REFUSAL = "DeletedWalGenerationError"
@@ -84,13 +100,14 @@ def _holding(ops, name: str, T: float) -> bool:
 
 
 def check(ctx: CheckContext, params: dict) -> Verdict:
-    """``check(ctx, params) -> Verdict`` as :mod:`chaos.checkers` defines it; the rules and the
-    ``params`` keys are in this module's docstring."""
-    holder_role = params.get("holder")
+    """``check(ctx, params) -> Verdict`` as :mod:`chaos.checkers` defines it; the rules are in
+    this module's docstring, the parameters in :class:`Params`."""
+    p = params_of(Params, params)
+    holder_role = p.holder
     if not holder_role:
         raise ValueError("stale_wal_refusal needs params.holder (a role name)")
-    fault = params.get("fault", "delete_sidecars")
-    write_ops = WRITE_OPS | set(params.get("write_ops") or ())
+    fault = p.fault
+    write_ops = WRITE_OPS
     hist = ctx.history
 
     fired = [r for r in hist if r.get("type") == "nemesis" and r.get("fault") == fault

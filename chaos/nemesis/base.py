@@ -1,10 +1,18 @@
-"""Shared pieces of the nemesis: the environment faults act on and the error they raise."""
+"""Shared pieces of the nemesis: the fault value, the environment faults act on, the error they
+raise, and the parameters every fault aimed at a role shares.
+
+A fault is a value (Jepsen's nemesis protocol): :class:`Fault` carries its name, its parameters
+(a :mod:`chaos.params` dataclass, declared once), the function that applies it and, when it
+leaves something to undo, its heal (run by the runner's heal phase, SPEC §16.3).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Any, Callable, Protocol
+
+from ..params import build, param
 
 
 class NemesisError(Exception):
@@ -34,14 +42,63 @@ class NemesisEnv:
     restart: Callable[[str, int], object] | None = None
 
 
-def targets(env: NemesisEnv, params: dict) -> list:
-    """Live instances named by ``params['role']`` (and ``params['index']`` if given).
+@dataclass(frozen=True, kw_only=True)
+class RoleTarget:
+    """The instances of a role a fault is aimed at."""
+
+    role: str = param(description="The role whose instances receive the signal (must name a "
+                      "role).")
+    index: int | None = param(None, "Only this instance of the role (0-based, < the role's "
+                              "count); default: every instance.", minimum=0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class NoParams:
+    """A fault without parameters."""
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One fault (SPEC §16.2): ``apply(env, params) -> details`` for the nemesis ``done`` record.
+
+    Attributes:
+        name: the scenario's ``fault:`` value.
+        Params: its parameters (a :mod:`chaos.params` dataclass).
+        apply: applies it now; raises :class:`NemesisError` when it cannot.
+        summary: one line for the scenario reference.
+        heal: ``(name, heal(env) -> details)`` undoing what the fault may leave (SIGCONT, free
+            the disk), or None.
+        corrupting: it damages the store's content (``error_taxonomy`` allows corruption
+            errors after it).
+    """
+
+    name: str
+    Params: type
+    apply: Callable[[NemesisEnv, Any], dict]
+    summary: str
+    heal: tuple[str, Callable[[NemesisEnv], dict]] | None = None
+    corrupting: bool = False
+
+    @property
+    def aims_at_role(self) -> bool:
+        """True when the fault targets a role's instances (``role`` required)."""
+        return issubclass(self.Params, RoleTarget)
+
+    def __call__(self, env: NemesisEnv, params: Any) -> dict:
+        """Apply the fault; ``params`` is a :attr:`Params` instance or a dict (defaults filled)."""
+        if not isinstance(params, self.Params):
+            params = build(self.Params, dict(params or {}))
+        return self.apply(env, params)
+
+
+def targets(env: NemesisEnv, params: RoleTarget) -> list:
+    """Live instances named by ``params.role`` (and ``params.index`` if given).
 
     Raises:
         NemesisError: no live instance matches.
     """
-    role = params.get("role")
-    index = params.get("index")
+    role = params.role
+    index = params.index
     found = [i for i in env.instances() if i.role == role and (index is None or i.index == index)
              and i.alive()]
     if not found:

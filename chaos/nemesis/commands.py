@@ -17,10 +17,13 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from hermes_state import failpoints
 
-from .base import NemesisEnv, NemesisError
+from .. import store
+from ..params import Duration, param
+from .base import Fault, NemesisEnv, NemesisError
 
 #: Command name (scenario vocabulary) -> the CLI words after ``--home H`` (SPEC §15).
 COMMANDS: dict[str, list[str]] = {
@@ -33,9 +36,77 @@ COMMANDS: dict[str, list[str]] = {
     "replay-spool": ["sessions", "replay-spool"],
 }
 #: Commands behind the live-writer gate (SPEC §11): only they take ``--force``.
-GATED = ("optimize", "optimize-storage", "prune")
+GATED_COMMANDS = ("optimize", "optimize-storage", "prune")
 #: Commands that take ``--dry-run``.
 DRY_RUN = ("optimize", "optimize-storage", "prune", "replay-spool")
+#: Arguments of a command that name a path: they must stay inside the run (issue 11 item 2).
+#: Relative values are resolved from the home (the command's cwd); ``-p``/``--profile`` names a
+#: directory under ``home/profiles``.
+PATH_ARGS = ("--home", "--output", "--source", "--report", "--out", "--into", "--dest", "-o")
+PROFILE_ARGS = ("-p", "--profile")
+
+
+def path_args(args) -> list[tuple[int, str, str, tuple[str, ...]]]:
+    """``(index, flag, value, base)`` of every path-valued word of a command's ``args``
+    (``--home DIR``, ``--output=FILE``, ``--profile NAME`` ...); ``base`` is where a relative
+    value starts, as path parts below the run directory (``("home",)`` or
+    ``("home", "profiles")``). Words that are not strings are skipped."""
+    out: list[tuple[int, str, str, tuple[str, ...]]] = []
+    if not isinstance(args, list):
+        return out
+    for i, word in enumerate(args):
+        if not isinstance(word, str):
+            continue
+        flag, eq, value = word.partition("=")
+        if flag not in PATH_ARGS and flag not in PROFILE_ARGS:
+            continue
+        base = ("home", "profiles") if flag in PROFILE_ARGS else ("home",)
+        if eq:
+            out.append((i, flag, value, base))
+        elif i + 1 < len(args) and isinstance(args[i + 1], str):
+            out.append((i + 1, flag, args[i + 1], base))
+    return out
+
+
+def check_paths(args, run_dir: str | os.PathLike) -> None:
+    """Refuse a command whose path arguments resolve outside ``run_dir`` (symlinks followed).
+
+    Raises:
+        ValueError: names the argument and where it leads.
+    """
+    for _, flag, value, base in path_args(args):
+        target = Path(run_dir, *base, os.path.expanduser(value))
+        if not store.inside(target, run_dir):
+            raise ValueError(f"{flag} {value!r} resolves to {os.path.realpath(target)}, outside "
+                             f"the run directory {run_dir}: refused")
+
+Command = Literal["optimize", "optimize-storage", "prune", "backup", "doctor", "recover",
+                  "replay-spool"]
+_COMMAND_DOC = ("The CLI command run as `python -m hermes_state --home H ...`: optimize / "
+                "optimize-storage / prune (`sessions ...`, gated, SPEC §11), backup, doctor, "
+                "recover (default `--source state.db --inspect-only`), replay-spool.")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CommandParams:
+    """A maintenance command and its flags (the ``maintenance`` role and the ``run`` fault)."""
+
+    command: Command = param("doctor", _COMMAND_DOC, title="maintenance command")
+    force: bool = param(False, "Add --force (gated commands only: skips the live-writer gate).")
+    dry_run: bool = param(False, "Add --dry-run (optimize, optimize-storage, prune, "
+                          "replay-spool).")
+    args: list[str] = param([], "Extra CLI words, e.g. [\"--older-than\", \"0\", \"--source\", "
+                            "\"cli\"] for prune (default --older-than 90; --yes is always given); "
+                            "a path they name must stay inside the run directory.")
+    timeout: Duration = param(60, "The command is killed after this long (the runner records "
+                              "the exit as null).")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunParams(CommandParams):
+    """Run a maintenance command now, waited for."""
+
+    command: Command = param(description=_COMMAND_DOC, title="maintenance command")
 #: Characters of stdout/stderr kept in a history record (the head and the tail).
 EXCERPT_CHARS = 1500
 DEFAULT_TIMEOUT_S = 60.0
@@ -84,13 +155,15 @@ def command_argv(command: str, home: str | os.PathLike, db_path: str | os.PathLi
 
     Raises:
         ValueError: an unknown command, ``force`` on a command that is not gated, ``dry_run`` on
-            one that has no preview.
+            one that has no preview, a path argument that leads outside the run directory
+            (the directory above ``home``).
     """
+    check_paths(list(args or []), Path(home).parent)
     if command not in COMMANDS:
         raise ValueError(f"unknown maintenance command {command!r} (known: "
                          f"{', '.join(COMMANDS)})")
-    if force and command not in GATED:
-        raise ValueError(f"--force only applies to the gated commands {', '.join(GATED)}")
+    if force and command not in GATED_COMMANDS:
+        raise ValueError(f"--force only applies to the gated commands {', '.join(GATED_COMMANDS)}")
     if dry_run and command not in DRY_RUN:
         raise ValueError(f"--dry-run only applies to {', '.join(DRY_RUN)}")
     extra = list(args or [])
@@ -152,7 +225,7 @@ def run_command(command: str, home: str | os.PathLike, db_path: str | os.PathLik
                          timed_out)
 
 
-def run(env: NemesisEnv, params: dict) -> dict:
+def run(env: NemesisEnv, params: RunParams) -> dict:
     """The ``run`` fault: a maintenance command against the run's store, now (SPEC §16.2).
 
     Params: ``command`` (a key of :data:`COMMANDS`), ``force``, ``dry_run``, ``args`` (extra CLI
@@ -164,16 +237,12 @@ def run(env: NemesisEnv, params: dict) -> dict:
         NemesisError: the command could not be started or is invalid.
     """
     try:
-        result = run_command(params["command"], env.db_path.parent, env.db_path,
-                             force=bool(params.get("force", False)),
-                             dry_run=bool(params.get("dry_run", False)),
-                             args=list(params.get("args") or []),
-                             timeout=float(params.get("timeout", DEFAULT_TIMEOUT_S)))
+        result = run_command(params.command, env.db_path.parent, env.db_path,
+                             force=params.force, dry_run=params.dry_run,
+                             args=list(params.args or []), timeout=params.timeout)
     except (ValueError, OSError, KeyError) as exc:
-        raise NemesisError(f"run {params.get('command')!r}: {exc}") from exc
+        raise NemesisError(f"run {params.command!r}: {exc}") from exc
     return result.fields()
 
 
-COMMAND_FAULTS = {
-    "run": run,
-}
+RUN = Fault("run", RunParams, run, "a maintenance command (optionally --force), waited for")

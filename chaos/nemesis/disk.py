@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import errno
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
+from ..params import param
 from ..store import BALLOON_NAME
-from .base import NemesisEnv, NemesisError
+from .base import Fault, NemesisEnv, NemesisError, NoParams
 
 CHUNK = 64 * 1024
 
@@ -31,7 +33,14 @@ def _free(home: Path) -> int:
     return st.f_bavail * st.f_frsize
 
 
-def fill_disk(env: NemesisEnv, params: dict) -> dict:
+@dataclass(frozen=True, kw_only=True)
+class FillParams:
+    """Fill the store's tmpfs with a balloon file."""
+
+    leave: int = param(0, "Bytes left free on the store's tmpfs.", minimum=0)
+
+
+def fill_disk(env: NemesisEnv, params: FillParams) -> dict:
     """Fill the store's tmpfs with the balloon, leaving ``leave`` bytes (default 0) free.
 
     Returns: ``{"balloon", "balloon_bytes", "free_before", "free_after", "leave"}`` (bytes).
@@ -42,7 +51,7 @@ def fill_disk(env: NemesisEnv, params: dict) -> dict:
     if not os.path.ismount(home):
         raise NemesisError(f"{home} is not a mount point: fill_disk needs the store on its own "
                            "tmpfs (store: {tmpfs: 16M})")
-    leave = int(params.get("leave", 0))
+    leave = params.leave
     free_before = _free(home)
     path = balloon_path(home)
     block = b"\0" * CHUNK
@@ -76,7 +85,7 @@ def release_balloon(home: Path) -> int | None:
     return size
 
 
-def free_disk(env: NemesisEnv, params: dict) -> dict:
+def free_disk(env: NemesisEnv, params: NoParams) -> dict:
     """Delete the balloon. Returns ``{"freed_bytes", "free_after"}``.
 
     Raises:
@@ -89,4 +98,13 @@ def free_disk(env: NemesisEnv, params: dict) -> dict:
     return {"freed_bytes": freed, "free_after": _free(home)}
 
 
-DISK_FAULTS = {"fill_disk": fill_disk, "free_disk": free_disk}
+def _heal(env: NemesisEnv) -> dict:
+    """Heal: delete the balloon if there is one (``freed_bytes``: None if there was none)."""
+    return {"freed_bytes": release_balloon(Path(env.db_path).parent)}
+
+
+DISK_FAULTS = (
+    Fault("fill_disk", FillParams, fill_disk, "a balloon file fills the store's tmpfs",
+          heal=("free_disk", _heal)),
+    Fault("free_disk", NoParams, free_disk, "delete the balloon of fill_disk"),
+)

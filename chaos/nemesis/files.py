@@ -33,15 +33,91 @@ import signal
 import sqlite3
 import struct
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from hermes_state.generation import wal_header
 from hermes_state.paths import utc_stamp
 
-from .. import fixtures
-from .base import NemesisEnv, NemesisError, targets
+from .. import fixtures, store
+from ..params import param
+from .base import Fault, NemesisEnv, NemesisError, NoParams, RoleTarget, targets
 
 REPLACE_SOURCES = ("other", "empty", "backup", "file")
+Sidecar = Literal["wal", "shm"]
+SIDECARS = ("wal", "shm")
+
+
+def _sidecar_list(default: list[str], description: str):
+    return param(default, description, minItems=1, uniqueItems=True, items={"title": "sidecar"})
+
+
+def _seed():
+    return param(0, "Seed of the garbage bytes.", minimum=0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeleteParams:
+    """Unlink the store's sidecars."""
+
+    files: list[Sidecar] = _sidecar_list(["wal", "shm"], "Which sidecars to delete.")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RenameParams:
+    """Rename sidecars aside (same directory, same inode)."""
+
+    files: list[Sidecar] = _sidecar_list(["wal"], "Which sidecars to rename.")
+    suffix: str = param(".aside", "Appended to the sidecar's name (same directory).",
+                        pattern="^[A-Za-z0-9._-]+$")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReplaceParams:
+    """Replace state.db under the live writers."""
+
+    how: Literal["mv", "cp"] = param("mv", "mv: rename a copy over state.db (new inode); cp: "
+                                     "rewrite state.db in place (same inode).")
+    source: Literal["other", "empty", "backup", "file"] = param(
+        "other", "other: a small store with its own generation token; empty: a fresh empty "
+        "store; backup: a copy of the fixture taken before the run (same token; mv only); file: "
+        "the store at `path`.")
+    path: str | None = param(None, "source file: a store path relative to the home, inside the "
+                             "run directory (e.g. '../recovered.db', written by a `run` "
+                             "recover step).", pattern="\\S")
+    sidecars: Literal["keep", "aside"] = param(
+        "keep", "keep: leave state.db-wal/-shm at the path (a bare mv/cp); aside: rename them "
+        "out of the way (the careful operator's swap).")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TruncateParams:
+    """Truncate state.db."""
+
+    bytes: int = param(0, "The size to truncate state.db to.", minimum=0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PageParams:
+    """Garble one b-tree page of state.db."""
+
+    page: int | None = param(None, "Garble this page number (default: a page of `table`).",
+                             minimum=2)
+    table: str = param("messages", "Garble a page of this table's b-tree (found with dbstat; "
+                       "never a page with a frame in the current WAL).")
+    pick: Literal["leaf", "interior"] = param("leaf", "Which kind of b-tree page of `table`.")
+    seed: int = _seed()
+
+
+@dataclass(frozen=True, kw_only=True)
+class FtsParams:
+    """Garble FTS5 index data."""
+
+    table: Literal["messages_fts_data", "messages_fts_trigram_data"] = param(
+        "messages_fts_data", "The FTS5 shadow table whose index data is garbled.")
+    pages: int = param(0, "Leaf pages to garble; 0 = every page outside the WAL.", minimum=0)
+    seed: int = _seed()
 FOREIGN_SIGNAL = signal.SIGUSR2
 
 
@@ -58,10 +134,10 @@ def _sidecar(env: NemesisEnv, which: str) -> Path:
 
 
 # ------------------------------------------------------------------------------ sidecars
-def delete_sidecars(env: NemesisEnv, params: dict) -> dict:
+def delete_sidecars(env: NemesisEnv, params: DeleteParams) -> dict:
     """``unlink`` the store's ``-wal`` and/or ``-shm`` (the user's ``rm state.db-wal``)."""
     deleted, missing = [], []
-    for which in params.get("files", ["wal", "shm"]):
+    for which in params.files:
         path = _sidecar(env, which)
         try:
             os.unlink(path)
@@ -73,7 +149,7 @@ def delete_sidecars(env: NemesisEnv, params: dict) -> dict:
     return {"files": deleted, "missing": missing}
 
 
-def rename_sidecars(env: NemesisEnv, params: dict) -> dict:
+def rename_sidecars(env: NemesisEnv, params: RenameParams) -> dict:
     """``mv state.db-wal state.db-wal.aside`` (and/or ``-shm``): the file keeps its inode and
     bytes under another name in the same directory (SPEC §16.2).
 
@@ -81,9 +157,9 @@ def rename_sidecars(env: NemesisEnv, params: dict) -> dict:
     Returns: ``{"renamed": {old: new}, "inodes": {old: [dev, ino]}, "bytes": {old: n},
     "missing": [...]}``.
     """
-    suffix = params.get("suffix", ".aside")
+    suffix = params.suffix
     renamed, inodes, sizes, missing = {}, {}, {}, []
-    for which in params.get("files", ["wal"]):
+    for which in params.files:
         path = _sidecar(env, which)
         dest = path.with_name(path.name + suffix)
         try:
@@ -104,6 +180,10 @@ def rename_sidecars(env: NemesisEnv, params: dict) -> dict:
 def _replace_source(env: NemesisEnv, source: str, path: str | None = None) -> Path:
     if source == "file":
         src = Path(env.db_path).parent / (path or "")
+        run_dir = store.run_dir_of(env.db_path).path
+        if path and not store.inside(src, run_dir):
+            raise NemesisError(f"replace_db source file {path!r} resolves outside the run "
+                               f"directory {run_dir}: refused")
         if not path or not src.is_file():
             raise NemesisError(f"replace_db source file: no store at {src}")
         return src
@@ -134,7 +214,7 @@ def _empty_store(where: Path) -> Path:
     return path
 
 
-def replace_db(env: NemesisEnv, params: dict) -> dict:
+def replace_db(env: NemesisEnv, params: ReplaceParams) -> dict:
     """Replace ``state.db`` under the live writers (SPEC §16.2, §10.1).
 
     Params: ``how``: ``mv`` (default; the source is copied to ``state.db.chaos-new`` in the same
@@ -148,8 +228,8 @@ def replace_db(env: NemesisEnv, params: dict) -> dict:
     Returns: ``{"how", "source", "source_path", "inode_before", "inode_after", "bytes_before",
     "bytes_after", "same_inode"}``.
     """
-    how = params.get("how", "mv")
-    src = _replace_source(env, params.get("source", "other"), params.get("path"))
+    how = params.how
+    src = _replace_source(env, params.source, params.path)
     db = Path(env.db_path)
     before = _ident(db)
     if before is None:
@@ -165,7 +245,7 @@ def replace_db(env: NemesisEnv, params: dict) -> dict:
     else:
         raise NemesisError(f"replace_db how must be 'mv' or 'cp', not {how!r}")
     moved = {}
-    if params.get("sidecars", "keep") == "aside":
+    if params.sidecars == "aside":
         for which in ("wal", "shm"):
             side = _sidecar(env, which)
             if side.exists():
@@ -173,13 +253,13 @@ def replace_db(env: NemesisEnv, params: dict) -> dict:
                 os.rename(side, dest)
                 moved[side.name] = dest.name
     after = _ident(db)
-    return {"how": how, "sidecars_moved": moved, "source": params.get("source", "other"),
+    return {"how": how, "sidecars_moved": moved, "source": params.source,
             "source_path": str(src),
             "inode_before": before, "inode_after": after, "same_inode": before == after,
             "bytes_before": size_before, "bytes_after": db.stat().st_size}
 
 
-def zero_db(env: NemesisEnv, params: dict) -> dict:
+def zero_db(env: NemesisEnv, params: NoParams) -> dict:
     """Overwrite every byte of ``state.db`` with zeros in place (same inode, same size).
 
     Returns: ``{"inode", "bytes"}``.
@@ -200,7 +280,7 @@ def zero_db(env: NemesisEnv, params: dict) -> dict:
     return {"inode": _ident(db), "bytes": size}
 
 
-def truncate_db(env: NemesisEnv, params: dict) -> dict:
+def truncate_db(env: NemesisEnv, params: TruncateParams) -> dict:
     """``truncate -s N state.db`` (same inode). Params: ``bytes`` (default 0).
 
     Returns: ``{"inode", "bytes_before", "bytes_after"}``.
@@ -210,7 +290,7 @@ def truncate_db(env: NemesisEnv, params: dict) -> dict:
         before = db.stat().st_size
     except FileNotFoundError:
         raise NemesisError(f"{db} does not exist: nothing to truncate") from None
-    n = int(params.get("bytes", 0))
+    n = params.bytes
     os.truncate(db, n)
     return {"inode": _ident(db), "bytes_before": before, "bytes_after": db.stat().st_size}
 
@@ -285,7 +365,7 @@ def _garble(db: Path, offset: int, data: bytes) -> None:
         os.close(fd)
 
 
-def corrupt_page(env: NemesisEnv, params: dict) -> dict:
+def corrupt_page(env: NemesisEnv, params: PageParams) -> dict:
     """Overwrite one database page of ``state.db`` with pseudo-random bytes (SPEC §16.2).
 
     Params: ``page`` (a page number > 1) or ``table`` (default ``messages``) with ``pick``:
@@ -299,18 +379,18 @@ def corrupt_page(env: NemesisEnv, params: dict) -> dict:
     """
     db = Path(env.db_path)
     in_wal = wal_pages(_sidecar(env, "wal"))
-    table, pagetype = params.get("table", "messages"), None
-    if params.get("page") is not None:
-        page = int(params["page"])
+    table, pagetype = params.table, None
+    if params.page is not None:
+        page = params.page
         page_size = _page_size(db)
         table = None
     else:
         page_size, pages = _pages_of(db, table)
-        kinds = ("leaf",) if params.get("pick", "leaf") == "leaf" else ("internal",)
+        kinds = ("leaf",) if params.pick == "leaf" else ("internal",)
         page, pagetype = _choose(pages, in_wal, kinds, table)
     if page < 2:
         raise NemesisError("page 1 holds the file header: use zero_db/truncate_db for that")
-    rng = random.Random(f"corrupt_page:{params.get('seed', 0)}:{page}")
+    rng = random.Random(f"corrupt_page:{params.seed}:{page}")
     data = bytes(rng.getrandbits(8) for _ in range(page_size))
     offset = (page - 1) * page_size
     _garble(db, offset, data)
@@ -376,7 +456,7 @@ def _serial_len(t: int) -> int:
         t, (t - 12) // 2 if t >= 12 else 0)
 
 
-def corrupt_fts(env: NemesisEnv, params: dict) -> dict:
+def corrupt_fts(env: NemesisEnv, params: FtsParams) -> dict:
     """Garble FTS5 index data on leaf pages of an FTS shadow table (SPEC §16.2, §12).
 
     Params: ``table`` (default ``messages_fts_data``), ``pages`` (how many leaf pages; default
@@ -391,12 +471,12 @@ def corrupt_fts(env: NemesisEnv, params: dict) -> dict:
     "inode"}``.
     """
     db = Path(env.db_path)
-    table = params.get("table", "messages_fts_data")
-    want = int(params.get("pages", 0))
+    table = params.table
+    want = params.pages
     in_wal = wal_pages(_sidecar(env, "wal"))
     page_size, pages = _pages_of(db, table)
     candidates = [p for p, t in pages if t == "leaf" and p not in in_wal]
-    rng = random.Random(f"corrupt_fts:{params.get('seed', 0)}")
+    rng = random.Random(f"corrupt_fts:{params.seed}")
     rng.shuffle(candidates)
     done, cells, garbled = [], 0, 0
     fd = os.open(db, os.O_RDWR)
@@ -428,7 +508,7 @@ def corrupt_fts(env: NemesisEnv, params: dict) -> dict:
 
 
 # ------------------------------------------------------------------------------ foreign close
-def foreign_open_close(env: NemesisEnv, params: dict) -> dict:
+def foreign_open_close(env: NemesisEnv, params: RoleTarget) -> dict:
     """Make a role process that holds a connection ``open()``, read and ``close()`` ``state.db``
     with plain file calls (SPEC §16.2; the hazard of SPEC §1/§4: closing ANY descriptor of an
     inode drops every POSIX lock the process holds on it, so SQLite's locks vanish silently).
@@ -448,7 +528,7 @@ def foreign_open_close(env: NemesisEnv, params: dict) -> dict:
         except ProcessLookupError:
             pass
     if not sent:
-        raise NemesisError(f"every instance of {params.get('role')!r} exited before the signal")
+        raise NemesisError(f"every instance of {params.role!r} exited before the signal")
     return {"signal": FOREIGN_SIGNAL.name, "pids": [i.pid for i in sent],
             "processes": [i.process for i in sent]}
 
@@ -474,13 +554,17 @@ def install_foreign_open_close(db_path: str, record) -> None:
     signal.signal(FOREIGN_SIGNAL, handler)
 
 
-FILE_FAULTS = {
-    "delete_sidecars": delete_sidecars,
-    "rename_sidecars": rename_sidecars,
-    "replace_db": replace_db,
-    "zero_db": zero_db,
-    "truncate_db": truncate_db,
-    "corrupt_page": corrupt_page,
-    "corrupt_fts": corrupt_fts,
-    "foreign_open_close": foreign_open_close,
-}
+DELETE_SIDECARS = Fault("delete_sidecars", DeleteParams, delete_sidecars,
+                        "unlink state.db-wal/-shm")
+FILE_FAULTS = (
+    Fault("rename_sidecars", RenameParams, rename_sidecars, "mv a sidecar aside"),
+    Fault("replace_db", ReplaceParams, replace_db, "mv/cp another store over state.db",
+          corrupting=True),
+    Fault("zero_db", NoParams, zero_db, "zero every byte", corrupting=True),
+    Fault("truncate_db", TruncateParams, truncate_db, "truncate to `bytes`", corrupting=True),
+    Fault("corrupt_page", PageParams, corrupt_page, "garble a b-tree page", corrupting=True),
+    Fault("corrupt_fts", FtsParams, corrupt_fts, "garble FTS5 index data", corrupting=True),
+)
+FOREIGN_OPEN_CLOSE = Fault("foreign_open_close", RoleTarget, foreign_open_close,
+                           "a role process opens, reads and closes state.db with plain file "
+                           "calls")

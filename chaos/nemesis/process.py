@@ -30,12 +30,49 @@ from __future__ import annotations
 import os
 import signal
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Literal
 
 from hermes_state import failpoints
 
-from .base import NemesisEnv, NemesisError, targets
+from ..params import param
+from .base import Fault, NemesisEnv, NemesisError, RoleTarget, targets
+
+#: What a failpoint name is, for every parameter that takes one.
+FAILPOINT_DOC = ("A failpoint name (hermes_state.failpoints.NAMES, e.g. write.before_commit, "
+                 "write.after_commit, checkpoint.before, close.before_checkpoint, "
+                 "capture.mid_copy, migrate.v20.before_commit).")
+
+
+@dataclass(frozen=True, kw_only=True)
+class KillParams(RoleTarget):
+    """SIGKILL a role's instances now, or arm a crash point in them."""
+
+    failpoint: str | None = param(None, "Instead of SIGKILL now: arm `crash@hit` at this "
+                                  "failpoint so the role kills itself there (SPEC §16.2 named "
+                                  "crash points). " + FAILPOINT_DOC, pattern="\\S")
+    hit: int | None = param(None, "With `failpoint`: crash at the hit-th hit counted from the "
+                            "arming (default 1: the next one).", minimum=1)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ArmParams(RoleTarget):
+    """Arm an action at a named failpoint in a role's instances."""
+
+    failpoint: str = param(description=FAILPOINT_DOC, pattern="\\S")
+    action: str = param("crash", "crash, crash@N, sleep(MS), sleep(MS)@N, error(ioerr|busy|"
+                        "locked|full|corrupt) or off; hits are counted from the arming.")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RestartParams(RoleTarget):
+    """Start a new instance in each slot of a role."""
+
+    stop: Literal["kill", "terminate", "none"] = param(
+        "kill", "How a live instance of the slot is stopped first: kill (SIGKILL), terminate "
+        "(SIGTERM, SIGKILL after 5 s) or none (left running beside the new one).",
+        title="restart stop")
 
 #: Seconds a ``restart`` with ``stop: terminate`` waits for the SIGTERMed instance to exit.
 RESTART_GRACE_S = 5.0
@@ -51,7 +88,7 @@ def _wait_ready(inst, seconds: float) -> None:
         time.sleep(0.01)
 
 
-def _send(env: NemesisEnv, params: dict, sig: int) -> dict:
+def _send(env: NemesisEnv, params: RoleTarget, sig: int) -> dict:
     sent = []
     for inst in targets(env, params):
         if sig == signal.SIGTERM:
@@ -62,16 +99,17 @@ def _send(env: NemesisEnv, params: dict, sig: int) -> dict:
         except ProcessLookupError:
             pass
     if not sent:
-        raise NemesisError(f"every instance of {params.get('role')!r} exited before the signal")
-    return {"signal": signal.Signals(sig).name, "role": params.get("role"),
+        raise NemesisError(f"every instance of {params.role!r} exited before the signal")
+    return {"signal": signal.Signals(sig).name, "role": params.role,
             "pids": [s["pid"] for s in sent], "processes": [s["process"] for s in sent]}
 
 
-def _signal(sig: int) -> Callable[[NemesisEnv, dict], dict]:
-    def fault(env: NemesisEnv, params: dict) -> dict:
+def _signal(name: str, sig: int, summary: str) -> Fault:
+    def fault(env: NemesisEnv, params: RoleTarget) -> dict:
         return _send(env, params, sig)
-    fault.__doc__ = f"Send {signal.Signals(sig).name} to the live instances of ``params['role']``."
-    return fault
+    fault.__doc__ = f"Send {signal.Signals(sig).name} to the live instances of ``params.role``."
+    heal = ("sigcont", resume_all) if sig == signal.SIGSTOP else None
+    return Fault(name, RoleTarget, fault, summary, heal)
 
 
 def arm(path: str | os.PathLike, name: str, action: str) -> str:
@@ -106,7 +144,7 @@ def arm(path: str | os.PathLike, name: str, action: str) -> str:
     return spec
 
 
-def _arm_targets(env: NemesisEnv, params: dict, name: str, action: str) -> dict:
+def _arm_targets(env: NemesisEnv, params: RoleTarget, name: str, action: str) -> dict:
     armed = []
     for inst in targets(env, params):
         fp_file = getattr(inst, "failpoints_file", None)
@@ -117,12 +155,12 @@ def _arm_targets(env: NemesisEnv, params: dict, name: str, action: str) -> dict:
         except ValueError as exc:
             raise NemesisError(str(exc)) from None
         armed.append(inst)
-    return {"role": params.get("role"), "failpoint": name, "action": action,
+    return {"role": params.role, "failpoint": name, "action": action,
             "pids": [i.pid for i in armed], "processes": [i.process for i in armed]}
 
 
-def kill(env: NemesisEnv, params: dict) -> dict:
-    """SIGKILL the live instances of ``params['role']``; or, with ``params['failpoint']``, arm
+def kill(env: NemesisEnv, params: KillParams) -> dict:
+    """SIGKILL the live instances of ``params.role``; or, with ``params.failpoint``, arm
     ``crash@hit`` there so each instance kills itself at that crash point (SPEC §16.2).
 
     Returns:
@@ -131,21 +169,20 @@ def kill(env: NemesisEnv, params: dict) -> dict:
     Raises:
         NemesisError: no live instance, or a bad failpoint name.
     """
-    name = params.get("failpoint")
-    if name:
-        return _arm_targets(env, params, name, f"crash@{int(params.get('hit') or 1)}")
+    if params.failpoint:
+        return _arm_targets(env, params, params.failpoint, f"crash@{params.hit or 1}")
     return _send(env, params, signal.SIGKILL)
 
 
-def arm_failpoint(env: NemesisEnv, params: dict) -> dict:
-    """Arm ``params['action']`` at ``params['failpoint']`` in the live instances of a role.
+def arm_failpoint(env: NemesisEnv, params: ArmParams) -> dict:
+    """Arm ``params.action`` at ``params.failpoint`` in the live instances of a role.
 
     Returns:
         ``{"failpoint", "action", "pids", "processes", "role"}``.
     Raises:
         NemesisError: no live instance, or a bad failpoint name or action.
     """
-    return _arm_targets(env, params, params["failpoint"], params.get("action") or "crash")
+    return _arm_targets(env, params, params.failpoint, params.action or "crash")
 
 
 def _wait_exit(inst, seconds: float) -> bool:
@@ -157,9 +194,9 @@ def _wait_exit(inst, seconds: float) -> bool:
     return True
 
 
-def restart(env: NemesisEnv, params: dict) -> dict:
-    """Start a new instance in each slot of ``params['role']`` (or slot ``params['index']``),
-    first stopping the slot's live instance as ``params['stop']`` says (``kill``, ``terminate``
+def restart(env: NemesisEnv, params: RestartParams) -> dict:
+    """Start a new instance in each slot of ``params.role`` (or slot ``params.index``),
+    first stopping the slot's live instance as ``params.stop`` says (``kill``, ``terminate``
     or ``none``; default ``kill``).
 
     Returns:
@@ -171,8 +208,8 @@ def restart(env: NemesisEnv, params: dict) -> dict:
     """
     if env.restart is None:
         raise NemesisError("restart is not available here (no runner to spawn instances)")
-    role, index = params.get("role"), params.get("index")
-    stop = params.get("stop") or "kill"
+    role, index = params.role, params.index
+    stop = params.stop or "kill"
     latest: dict[int, object] = {}
     for inst in env.instances():
         if inst.role == role and (index is None or inst.index == index):
@@ -214,14 +251,12 @@ def resume_all(env: NemesisEnv) -> dict:
     return {"resumed": resumed}
 
 
-SIGNAL_FAULTS = {
-    "kill": kill,
-    "terminate": _signal(signal.SIGTERM),
-    "stop": _signal(signal.SIGSTOP),
-    "cont": _signal(signal.SIGCONT),
-    "arm_failpoint": arm_failpoint,
-    "restart": restart,
-}
-
-#: Heal actions of this module, run in the heal phase in this order (SPEC §16.3).
-HEALS: dict[str, Callable[[NemesisEnv], dict]] = {"sigcont": resume_all}
+#: The process faults, in the order the scenario reference lists them.
+PROCESS_FAULTS = (
+    Fault("kill", KillParams, kill, "SIGKILL (or a crash armed at a failpoint)"),
+    _signal("terminate", signal.SIGTERM, "SIGTERM"),
+    _signal("stop", signal.SIGSTOP, "SIGSTOP"),
+    _signal("cont", signal.SIGCONT, "SIGCONT"),
+    Fault("arm_failpoint", ArmParams, arm_failpoint, "arm an action at a named failpoint"),
+    Fault("restart", RestartParams, restart, "start a new instance of the role"),
+)

@@ -12,36 +12,47 @@ import os
 import signal
 import sys
 import traceback
+from dataclasses import dataclass
 from typing import Callable
 
 from hermes_state import events, failpoints
 
 from ..nemesis.files import install_foreign_open_close
+from ..params import build
+from . import cli, gateway, lock_holder, long_reader, maintenance, worktree
 from .base import RoleConfig, RoleContext
-from .cli import run as run_cli
-from .gateway import run as run_gateway
-from .lock_holder import run as run_lock_holder
-from .long_reader import run as run_long_reader
-from .maintenance import run as run_maintenance
-from .worktree import run as run_worktree
 
-KINDS: dict[str, Callable[[RoleContext], None]] = {
-    "gateway": run_gateway,
-    "cli": run_cli,
-    "lock_holder": run_lock_holder,
-    "worktree": run_worktree,
-    "maintenance": run_maintenance,
-    "long_reader": run_long_reader,
-}
 
-#: Kinds that are adversaries, not clients of the store: a bare ``sqlite3`` connection holding a
-#: write lock or a read transaction (their long ops are by design, not stalls or lock errors).
-ADVERSARY_KINDS = frozenset({"lock_holder", "long_reader"})
-#: Kinds that never write through the store (``liveness_after_heal`` does not wait for them).
-NOT_WRITER_KINDS = ADVERSARY_KINDS | {"maintenance"}
+@dataclass(frozen=True)
+class Role:
+    """One role kind (SPEC §16.1): its workload parameters, declared once, and its ``run``.
 
-__all__ = ["ADVERSARY_KINDS", "KINDS", "NOT_WRITER_KINDS", "RoleConfig", "RoleContext",
-           "role_main"]
+    Attributes:
+        kind: the scenario's ``kind:``; ``Params``: the workload (a :mod:`chaos.params`
+            dataclass); ``run(ctx)``: the workload loop; ``summary``: one line for the reference;
+        adversary: a bare ``sqlite3`` connection holding a write lock or a read transaction, not a
+            client of the store (its long ops are by design, not stalls or lock errors);
+        writer: it writes through the store (``liveness_after_heal`` waits for it).
+    """
+
+    kind: str
+    Params: type
+    run: Callable[[RoleContext], None]
+    summary: str
+    adversary: bool = False
+    writer: bool = True
+
+
+#: Every role kind by name, in the order the scenario reference lists them.
+ROLES: dict[str, Role] = {m.KIND: Role(m.KIND, m.Params, m.run, m.SUMMARY,
+                                        getattr(m, "ADVERSARY", False), getattr(m, "WRITER", True))
+                          for m in (gateway, cli, lock_holder, worktree, maintenance, long_reader)}
+KINDS: dict[str, Callable[[RoleContext], None]] = {k: r.run for k, r in ROLES.items()}
+ADVERSARY_KINDS = frozenset(k for k, r in ROLES.items() if r.adversary)
+NOT_WRITER_KINDS = frozenset(k for k, r in ROLES.items() if not r.writer)
+
+__all__ = ["ADVERSARY_KINDS", "KINDS", "NOT_WRITER_KINDS", "ROLES", "Role", "RoleConfig",
+           "RoleContext", "role_main"]
 
 
 def role_main(cfg_dict: dict) -> None:
@@ -57,7 +68,7 @@ def role_main(cfg_dict: dict) -> None:
     else:
         os.environ.pop(failpoints.ENV_VAR, None)
     failpoints.reload()
-    ctx = RoleContext(cfg)
+    ctx = RoleContext(cfg, build(ROLES[cfg.kind].Params, cfg.workload))
 
     def on_term(signum, frame):  # SIGTERM = clean shutdown: finish the op, close, exit 0
         ctx.stopping = True
@@ -67,7 +78,7 @@ def role_main(cfg_dict: dict) -> None:
     events.add_listener(ctx.history.event)
     print(f"{cfg.process} pid {os.getpid()} kind {cfg.kind} start", flush=True)
     try:
-        KINDS[cfg.kind](ctx)
+        ROLES[cfg.kind].run(ctx)
     except Exception:
         traceback.print_exc()
         ctx.history.record("event", event="role_crashed", error=traceback.format_exc()[-2000:])

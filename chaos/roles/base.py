@@ -68,8 +68,10 @@ class RoleConfig:
 class RoleContext:
     """Per-process helpers handed to a role's ``run(ctx)``."""
 
-    def __init__(self, cfg: RoleConfig) -> None:
+    def __init__(self, cfg: RoleConfig, params: Any = None) -> None:
         self.cfg = cfg
+        #: the workload parameters (the kind's typed ``Params``, every default filled)
+        self.params = params
         self.rng = random.Random(f"{cfg.seed}:{cfg.process}")
         self.history = HistoryWriter(Path(cfg.history_dir) / f"{cfg.process}.jsonl", cfg.process)
         self.stopping = False

@@ -1,6 +1,6 @@
 """The ``gateway`` role: long-lived, many sessions, appends at a rate, splits, spools refusals.
 
-Workload (SPEC §16.1; defaults in ``chaos/scenario.py``):
+Workload (SPEC §16.1; declared with their defaults in :class:`Params`):
 
 * ``appends_per_s`` (0 = as fast as possible), ``burst_size``/``burst_every`` (every
   ``burst_every`` s the next ``burst_size`` appends go back to back), ``sessions`` (concurrent
@@ -28,13 +28,44 @@ from __future__ import annotations
 
 import sqlite3
 import time
+from dataclasses import dataclass
 
 from hermes_state import SessionDB, maintenance
 from hermes_state.errors import StateDbCorruptError, StateDbReplacedError, WriteContentionError
 from hermes_state.spool import replay_spool
 
+from ..params import Duration, param
 from .base import RoleContext
-from .workload import Pacer, make_message, search_query
+from .workload import Pacer, cjk_share, make_message, message_bytes, rate, search_query
+from .workload import tool_call_share
+
+KIND = "gateway"
+SUMMARY = "long-lived, many sessions, appends at a rate"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Params:
+    """Long-lived sessions receiving user/assistant/tool messages."""
+
+    appends_per_s: float = rate(20, "Appends per second per instance; 0 = as fast as possible.")
+    sessions: int = param(3, "Concurrent sessions per instance.", minimum=1, maximum=100)
+    message_bytes: int = message_bytes(200)
+    cjk_share: float = cjk_share()
+    tool_call_share: float = tool_call_share(0.2)
+    burst_size: int = param(0, "Appends sent back to back (ignoring the rate) at every burst; "
+                            "0 = no bursts.", minimum=0)
+    burst_every: Duration = param(0, "Period between bursts (0 = no bursts).")
+    split_every: int = param(0, "Messages before a compression split ends the session and starts "
+                             "a child (parent_session_id); 0 = never.", minimum=0)
+    turn_s: Duration = param(1, "How long a split parent stays busy (its turn in progress: a "
+                             "handed-over prune skips it).")
+    titles: bool = param(False, "Title each session by hand; a split's child takes its "
+                         "compression ancestor's title (lineage, SPEC §7).")
+    token_usage: bool = param(False, "A token-usage update after every acknowledged assistant "
+                              "message.")
+    search_every: Duration = param(0, "Period between searches (0 = never).")
+    replay_spool_at_start: bool = param(False, "Once open, import the spool (`replay-spool`, "
+                                        "SPEC §10.1): a gateway restart.")
 
 #: Refusals whose message is diverted to the spool instead of being dropped (SPEC §10.1).
 SPOOLED_ERRORS = (StateDbReplacedError, WriteContentionError, StateDbCorruptError,
@@ -59,17 +90,17 @@ def replay(ctx: RoleContext, db: SessionDB) -> None:
 def run(ctx: RoleContext) -> None:
     """``run(ctx)`` as :mod:`chaos.roles` defines it; the workload keys are in this module's
     docstring."""
-    w = ctx.cfg.workload
-    n_sessions = int(w.get("sessions", 3))
-    split_every = int(w.get("split_every", 0))
-    turn_s = float(w.get("turn_s", 1.0))
-    titles = bool(w.get("titles", False))
-    usage = bool(w.get("token_usage", False))
-    search_every = float(w.get("search_every", 0))
+    w: Params = ctx.params
+    n_sessions = w.sessions
+    split_every = w.split_every
+    turn_s = w.turn_s
+    titles = w.titles
+    usage = w.token_usage
+    search_every = w.search_every
     db = open_store(ctx)
     if db is None:
         return
-    if w.get("replay_spool_at_start", False):
+    if w.replay_spool_at_start:
         replay(ctx, db)
     proc = ctx.cfg.process
     sessions = [f"{proc}-s{i}" for i in range(n_sessions)]
@@ -87,8 +118,7 @@ def run(ctx: RoleContext) -> None:
     ctx.op("claim_owner", lambda: maintenance.claim_gateway_ownership(db))
     next_poll = time.monotonic() + 1.0
     next_search = time.monotonic() + search_every if search_every > 0 else None
-    pacer = Pacer(time.monotonic(), float(w.get("appends_per_s", 20)),
-                  int(w.get("burst_size", 0)), float(w.get("burst_every", 0)))
+    pacer = Pacer(time.monotonic(), w.appends_per_s, w.burst_size, w.burst_every)
     roles = ("user", "assistant", "tool")
     k = 0
     while not ctx.should_stop():
@@ -98,7 +128,7 @@ def run(ctx: RoleContext) -> None:
             _poll_requests(ctx, db, sessions, busy_until)
         if next_search is not None and now >= next_search:
             next_search = now + search_every
-            q = search_query(ctx.rng, float(w.get("cjk_share", 0)))
+            q = search_query(ctx.rng, w.cjk_share)
             ctx.op("search", lambda q=q: len(db.search_messages(q, limit=10)), query=q)
         slot = ctx.rng.randrange(n_sessions)
         sid = sessions[slot]

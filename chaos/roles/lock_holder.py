@@ -9,17 +9,35 @@ from __future__ import annotations
 
 import sqlite3
 import time
+from dataclasses import dataclass
 
+from ..params import Duration, param
 from .base import RoleContext
+
+KIND = "lock_holder"
+SUMMARY = "holds BEGIN IMMEDIATE periodically"
+#: An adversary (a bare sqlite3 connection), not a client of the store.
+ADVERSARY = True
+WRITER = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class Params:
+    """Holds BEGIN IMMEDIATE for `hold` every `every`, first at `first_at`."""
+
+    hold: Duration = param(0.5, "How long the write lock is held (> 0).")
+    every: Duration = param(2, "Period between lock acquisitions (> 0).")
+    first_at: Duration = param(1, "Delay before the first acquisition, from the instance's start.")
+
+    #: Durations that must be > 0.
+    POSITIVE = ("hold", "every")
 
 
 def run(ctx: RoleContext) -> None:
     """``run(ctx)`` as :mod:`chaos.roles` defines it; the workload keys are in this module's
     docstring."""
-    w = ctx.cfg.workload
-    hold = float(w.get("hold", 0.5))
-    every = float(w.get("every", 2.0))
-    first_at = float(w.get("first_at", 1.0))
+    w: Params = ctx.params
+    hold, every, first_at = w.hold, w.every, w.first_at
     conn = sqlite3.connect(ctx.cfg.db_path, timeout=30.0, isolation_level=None)
     ctx.sleep(first_at)
     while not ctx.should_stop():

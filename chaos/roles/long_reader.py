@@ -21,10 +21,35 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
+from dataclasses import dataclass
 
 from hermes_state.paths import sqlite_uri
 
+from ..params import Duration, param
 from .base import RoleContext
+
+KIND = "long_reader"
+SUMMARY = "holds a read transaction (checkpoint starvation)"
+#: An adversary (a bare sqlite3 connection), not a client of the store.
+ADVERSARY = True
+WRITER = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class Params:
+    """Holds a read transaction for `hold` every `every`, first at `first_at`: the WAL cannot be
+    checkpointed past it (checkpoint starvation); then samples the WAL size."""
+
+    hold: Duration = param(3, "How long the read transaction stays open (> 0).")
+    every: Duration = param(5, "Period between read transactions (> 0).")
+    first_at: Duration = param(1, "Delay before the first read transaction, from the instance's "
+                               "start.")
+    holds: int = param(0, "Read transactions in total; 0 = until stopped.", minimum=0)
+    sample_every: Duration = param(0.5, "Period of the WAL-size samples after the last hold "
+                                   "(> 0).")
+
+    #: Durations that must be > 0.
+    POSITIVE = ("hold", "every", "sample_every")
 
 
 def wal_bytes(db_path: str) -> int | None:
@@ -38,14 +63,11 @@ def wal_bytes(db_path: str) -> int | None:
 def run(ctx: RoleContext) -> None:
     """``run(ctx)`` as :mod:`chaos.roles` defines it; the workload keys are in this module's
     docstring."""
-    w = ctx.cfg.workload
-    hold = float(w.get("hold", 3.0))
-    every = float(w.get("every", 5.0))
-    holds = int(w.get("holds", 0))
-    sample_every = float(w.get("sample_every", 0.5))
+    w: Params = ctx.params
+    hold, every, holds, sample_every = w.hold, w.every, w.holds, w.sample_every
     path = ctx.cfg.db_path
     conn = sqlite3.connect(sqlite_uri(path, mode="ro"), uri=True, timeout=30.0, isolation_level=None)
-    ctx.sleep(float(w.get("first_at", 1.0)))
+    ctx.sleep(w.first_at)
     done = 0
     while not ctx.should_stop() and (holds == 0 or done < holds):
         started = time.monotonic()

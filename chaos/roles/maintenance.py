@@ -16,26 +16,46 @@ Workload: ``command``, ``force``, ``dry_run``, ``args`` (extra CLI words, e.g.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
-from ..nemesis.commands import DEFAULT_TIMEOUT_S, run_command
+from ..nemesis.commands import CommandParams, run_command
+from ..params import Duration, param
 from .base import RoleContext
+
+KIND = "maintenance"
+SUMMARY = "runs a CLI command as a subprocess"
+WRITER = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class Params(CommandParams):
+    """Runs `python -m hermes_state --home H <command>` as a subprocess, first at `first_at`,
+    then every `every` (0 = once), at most `times` times; records exit code and output."""
+
+    timeout: Duration = param(60, "The command is killed after this long (the op is recorded "
+                              "as info).")
+    first_at: Duration = param(0, "Delay before the first run, from the instance's start.")
+    every: Duration = param(0, "Period between runs (0 = run once).")
+    times: int = param(1, "Runs at most (with `every` > 0).", minimum=1, maximum=10_000)
+
+    #: Durations that must be > 0.
+    POSITIVE = ("timeout",)
 
 
 def run(ctx: RoleContext) -> None:
     """``run(ctx)`` as :mod:`chaos.roles` defines it; the workload keys are in this module's
     docstring."""
-    w = ctx.cfg.workload
-    command = str(w.get("command", "doctor"))
-    every = float(w.get("every", 0))
-    times = int(w.get("times", 1)) if every > 0 else 1
-    ctx.sleep(float(w.get("first_at", 0)))
+    w: Params = ctx.params
+    command = w.command
+    every = w.every
+    times = w.times if every > 0 else 1
+    ctx.sleep(w.first_at)
     for _ in range(times):
         if ctx.should_stop():
             break
         started = time.monotonic()
-        run_once(ctx, command, force=bool(w.get("force", False)),
-                 dry_run=bool(w.get("dry_run", False)), args=list(w.get("args") or []),
-                 timeout=float(w.get("timeout", DEFAULT_TIMEOUT_S)))
+        run_once(ctx, command, force=w.force, dry_run=w.dry_run, args=list(w.args),
+                 timeout=w.timeout)
         if every > 0:
             ctx.sleep(every - (time.monotonic() - started))
 

@@ -10,6 +10,34 @@ from __future__ import annotations
 
 import random
 
+from ..params import param
+
+
+def message_bytes(default: int):
+    """The ``message_bytes`` parameter of a writing role (its default differs per role)."""
+    return param(default, "Size of each message's content (characters).", minimum=1,
+                 maximum=1_000_000)
+
+
+def share(default: float, description: str):
+    """A probability parameter in [0, 1]."""
+    return param(default, description, minimum=0, maximum=1)
+
+
+def cjk_share(default: float = 0.0):
+    """The ``cjk_share`` parameter of a writing role."""
+    return share(default, "Share of messages written in CJK (Han, Kana, Hangul) words.")
+
+
+def tool_call_share(default: float):
+    """The ``tool_call_share`` parameter of a writing role."""
+    return share(default, "Share of assistant messages carrying 1-3 tool calls.")
+
+
+def rate(default: float, description: str):
+    """An ``appends_per_s`` parameter (0 = as fast as possible)."""
+    return param(default, description, minimum=0)
+
 _WORDS = ("deploy docker build session gateway agent memory search index commit checkpoint "
           "retry lock writer reader profile cron desktop token usage title lineage split "
           "compression message tool result error log fix test python sqlite wal frame").split()
@@ -47,23 +75,22 @@ def tool_calls(rng: random.Random, n: int) -> list[dict]:
              "function": {"name": rng.choice(_TOOLS), "arguments": "{}"}} for _ in range(n)]
 
 
-def make_message(rng: random.Random, payload_id: str, role: str, workload: dict) -> dict:
+def make_message(rng: random.Random, payload_id: str, role: str, workload) -> dict:
     """The ``append_message`` keyword arguments of one message (SPEC §5).
 
     Args:
         rng: the role's RNG.
         payload_id: stored in ``platform_message_id`` and at the start of the content.
         role: ``user``, ``assistant`` or ``tool``.
-        workload: reads ``message_bytes`` (200), ``cjk_share`` (0) and ``tool_call_share`` (0):
-            the probability that an assistant message carries 1-3 tool calls.
+        workload: the role's params: ``message_bytes``, ``cjk_share`` and ``tool_call_share``
+            (the probability that an assistant message carries 1-3 tool calls).
     Returns:
         ``{"role", "content", "platform_message_id"[, "tool_calls"][, "tool_name"]}``.
     """
     msg = {"role": role,
-           "content": message_text(rng, payload_id, int(workload.get("message_bytes", 200)),
-                                   float(workload.get("cjk_share", 0.0))),
+           "content": message_text(rng, payload_id, workload.message_bytes, workload.cjk_share),
            "platform_message_id": payload_id}
-    if role == "assistant" and rng.random() < float(workload.get("tool_call_share", 0.0)):
+    if role == "assistant" and rng.random() < workload.tool_call_share:
         msg["tool_calls"] = tool_calls(rng, rng.randint(1, 3))
     if role == "tool":
         msg["tool_name"] = rng.choice(_TOOLS)

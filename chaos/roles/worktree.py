@@ -14,22 +14,44 @@ Workload: ``children``, ``messages_per_child``, ``appends_per_s`` (0 = as fast a
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from hermes_state import SessionDB
 
+from ..params import param
 from .base import RoleContext
 from .gateway import open_store
-from .workload import make_message
+from .workload import cjk_share, make_message, message_bytes, rate, tool_call_share
+
+KIND = "worktree"
+SUMMARY = "a sub-agent with child sessions, token usage and lineage titles"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Params:
+    """A sub-agent: a parent session and child sessions (parent_session_id) one after another,
+    each with messages, token-usage updates and a lineage title (`title`, `title #2`, ...)."""
+
+    children: int = param(3, "Child sessions per instance.", minimum=1, maximum=1000)
+    messages_per_child: int = param(10, "Messages appended to each child.", minimum=1,
+                                    maximum=10_000)
+    appends_per_s: float = rate(10, "Appends per second; 0 = as fast as possible.")
+    message_bytes: int = message_bytes(200)
+    cjk_share: float = cjk_share()
+    tool_call_share: float = tool_call_share(0.3)
+    usage_every: int = param(3, "Acknowledged messages between token-usage updates; 0 = none.",
+                             minimum=0)
+    title: str = param("worktree", "Base title of the lineage (the process name is appended).",
+                       pattern="\\S", maxLength=60)
 
 
 def run(ctx: RoleContext) -> None:
     """``run(ctx)`` as :mod:`chaos.roles` defines it; the workload keys are in this module's
     docstring."""
-    w = ctx.cfg.workload
-    children = int(w.get("children", 3))
-    per_child = int(w.get("messages_per_child", 10))
-    rate = float(w.get("appends_per_s", 10))
-    usage_every = int(w.get("usage_every", 3))
-    base = f"{w.get('title', 'worktree')} {ctx.cfg.process}"
+    w: Params = ctx.params
+    children, per_child = w.children, w.messages_per_child
+    rate, usage_every = w.appends_per_s, w.usage_every
+    base = f"{w.title} {ctx.cfg.process}"
     db = open_store(ctx)
     if db is None:
         return
@@ -46,7 +68,7 @@ def run(ctx: RoleContext) -> None:
     ctx.op("close", db.close, definite=(Exception,))
 
 
-def _child(ctx: RoleContext, db: SessionDB, w: dict, parent: str, sid: str, base: str,
+def _child(ctx: RoleContext, db: SessionDB, w: Params, parent: str, sid: str, base: str,
            per_child: int, rate: float, usage_every: int) -> None:
     ok, _ = ctx.op("create_session", lambda: db.create_session(
         sid, source="worktree", parent_session_id=parent), session_id=sid,

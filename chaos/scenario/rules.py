@@ -1,0 +1,281 @@
+"""Rules of reference and consistency a scenario's structure cannot express (SPEC §16.4):
+role names and references, instance indexes, command flags, checker parameters, ``must_observe``,
+store parameters, and every path a scenario names (it must stay inside the run: issue 11).
+
+Each function takes the parsed document (any structure: where the structure is wrong the schema
+already reported it and the check is skipped) and an ``emit_at(path, message, key=False)``
+callback.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+from hermes_state import failpoints
+
+from .. import fixtures
+from ..checkers import CHECKERS
+from ..nemesis import FAULTS, ROLE_FAULTS
+from ..nemesis.commands import COMMANDS as MAINTENANCE_COMMANDS
+from ..nemesis.commands import DRY_RUN, GATED_COMMANDS, path_args
+from ..params import defaults
+from ..roles import ROLES
+from .problems import hint
+from .schema import EVENT_KINDS, MAX_COUNT
+from .timing import duration_of, fmt_s, is_int
+
+#: Workload durations that must be > 0, per role kind (declared by the role's ``Params``).
+POSITIVE_DURATIONS = {k: tuple(getattr(r.Params, "POSITIVE", ())) for k, r in ROLES.items()}
+_JITTER = defaults(CHECKERS["retry_jitter"].Params)
+
+
+def command_flags(params: dict, path: list, emit_at) -> None:
+    """``force`` only on gated commands, ``dry_run`` only where there is a preview (§11)."""
+    command = params.get("command")
+    if not isinstance(command, str) or command not in MAINTENANCE_COMMANDS:
+        return
+    if params.get("force") is True and command not in GATED_COMMANDS:
+        emit_at(path + ["force"], f"force applies only to the gated commands "
+                f"{', '.join(GATED_COMMANDS)}, not {command!r}")
+    if params.get("dry_run") is True and command not in DRY_RUN:
+        emit_at(path + ["dry_run"], f"dry_run applies only to {', '.join(DRY_RUN)}, "
+                f"not {command!r}")
+    t = params.get("timeout")
+    if t is not None and not isinstance(t, bool):
+        d = duration_of(t)
+        if d is not None and d <= 0:
+            emit_at(path + ["timeout"], f"timeout must be > 0, got {fmt_s(d)}")
+
+
+def reference_rules(data: Any, emit_at) -> None:
+    """Checks the schema cannot express (SPEC §16.4). Tolerates any structure: where the
+    structure is wrong the schema already reported it, and the check is skipped."""
+    if not isinstance(data, dict):
+        return
+    duration = duration_of(data.get("duration"))
+    if duration is not None and duration <= 0:
+        emit_at(["duration"], f"duration must be > 0, got {fmt_s(duration)}")
+        duration = None
+
+    # Roles: unique names, times, failpoints, lock_holder durations.
+    roles: dict[str, dict] = {}
+    role_lines: dict[str, list] = {}
+    raw_roles = data.get("roles")
+    for i, role in enumerate(raw_roles if isinstance(raw_roles, list) else []):
+        if not isinstance(role, dict):
+            continue
+        name = role.get("name")
+        if isinstance(name, str):
+            if name in roles:
+                first = role_lines[name]
+                emit_at(
+                    ["roles", i, "name"],
+                    f"duplicate role name {name!r} (already used by roles[{first[1]}])",
+                )
+            else:
+                roles[name] = role
+                role_lines[name] = ["roles", i, "name"]
+        start = duration_of(role.get("start_at", 0))
+        if start is not None and duration is not None and start >= duration:
+            emit_at(
+                ["roles", i, "start_at"],
+                f"start_at {fmt_s(start)} is not before duration {fmt_s(duration)} "
+                "(a role must start before the run ends)",
+            )
+        if "stop_at" in role:
+            stop = duration_of(role["stop_at"])
+            if stop is not None and start is not None and stop <= start:
+                emit_at(
+                    ["roles", i, "stop_at"],
+                    f"stop_at {fmt_s(stop)} must be after start_at {fmt_s(start)}",
+                )
+            elif stop is not None and duration is not None and stop > duration:
+                emit_at(
+                    ["roles", i, "stop_at"],
+                    f"stop_at {fmt_s(stop)} is past duration {fmt_s(duration)}",
+                )
+        fp = role.get("failpoints")
+        if isinstance(fp, str):
+            try:
+                failpoints.parse(fp)
+            except ValueError as e:
+                emit_at(["roles", i, "failpoints"], f"bad failpoint spec: {e}")
+        wl = role.get("workload")
+        if role.get("kind") == "maintenance" and isinstance(wl, dict):
+            command_flags({k: v for k, v in wl.items() if k != "timeout"},
+                           ["roles", i, "workload"], emit_at)
+        kind = role.get("kind")
+        if isinstance(wl, dict) and isinstance(kind, str) and kind in POSITIVE_DURATIONS:
+            for key in POSITIVE_DURATIONS[kind]:
+                if key in wl:
+                    d = duration_of(wl[key])
+                    if d is not None and d <= 0:
+                        emit_at(
+                            ["roles", i, "workload", key], f"{key} must be > 0, got {fmt_s(d)}"
+                        )
+
+    def role_ref(path: list, name: Any, what: str) -> dict | None:
+        if not isinstance(name, str):
+            return None
+        if name in roles:
+            return roles[name]
+        known = ", ".join(roles) if roles else "no roles defined"
+        emit_at(path, f"{what} {name!r} is not a role (roles: {known}){hint(name, roles)}")
+        return None
+
+    # Nemesis.
+    used_faults: list[str] = []
+    raw_steps = data.get("nemesis")
+    for i, step in enumerate(raw_steps if isinstance(raw_steps, list) else []):
+        if not isinstance(step, dict):
+            continue
+        fault = step.get("fault")
+        if isinstance(fault, str) and fault in FAULTS:
+            used_faults.append(fault)
+        has_at, has_after = "at" in step, "after" in step
+        if has_at and has_after:
+            emit_at(
+                ["nemesis", i, "after"],
+                "give exactly one of 'at' or 'after', not both",
+                key=True,
+            )
+        elif not has_at and not has_after:
+            emit_at(
+                ["nemesis", i],
+                "missing 'at' or 'after': schedule the step at a time offset or after an "
+                "event count (exactly one)",
+            )
+        if has_at:
+            at = duration_of(step["at"])
+            if at is not None and duration is not None and at >= duration:
+                emit_at(
+                    ["nemesis", i, "at"],
+                    f"at {fmt_s(at)} is past duration {fmt_s(duration)} (a fault must be "
+                    "scheduled before the end of the run)",
+                )
+        after = step.get("after")
+        if isinstance(after, dict):
+            role_ref(["nemesis", i, "after", "role"], after.get("role"), "after.role")
+        if fault == "run":
+            command_flags(step, ["nemesis", i], emit_at)
+        if fault in ROLE_FAULTS:
+            target = role_ref(["nemesis", i, "role"], step.get("role"), "role")
+            index = step.get("index")
+            if target is not None and is_int(index) and index >= 0:
+                count = target.get("count", 1)
+                if is_int(count) and 1 <= count <= MAX_COUNT and index >= count:
+                    emit_at(
+                        ["nemesis", i, "index"],
+                        f"index {index} is out of range: role {step['role']!r} has count "
+                        f"{count} (index 0..{count - 1})",
+                    )
+
+    # Expect.
+    expect = data.get("expect")
+    if isinstance(expect, dict):
+        swr = expect.get("stale_wal_refusal")
+        if isinstance(swr, dict):
+            role_ref(["expect", "stale_wal_refusal", "holder"], swr.get("holder"), "holder")
+        rj = expect.get("retry_jitter")
+        if isinstance(rj, dict):
+            lo, hi = rj.get("lo", _JITTER["lo"]), rj.get("hi", _JITTER["hi"])
+            numbers = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (lo, hi))
+            if numbers and lo > hi:
+                emit_at(
+                    ["expect", "retry_jitter", "hi" if "hi" in rj else "lo"],
+                    f"lo ({lo}) must be <= hi ({hi})",
+                )
+
+    # must_observe: a fault must be one this scenario's nemesis injects.
+    observe = data.get("must_observe")
+    for i, item in enumerate(observe if isinstance(observe, list) else []):
+        if isinstance(item, str) and item in FAULTS and item not in used_faults:
+            faults = ", ".join(dict.fromkeys(used_faults)) or "none"
+            emit_at(
+                ["must_observe", i],
+                f"fault {item!r} is not in this scenario's nemesis (nemesis faults: {faults}; "
+                f"store events: {', '.join(EVENT_KINDS)})",
+            )
+
+
+def store_rules(data: Any, emit_at) -> None:
+    """``store:`` parameters that belong to another fixture, tmpfs sizes, faults that need a
+    tmpfs or a detectable replacement (SPEC §16.2, §16.4, §10.1)."""
+    if not isinstance(data, dict):
+        return
+    raw_steps = data.get("nemesis")
+    store = data.get("store")
+    store = store if isinstance(store, dict) else {}
+    fixture = store.get("fixture", "empty")
+    for owner, params in fixtures.FIXTURE_DEFAULTS.items():
+        for key in params:
+            if key in store and isinstance(fixture, str) and fixture != owner:
+                emit_at(["store", key], f"{key!r} applies to fixture {owner!r} only, not "
+                        f"{fixture!r}", key=True)
+    tmpfs = store.get("tmpfs")
+    if isinstance(tmpfs, str) and re.match(r"^[1-9][0-9]*[KMG]$", tmpfs):
+        size = fixtures.parse_size(tmpfs)
+        if not fixtures.TMPFS_MIN <= size <= fixtures.TMPFS_MAX:
+            emit_at(["store", "tmpfs"], f"tmpfs {tmpfs} is outside 1M..1G")
+    for i, step in enumerate(raw_steps if isinstance(raw_steps, list) else []):
+        if not isinstance(step, dict):
+            continue
+        fault = step.get("fault")
+        if fault in ("fill_disk", "free_disk") and "tmpfs" not in store:
+            emit_at(["nemesis", i, "fault"], f"{fault} needs the store on its own tmpfs: add "
+                    "store: {tmpfs: 16M} (never fills the machine's disk)")
+        if fault == "replace_db" and (step.get("source") == "file") != ("path" in step):
+            emit_at(["nemesis", i, "source"], "source: file needs `path` (and `path` needs "
+                    "source: file)")
+        if (fault == "replace_db" and step.get("how") == "cp"
+                and step.get("source") == "backup"):
+            emit_at(["nemesis", i, "source"], "cp of the fixture's own backup keeps the inode "
+                    "and the generation token: SPEC §10.1 cannot detect it; use how: mv or "
+                    "source: other")
+
+
+def path_problem(value: Any, under: tuple[str, ...] = ("home",)) -> str | None:
+    """Why a path a scenario names would leave the run directory, or None when it stays inside.
+
+    Paths are resolved as the run resolves them: relative to the run's home (``<run>/home``,
+    the cwd of maintenance commands), or below it (``under``). An absolute path is refused: the
+    run directory is created at run time, so no absolute path can be known to lie in it.
+    """
+    if not isinstance(value, str) or not value:
+        return None
+    if os.path.isabs(value) or value.startswith("~"):
+        return (f"{value!r} is an absolute path: a scenario's paths stay inside its run "
+                "directory (name it relative to the home, e.g. '../recovered.db')")
+    joined = os.path.normpath(os.path.join(*under, value))
+    if joined == os.pardir or joined.startswith(os.pardir + os.sep):
+        return (f"{value!r} leaves the run directory (paths are relative to the run's home; "
+                "at most one '..', e.g. '../recovered.db')")
+    return None
+
+
+def path_rules(data: Any, emit_at) -> None:
+    """Every path a scenario names must stay inside the run directory (issue 11): maintenance
+    ``args`` (role workloads and ``run`` steps) and ``replace_db``'s ``path``."""
+    if not isinstance(data, dict):
+        return
+    spots: list[tuple[list, Any]] = []
+    roles = data.get("roles")
+    for i, role in enumerate(roles if isinstance(roles, list) else []):
+        if isinstance(role, dict) and isinstance(role.get("workload"), dict):
+            spots.append((["roles", i, "workload", "args"], role["workload"].get("args")))
+    steps = data.get("nemesis")
+    for i, step in enumerate(steps if isinstance(steps, list) else []):
+        if not isinstance(step, dict):
+            continue
+        spots.append((["nemesis", i, "args"], step.get("args")))
+        if step.get("fault") == "replace_db":
+            why = path_problem(step.get("path"))
+            if why:
+                emit_at(["nemesis", i, "path"], why)
+    for where, args in spots:
+        for index, flag, value, base in path_args(args):
+            why = path_problem(value, base)
+            if why:
+                emit_at(where + [index], f"{flag}: {why}")

@@ -1,0 +1,210 @@
+"""Rules of time and order a scenario's structure cannot express (SPEC §16.2, §16.4):
+durations that cannot be used, ``after`` triggers, failpoint specs, ``phases`` and ``sweep``.
+
+Like every rule module here, each function takes the parsed document (any structure: where the
+structure is wrong the schema already reported it and the check is skipped) and an
+``emit_at(path, message, key=False)`` callback.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from hermes_state import failpoints
+
+from ..params import MAX_DURATION_S, declared, is_duration_text, parse_duration
+from ..roles import ROLES
+from .problems import hint, short
+from .schema import AFTER_OUTCOMES, AFTER_TRIGGERS
+
+
+def fmt_s(seconds: float) -> str:
+    return f"{seconds:g}s"
+
+
+def duration_of(value: Any) -> float | None:
+    """Seconds of a duration value, or None when it is not one (the schema reports it)."""
+    try:
+        return parse_duration(value)
+    except ValueError:
+        return None
+
+
+def is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+#: Workload keys that are durations, per role kind (from the declarations).
+WORKLOAD_DURATIONS = {k: tuple(d.name for d in declared(r.Params) if d.duration)
+                      for k, r in ROLES.items()}
+
+
+def duration_rules(data: Any, emit_at) -> None:
+    """A duration that has the right shape but no usable value (``1000...0s``, beyond 7 days)."""
+    if not isinstance(data, dict):
+        return
+    spots: list[tuple[list, Any]] = [(["duration"], data.get("duration"))]
+    roles = data.get("roles")
+    for i, role in enumerate(roles if isinstance(roles, list) else []):
+        if isinstance(role, dict):
+            for key in ("start_at", "stop_at"):
+                spots.append((["roles", i, key], role.get(key)))
+            wl = role.get("workload")
+            if isinstance(wl, dict):
+                kind = role.get("kind")
+                for key in WORKLOAD_DURATIONS.get(kind if isinstance(kind, str) else "", ()):
+                    spots.append((["roles", i, "workload", key], wl.get(key)))
+    steps = data.get("nemesis")
+    for i, step in enumerate(steps if isinstance(steps, list) else []):
+        if isinstance(step, dict):
+            spots.append((["nemesis", i, "at"], step.get("at")))
+            spots.append((["nemesis", i, "timeout"], step.get("timeout")))
+    for path, value in spots:
+        if value is None or isinstance(value, bool):
+            continue
+        if isinstance(value, str) and not is_duration_text(value):
+            continue  # the schema reported the shape
+        if not isinstance(value, (str, int, float)):
+            continue
+        try:
+            seconds = parse_duration(value)
+        except ValueError as exc:
+            emit_at(path, str(exc))
+            continue
+        if seconds > MAX_DURATION_S:
+            emit_at(path, f"{short(value)} is longer than the 7-day limit of a chaos run")
+
+
+def failpoint_problem(name: Any, action: str) -> str | None:
+    """The reason ``name=action`` is not a failpoint spec, or ``None``."""
+    if not isinstance(name, str) or not isinstance(action, str):
+        return None  # the schema reported the type
+    try:
+        failpoints.parse(f"{name}={action}")
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+def schedule_rules(data: Any, emit_at) -> None:
+    """Checks of the schedule (SPEC §16.2, §16.3): ``after`` triggers, failpoint steps, restart,
+    ``phases`` and ``sweep``. Role references of steps are checked by :func:`_semantic`."""
+    if not isinstance(data, dict):
+        return
+    duration = duration_of(data.get("duration"))
+    raw_roles = data.get("roles") if isinstance(data.get("roles"), list) else []
+    roles = {r["name"]: r for r in raw_roles if isinstance(r, dict)
+             and isinstance(r.get("name"), str)}
+    heal_at = None
+    phases = data.get("phases")
+    if isinstance(phases, dict) and "heal_at" in phases:
+        heal_at = duration_of(phases["heal_at"])
+        if heal_at is not None and heal_at <= 0:
+            emit_at(["phases", "heal_at"], f"heal_at must be > 0, got {fmt_s(heal_at)}")
+            heal_at = None
+        elif heal_at is not None and duration is not None and heal_at > duration:
+            emit_at(["phases", "heal_at"],
+                    f"heal_at {fmt_s(heal_at)} is past duration {fmt_s(duration)}")
+            heal_at = None
+        elif heal_at is not None and heal_at > MAX_DURATION_S:
+            heal_at = None
+    end = heal_at if heal_at is not None else duration
+    steps = data.get("nemesis") if isinstance(data.get("nemesis"), list) else []
+    n = len(steps)
+    deps: dict[int, int] = {}
+    for i, step in enumerate(steps):
+        if not isinstance(step, dict):
+            continue
+        fault = step.get("fault")
+        if heal_at is not None and "at" in step:
+            at = duration_of(step["at"])
+            if at is not None and at >= heal_at and (duration is None or at < duration):
+                emit_at(["nemesis", i, "at"], f"at {fmt_s(at)} is not before phases.heal_at "
+                        f"{fmt_s(heal_at)} (no fault fires once the heal phase started)")
+        after = step.get("after")
+        if isinstance(after, dict):
+            where = ["nemesis", i, "after"]
+            chosen = [k for k in AFTER_TRIGGERS if k in after]
+            if len(chosen) != 1:
+                emit_at(where, ("give exactly one trigger of " if not chosen else
+                                f"give exactly one trigger, not {' and '.join(chosen)}: one of ")
+                        + ", ".join(AFTER_TRIGGERS) + " (e.g. {role: gateway, ok: 100}, "
+                        "{event: checkpoint, count: 2}, {step: 0, delay: 1s})")
+            kind = chosen[0] if len(chosen) == 1 else None
+            if kind in AFTER_OUTCOMES and "role" not in after:
+                emit_at(where, f"'{kind}' counts a role's operations: add 'role'")
+            if "op" in after and kind not in AFTER_OUTCOMES and kind is not None:
+                emit_at(where + ["op"], "'op' goes with ok/fail/info, not with " + repr(kind),
+                        key=True)
+            if "count" in after and kind != "event" and kind is not None:
+                emit_at(where + ["count"], "'count' goes with 'event' (ok/fail/info carry their "
+                        "own count)", key=True)
+            if kind == "step" and "role" in after:
+                emit_at(where + ["role"], "'role' does not go with 'step'", key=True)
+            target = after.get("step")
+            if kind == "step" and is_int(target) and target >= 0:
+                if target >= n:
+                    emit_at(where + ["step"], f"step {target} does not exist (nemesis has {n} "
+                            f"step{'s' if n != 1 else ''}: 0..{n - 1})")
+                elif target == i:
+                    emit_at(where + ["step"], f"a step cannot wait for itself (step {i})")
+                else:
+                    deps[i] = target
+            if "delay" in after:
+                d = duration_of(after["delay"])
+                if d is not None and d > MAX_DURATION_S:
+                    emit_at(where + ["delay"], f"{short(after['delay'])} is longer than the "
+                            "7-day limit of a chaos run")
+        if fault == "kill" and "hit" in step and "failpoint" not in step:
+            emit_at(["nemesis", i, "hit"], "'hit' goes with 'failpoint' (kill at the hit-th hit "
+                    "of that failpoint)", key=True)
+        if fault in ("kill", "arm_failpoint") and "failpoint" in step:
+            action = step.get("action", "crash") if fault == "arm_failpoint" else "crash"
+            why = failpoint_problem(step["failpoint"], action if isinstance(action, str) else "")
+            if why:
+                field_ = "action" if fault == "arm_failpoint" and "action" in step and \
+                    failpoint_problem(step["failpoint"], "crash") is None else "failpoint"
+                emit_at(["nemesis", i, field_], f"bad failpoint: {why}")
+    # Step chains: no cycle; an `at` root plus the delays must fire before the end.
+    for i in list(deps):
+        seen, j = {i}, deps[i]
+        while j in deps and j not in seen:
+            seen.add(j)
+            j = deps[j]
+        if j in seen:
+            emit_at(["nemesis", i, "after", "step"],
+                    f"steps wait for each other in a cycle ({' -> '.join(map(str, sorted(seen)))}"
+                    "): none would ever fire")
+            continue
+        root = steps[j] if isinstance(steps[j], dict) else {}
+        if "at" in root and end is not None:
+            t = duration_of(root["at"])
+            k = i
+            while t is not None and k in deps:
+                after = steps[k].get("after", {})
+                t = t + (duration_of(after.get("delay", 0)) or 0)
+                k = deps[k]
+            if t is not None and t >= end:
+                emit_at(["nemesis", i, "after"],
+                        f"fires at {fmt_s(t)} (step {j} at {fmt_s(duration_of(root['at']))} "
+                        f"plus the delays), not before "
+                        f"{'phases.heal_at' if heal_at else 'duration'} {fmt_s(end)}")
+    sweep = data.get("sweep")
+    if isinstance(sweep, dict):
+        name = sweep.get("role")
+        if isinstance(name, str) and name not in roles:
+            known = ", ".join(str(r) for r in roles) or "no roles defined"
+            emit_at(["sweep", "role"], f"sweep.role {name!r} is not a role (roles: {known})"
+                    f"{hint(name, [r for r in roles if isinstance(r, str)])}")
+        why = failpoint_problem(sweep.get("failpoint"), "crash@1")
+        if why:
+            emit_at(["sweep", "failpoint"], f"bad failpoint: {why}")
+        elif isinstance(name, str) and name in roles:
+            own = roles[name].get("failpoints")
+            fp = sweep.get("failpoint")
+            armed = isinstance(own, str) and isinstance(fp, str) and re.search(
+                rf"(^|,)\s*{re.escape(fp)}\s*=", own)
+            if armed:
+                emit_at(["sweep", "failpoint"], f"role {name!r} already arms {fp} in its "
+                        "failpoints; the sweep arms crash@N there itself")
