@@ -4,8 +4,6 @@ run can execute (SPEC §16.4)."""
 
 from __future__ import annotations
 
-import copy
-import json
 import os
 import subprocess
 import sys
@@ -13,13 +11,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
-import yaml
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from chaos.nemesis import FAULTS, NemesisEnv, NemesisError
 from chaos.nemesis.commands import command_argv
-from chaos.runner import preflight
 from chaos.scenario import ScenarioError, load_scenario, load_scenario_text
 from chaos.scenario.loading import MAX_FILE_BYTES
 
@@ -140,68 +134,6 @@ def test_validate_refuses_a_huge_file_without_reading_it(tmp_path):
 
 
 # ------------------------------------------------------------------------------ item 9
-VALID = Path(__file__).resolve().parent.parent / "scenarios"
-_DOCS = [yaml.safe_load(p.read_text()) for p in sorted(VALID.glob("*.yaml"))]
-
-_VALUES = st.recursive(
-    st.none() | st.booleans() | st.integers(-3, 70) | st.floats(allow_nan=False, width=32)
-    | st.sampled_from(["", "0s", "1s", "500ms", "gateway", "cli", "wal", "kill", "run", "prune",
-                       "../x.db", "/abs", "--home", "--force", "doctor", "backup", "file", "cp",
-                       "write.before_commit", "crash@2", "schema_v3", "16M", "ok", "event"]),
-    lambda inner: st.lists(inner, max_size=3)
-    | st.dictionaries(st.sampled_from(["role", "ok", "at", "name", "kind", "hold", "fault",
-                                       "command", "args", "force", "dry_run", "step", "event",
-                                       "path", "source", "failpoint", "index", "count"]),
-                      inner, max_size=3),
-    max_leaves=6,
-)
-
-
-def _paths(obj, prefix=()):
-    yield prefix
-    if isinstance(obj, dict):
-        for k, v in obj.items():
-            yield from _paths(v, prefix + (k,))
-    elif isinstance(obj, list):
-        for i, v in enumerate(obj):
-            yield from _paths(v, prefix + (i,))
-
-
-@st.composite
-def _mutated(draw):
-    doc = copy.deepcopy(draw(st.sampled_from(_DOCS)))
-    for _ in range(draw(st.integers(1, 3))):
-        paths = [p for p in _paths(doc) if p]
-        path = draw(st.sampled_from(paths))
-        parent = doc
-        for p in path[:-1]:
-            parent = parent[p]
-        if draw(st.booleans()) and isinstance(parent, dict):
-            del parent[path[-1]]
-        elif draw(st.booleans()) and isinstance(parent, dict):
-            parent[draw(st.sampled_from(["args", "path", "index", "after", "failpoint", "hit",
-                                         "force", "source"]))] = draw(_VALUES)
-        else:
-            parent[path[-1]] = draw(_VALUES)
-    return doc
-
-
-@settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck))
-@given(_mutated())
-def test_what_validate_accepts_the_run_can_execute(tmp_path_factory, doc):
-    """Mutate the shipped scenarios: either validate refuses (ScenarioError, every problem with
-    file and field) or the run's preflight derives every input without an exception, and the
-    resolved scenario replays (its JSON validates to the same scenario)."""
-    try:
-        sc = load_scenario_text(yaml.safe_dump(doc), "m.yaml")
-    except ScenarioError as exc:
-        assert exc.problems and all(p.file == "m.yaml" and p.field for p in exc.problems)
-        return
-    preflight(sc, tmp_path_factory.getbasetemp() / "run")
-    again = load_scenario_text(json.dumps(sc.to_dict()), "resolved.json")
-    assert again.to_dict() == sc.to_dict()
-
-
 def test_a_name_too_long_for_a_run_directory_is_refused_by_validate(tmp_path):
     """Found by breaking it: a 250-character name validated, then the run could not create its
     run directory (ENAMETOOLONG, exit 3)."""

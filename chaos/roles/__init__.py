@@ -45,7 +45,8 @@ class Role:
 
 #: Every role kind by name, in the order the scenario reference lists them.
 ROLES: dict[str, Role] = {m.KIND: Role(m.KIND, m.Params, m.run, m.SUMMARY,
-                                        getattr(m, "ADVERSARY", False), getattr(m, "WRITER", True))
+                                        getattr(m, "ADVERSARY", False),
+                                        getattr(m, "WRITER", not getattr(m, "ADVERSARY", False)))
                           for m in (gateway, cli, lock_holder, worktree, maintenance, long_reader)}
 KINDS: dict[str, Callable[[RoleContext], None]] = {k: r.run for k, r in ROLES.items()}
 ADVERSARY_KINDS = frozenset(k for k, r in ROLES.items() if r.adversary)

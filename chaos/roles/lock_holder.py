@@ -16,9 +16,7 @@ from .base import RoleContext
 
 KIND = "lock_holder"
 SUMMARY = "holds BEGIN IMMEDIATE periodically"
-#: An adversary (a bare sqlite3 connection), not a client of the store.
-ADVERSARY = True
-WRITER = False
+ADVERSARY = True  # a bare sqlite3 connection, not a client of the store
 
 
 @dataclass(frozen=True, kw_only=True)

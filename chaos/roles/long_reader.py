@@ -30,9 +30,7 @@ from .base import RoleContext
 
 KIND = "long_reader"
 SUMMARY = "holds a read transaction (checkpoint starvation)"
-#: An adversary (a bare sqlite3 connection), not a client of the store.
-ADVERSARY = True
-WRITER = False
+ADVERSARY = True  # a bare sqlite3 connection, not a client of the store
 
 
 @dataclass(frozen=True, kw_only=True)
