@@ -8,6 +8,7 @@ from .db import SessionDB
 from .errors import (
     DeletedWalGenerationError,
     HermesStateError,
+    NewerSchemaWriteError,
     StateDbCorruptError,
     StateDbReplacedError,
     StorePermissionError,
@@ -25,6 +26,7 @@ __all__ = [
     "StateDbCorruptError",
     "WriteContentionError",
     "StorePermissionError",
+    "NewerSchemaWriteError",
     "find_holders",
     "format_holder",
     "write_lock_owner",

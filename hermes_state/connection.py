@@ -29,14 +29,12 @@ from .errors import (
 )
 from .generation import (
     Generation,
-    application_id_for,
     capture_retired,
     diff,
     identity,
     own_descriptors,
 )
 from .paths import ensure_home, sqlite_uri, utc_stamp
-from .schema import SCHEMA_VERSION
 
 log = logging.getLogger("hermes_state")
 
@@ -474,7 +472,9 @@ class StoreConnection:
         if synchronous.upper() not in ("NORMAL", "FULL"):
             raise ValueError(f"synchronous must be NORMAL or FULL, not {synchronous!r}")
         mode = self._retry_lock(lambda: conn.execute("PRAGMA journal_mode").fetchone()[0])
-        if mode.lower() != "wal":
+        from .store_shape import keeps_journal_mode
+
+        if mode.lower() != "wal" and not keeps_journal_mode(conn, mode, self.db_path):
             mode = self._retry_lock(lambda: conn.execute("PRAGMA journal_mode=WAL").fetchone()[0])
             if mode.lower() != "wal":
                 log.warning("this filesystem refused WAL mode for %s; using journal_mode=%s "
@@ -506,58 +506,17 @@ class StoreConnection:
         raise AssertionError("unreachable")
 
     def _settled(self) -> bool:
-        """True when the open has nothing to write: schema complete, version >= 23 (SPEC §3).
+        """True when the open has nothing to write (SPEC §3; :mod:`hermes_state.store_shape`).
 
-        Read-only and cheap (a handful of catalogue queries; the declared columns are computed
-        once per process). Required: one ``schema_version`` row >= 23; every v23 non-FTS table
-        with every declared column; the generation token with its ``application_id``
-        (SPEC §10.1). At version 23 also ``messages_fts`` with its three triggers (the triggers
-        of ``messages_fts_trigram`` too when that table exists) and the unique-title index;
-        FTS objects may be absent while ``state_meta['fts_stale']`` says the index was switched
-        off after corruption (SPEC §12: the open must not bring the triggers back). The
-        FTS LAYOUT is not judged: a migrated store keeps its inline FTS (same table and trigger
-        names) until ``optimize-storage`` (SPEC §8), and is settled all the same. A store newer
-        than the code is settled without FTS/title-index requirements (those are its own).
+        Read-only and cheap (catalogue queries; the declared columns are computed once per
+        process). Judged by structure, whatever the store's version (2 to 31) and the names of
+        its triggers and indexes: :func:`hermes_state.store_shape.pending_work` is empty.
         Sets ``self._schema_version_seen`` (None when unreadable).
         """
-        c = self.conn
-        self._schema_version_seen = None
-        try:
-            rows = c.execute("SELECT version FROM schema_version").fetchall()
-        except sqlite3.OperationalError:
-            return False
-        if len(rows) != 1 or rows[0][0] is None:
-            return False
-        version = self._schema_version_seen = int(rows[0][0])
-        if version < SCHEMA_VERSION:
-            return False
-        names = {r[0] for r in c.execute("SELECT name FROM sqlite_master")}
-        from .schema import declared_columns
+        from .store_shape import pending_work, stored_version
 
-        declared = declared_columns()
-        needed = set(declared)
-        if version == SCHEMA_VERSION:
-            needed |= {"messages_fts", "messages_fts_ai", "messages_fts_ad", "messages_fts_au",
-                       "idx_sessions_title_unique"}
-            if "messages_fts_trigram" in names:
-                needed |= {"messages_fts_trigram_ai", "messages_fts_trigram_ad",
-                           "messages_fts_trigram_au"}
-        missing = needed - names
-        if missing:
-            # FTS switched off after corruption (SPEC §12): its triggers are gone on purpose and
-            # the open must not bring them back; nothing else may be missing.
-            fts_objects = {n for n in missing if n.startswith("messages_fts")}
-            if missing != fts_objects or "state_meta" not in names or c.execute(
-                    "SELECT 1 FROM state_meta WHERE key = 'fts_stale'").fetchone() is None:
-                return False
-        for table, cols in declared.items():
-            live = {r[1] for r in c.execute(f"PRAGMA table_info({table})")}
-            if any(name not in live for name, _ in cols):
-                return False
-        tok = c.execute("SELECT value FROM state_meta WHERE key='db_file_generation'").fetchone()
-        if tok is None:
-            return False
-        return c.execute("PRAGMA application_id").fetchone()[0] == application_id_for(tok[0])
+        self._schema_version_seen = stored_version(self.conn)[0]
+        return not pending_work(self.conn)
 
     def _prepare_schema(self) -> None:
         """Create, migrate or complete the schema unless settled (SPEC §2, §3).

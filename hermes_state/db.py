@@ -19,6 +19,7 @@ from typing import Any, Callable, TypeVar
 
 from .cleanup import CleanupMixin
 from .connection import StoreConnection
+from .errors import HermesStateError
 from .lifecycle import LifecycleMixin
 from .messages import MessagesMixin
 from .paths import default_db_path
@@ -57,7 +58,21 @@ class SessionDB(SessionsMixin, MessagesMixin, ReplayMixin, TitlesMixin, UsageMix
 
     # -- plumbing used by the mixins
     def _write(self, fn: Callable[[sqlite3.Connection], T], op: str = "write") -> T:
-        return self._conn.execute_write(fn, op=op)
+        try:
+            return self._conn.execute_write(fn, op=op)
+        except (sqlite3.IntegrityError, sqlite3.OperationalError) as exc:
+            named = self._newer_schema_error(exc, op)
+            if named is None:
+                raise
+            raise named from exc
+
+    def _newer_schema_error(self, exc: BaseException, op: str) -> Exception | None:
+        """The named error when a newer store's schema refused the write (issue 10), or None."""
+        if isinstance(exc, HermesStateError):
+            return None
+        from .store_shape import newer_schema_error
+
+        return self._conn.read(lambda c: newer_schema_error(c, exc, op))
 
     def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         return self._conn.read(fn)

@@ -16,6 +16,7 @@ __all__ = [
     "StateDbCorruptError",
     "WriteContentionError",
     "StorePermissionError",
+    "NewerSchemaWriteError",
 ]
 
 # Fingerprint words (SPEC §10.1): support tooling and tests search for them; keep them verbatim.
@@ -119,3 +120,21 @@ class WriteContentionError(HermesStateError, sqlite3.OperationalError):
 
 class StorePermissionError(HermesStateError, PermissionError):
     """A store file or its directory cannot be written (SPEC §4): names the path and the fix."""
+
+
+class NewerSchemaWriteError(HermesStateError, sqlite3.IntegrityError):
+    """A write this code cannot make safely on a store written by a newer release (issue 10).
+
+    The newer schema requires something this code does not write (a NOT NULL column without a
+    default, a CHECK, a trigger needing a function or tokenizer it lacks). Nothing was written.
+
+    Attributes:
+        schema_version: the store's schema version.
+        operation: the write that was refused (``append_message``, ...).
+    """
+
+    def __init__(self, user_message: str, operator_detail: str = "", *,
+                 schema_version: int | None = None, operation: str = "") -> None:
+        self.schema_version = schema_version
+        self.operation = operation
+        super().__init__(user_message, operator_detail)

@@ -31,21 +31,33 @@ alone. Freed pages stay in the file until ``optimize`` (VACUUM) runs (SPEC §8).
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sqlite3
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
+from .fts_inventory import (
+    EXTERNAL_V23,
+    INLINE,
+    LEGACY_KINDS,
+    NONE,
+    FtsTable,
+    Inventory,
+    inventory,
+    parse_fts5,
+)
 from .schema import (
     FTS_TABLE_SQL,
     FTS_TRIGGERS_SQL,
     TRIGRAM_TABLE_SQL,
     TRIGRAM_TRIGGERS_SQL,
+    TRIGRAM_VIEW,
+    TRIGRAM_VIEW_SQL,
     _split_triggers,
     trigram_supported,
 )
-from .schema_history import EXTERNAL_LAYOUT, INLINE_LAYOUTS, live_fts_layout
 
 if TYPE_CHECKING:  # pragma: no cover
     from .db import SessionDB
@@ -91,17 +103,108 @@ def rebuild_markers(conn: sqlite3.Connection) -> tuple[int, int] | None:
     return int(rows.get(PROGRESS_KEY) or 0), int(rows[HIGH_WATER_KEY] or 0)
 
 
+OPTIMIZE_KEY = "fts_optimize_available"  # UPSTREAM_API.md §4.4: a legacy layout is left
+#: FTS tables of the layouts this module replaces (``messages_fts_cjk`` is not one of them).
+_LAYOUT_TABLES = ("messages_fts", "messages_fts_trigram")
+#: Views a legacy or newer layout may have created for its external-content tables.
+_LAYOUT_VIEWS = ("messages_fts_src", TRIGRAM_VIEW)
+
+
+def _norm(sql: str) -> str:
+    """DDL compared by meaning of text: no IF NOT EXISTS, one space, lower case, no ``;``."""
+    text = " ".join(sql.replace("IF NOT EXISTS", " ").split()).lower()
+    return text.rstrip(";").strip()
+
+
+_CANON_TRIGGERS = {sql.split("IF NOT EXISTS", 1)[1].split()[0]: _norm(sql)
+                   for sql in _split_triggers(FTS_TRIGGERS_SQL + TRIGRAM_TRIGGERS_SQL)}
+_CANON_TABLES = {t.name: t for t in (parse_fts5("messages_fts", FTS_TABLE_SQL.strip().rstrip(";")),
+                                      parse_fts5("messages_fts_trigram",
+                                                 TRIGRAM_TABLE_SQL.strip().rstrip(";")))}
+
+
+def _same_table(live: FtsTable, want: FtsTable) -> bool:
+    opts = {k: v.lower() for k, v in live.options.items()}
+    wanted = {k: v.lower() for k, v in want.options.items()}
+    return tuple(c.lower() for c in live.columns) == want.columns and opts == wanted
+
+
+def _canonical_external(conn: sqlite3.Connection, inv: Inventory, stale: bool) -> bool:
+    """The v23 layout exactly as this code creates it (tables, view, one trigger set each)."""
+    for name, table in inv.tables.items():
+        if name in _CANON_TABLES and not _same_table(table, _CANON_TABLES[name]):
+            return False
+    if "messages_fts_trigram" in inv.tables and _norm(inv.views.get(TRIGRAM_VIEW) or "") != \
+            _norm(TRIGRAM_VIEW_SQL.strip()):
+        return False
+    if inv.problems and not (stale and all("no " in p and " trigger" in p for p in inv.problems)):
+        return False
+    present = {t.name: t for t in inv.fts_triggers}
+    for name, trig in present.items():
+        if _CANON_TRIGGERS.get(name) != _norm(trig.sql):
+            return False
+    if stale:
+        return True  # switched off after corruption (SPEC §12): rebuild_fts() restores them
+    want = {n for n in _CANON_TRIGGERS if n.rsplit("_", 1)[0] in inv.tables}
+    return set(present) == want
+
+
+def _inline_intact(inv: Inventory) -> bool:
+    """Upstream's inline layout (v11-v22) with exactly its six triggers and nothing foreign."""
+    fts = inv.tables["messages_fts"]
+    tri = inv.tables.get("messages_fts_trigram")
+    if tri is not None and (tri.external or tuple(c.lower() for c in tri.columns) != ("content",)
+                            or tri.tokenize.lower() != "trigram"):
+        return False
+    if fts.external or inv.problems or inv.foreign:
+        return False
+    for table in [t for t in _LAYOUT_TABLES if t in inv.tables]:
+        if sorted(t.event for t in inv.feeding(table)) != ["delete", "insert", "update"]:
+            return False
+    return True
+
+
+def assess(conn: sqlite3.Connection, inv: Inventory | None = None) -> str:
+    """What a writable open must do to the FTS layout of a store at version <= 23.
+
+    Returns:
+        ``"ok"`` (the v23 layout exactly, or switched off after corruption), ``"legacy"``
+        (upstream's intact inline layout, kept until optimize-storage with
+        ``fts_optimize_available``), ``"create"`` (v23 tables missing: create and back-fill
+        them) or ``"replace"`` (anything else: external v1, mixed, foreign or duplicate
+        trigger sets, an earlier version's layout -- replaced whole by :func:`replace_layout`).
+    """
+    inv = inv or inventory(conn)
+    stale = _stale(conn)
+    if stale:
+        return "ok"  # switched off after corruption (SPEC §12): rebuild_fts()/optimize-storage
+    if inv.kind == NONE:
+        if any(set(t.targets) - {"messages_fts_cjk"} or t.missing_targets
+               for t in inv.fts_triggers) or "messages_fts_trigram" in inv.tables:
+            return "replace"
+        return "ok" if stale else "create"
+    if inv.kind == INLINE and _inline_intact(inv):
+        return "legacy"
+    if inv.kind == EXTERNAL_V23 and _canonical_external(conn, inv, stale):
+        if not stale and "messages_fts_trigram" not in inv.tables and trigram_supported(conn):
+            return "create"
+        return "ok"
+    return "replace"
+
+
 def status(conn: sqlite3.Connection) -> dict:
     """The FTS layout of a store and any pending rebuild (read-only).
 
     Returns:
-        ``{"layout": str, "legacy": bool, "pending": (P, H) | None, "stale": bool}``; layouts
-        are named as in :func:`hermes_state.schema_history.live_fts_layout`; ``stale`` means the
-        index was switched off after corruption (SPEC §12) and must be rebuilt.
+        ``{"layout": kind, "legacy": bool, "pending": (P, H) | None, "stale": bool,
+        "plan": assess(), "foreign": [trigger names], "problems": [...]}``; layout kinds as
+        in :mod:`hermes_state.fts_inventory`; ``stale`` means the index was switched off after
+        corruption (SPEC §12) and must be rebuilt.
     """
-    layout = live_fts_layout(conn)
-    return {"layout": layout, "legacy": layout in INLINE_LAYOUTS or layout == "none",
-            "pending": rebuild_markers(conn), "stale": _stale(conn)}
+    inv = inventory(conn)
+    return {"layout": inv.kind, "legacy": inv.kind in LEGACY_KINDS or inv.kind == NONE,
+            "pending": rebuild_markers(conn), "stale": _stale(conn),
+            "plan": assess(conn, inv), "foreign": inv.foreign, "problems": list(inv.problems)}
 
 
 def _stale(conn: sqlite3.Connection) -> bool:
@@ -113,34 +216,87 @@ def _stale(conn: sqlite3.Connection) -> bool:
         return False
 
 
-def _switch(conn: sqlite3.Connection) -> dict:
-    """Step 1: legacy (or stale) FTS out, v23 tables + gated triggers in, markers set.
+def _retire_or_drop(conn: sqlite3.Connection, table: str, retire: bool) -> None:
+    if retire:
+        from .fts_backfill import RETIRED_PREFIX
 
-    Idempotent: a store already on the v23 layout (not stale) is left as it is.
+        # DROP TABLE frees every page now (~0.5 s per 100 k rows); a rename is constant time
+        # and the background thread frees the pages in small chunks (fts_backfill).
+        try:
+            conn.execute(f'DROP TABLE IF EXISTS "{RETIRED_PREFIX}{table}"')
+            conn.execute(f'ALTER TABLE "{table}" RENAME TO "{RETIRED_PREFIX}{table}"')
+            return
+        except sqlite3.OperationalError:
+            pass  # a schema the rename cannot re-parse: drop it instead
+    conn.execute(f'DROP TABLE IF EXISTS "{table}"')
+
+
+def replace_layout(conn: sqlite3.Connection, *, retire: bool = False,
+                   backfill: bool = False) -> dict:
+    """Replace whatever FTS layout the store has by the v23 one, in the caller's transaction.
+
+    Every trigger on ``messages`` that writes into an FTS table (whatever its name, except the
+    optional ``messages_fts_cjk``) or into a vanished ``messages_fts*`` table is dropped, the
+    ``messages_fts`` / ``messages_fts_trigram`` tables and their views go (renamed to
+    ``retired_*`` when ``retire``), the v23 tables, view and triggers are created, and either
+    every row is indexed now (``backfill``) or the SPEC §2.4 markers P = 0, H = MAX(id) are set
+    for the chunked back-fill. ``fts_stale`` and ``fts_optimize_available`` are cleared.
+
+    Returns:
+        ``{"switched": True, "layout": the kind before, "markers": (0, H) | None,
+        "indexed": rows indexed now, "dropped_triggers": [names]}``.
     """
-    layout = live_fts_layout(conn)
-    if layout == EXTERNAL_LAYOUT and not _stale(conn):
-        return {"switched": False, "layout": layout, "markers": rebuild_markers(conn)}
-    for table, _ in _TABLES:
-        for suffix in ("ai", "ad", "au"):
-            conn.execute(f"DROP TRIGGER IF EXISTS {table}_{suffix}")
-        conn.execute(f"DROP TABLE IF EXISTS {table}")
+    inv = inventory(conn)
+    dropped = []
+    for trig in inv.fts_triggers:
+        if set(trig.targets) <= {"messages_fts_cjk"} and not trig.missing_targets:
+            continue
+        conn.execute(f'DROP TRIGGER IF EXISTS "{trig.name}"')
+        dropped.append(trig.name)
+    for table in _LAYOUT_TABLES:
+        if table in inv.tables or conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
+                (table,)).fetchone():
+            _retire_or_drop(conn, table, retire)
+    for view in _LAYOUT_VIEWS:
+        conn.execute(f'DROP VIEW IF EXISTS "{view}"')
     plan = [(FTS_TABLE_SQL, FTS_TRIGGERS_SQL)]
     if trigram_supported(conn):
+        conn.execute(TRIGRAM_VIEW_SQL)
         plan.append((TRIGRAM_TABLE_SQL, TRIGRAM_TRIGGERS_SQL))
     for table_sql, triggers_sql in plan:
         conn.execute(table_sql)
         for stmt in _split_triggers(triggers_sql):
             conn.execute(stmt)
-    conn.execute("DELETE FROM state_meta WHERE key IN (?, ?, ?)",
-                 (STALE_KEY, HIGH_WATER_KEY, PROGRESS_KEY))
+    conn.execute("DELETE FROM state_meta WHERE key IN (?, ?, ?, ?)",
+                 (STALE_KEY, HIGH_WATER_KEY, PROGRESS_KEY, OPTIMIZE_KEY))
     high = conn.execute("SELECT COALESCE(MAX(id), 0) FROM messages").fetchone()[0]
-    markers = None
-    if high > 0:
+    markers, indexed = None, 0
+    if backfill:
+        for table, row_filter in _TABLES:
+            if conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (table,)).fetchone():
+                cur = conn.execute(
+                    f"INSERT INTO {table}(rowid, content, tool_name, tool_calls) "
+                    f"SELECT id, content, tool_name, tool_calls FROM messages WHERE 1 {row_filter}")
+                indexed = indexed or max(cur.rowcount, 0)
+    elif high > 0:
         conn.execute("INSERT OR REPLACE INTO state_meta(key, value) VALUES (?, ?), (?, ?)",
                      (HIGH_WATER_KEY, str(high), PROGRESS_KEY, "0"))
         markers = (0, high)
-    return {"switched": True, "layout": layout, "markers": markers}
+    return {"switched": True, "layout": inv.kind, "markers": markers, "indexed": indexed,
+            "dropped_triggers": dropped}
+
+
+def _switch(conn: sqlite3.Connection) -> dict:
+    """Step 1 of optimize-storage: the v23 layout with markers, unless already there.
+
+    Idempotent: a store already on the v23 layout (not stale, no foreign trigger) is left as it
+    is.
+    """
+    inv = inventory(conn)
+    if assess(conn, inv) == "ok" and not _stale(conn):
+        return {"switched": False, "layout": inv.kind, "markers": rebuild_markers(conn)}
+    return replace_layout(conn)
 
 
 def _pending_rows(conn: sqlite3.Connection) -> int:
@@ -211,7 +367,7 @@ def optimize_storage(db: "SessionDB", *, chunk: int = DEFAULT_CHUNK,
         raise ValueError(f"chunk must be >= 1, not {chunk}")
     t0 = time.monotonic()
     before = db._read(status)
-    if before["layout"] == EXTERNAL_LAYOUT and before["pending"] is None and not before["stale"]:
+    if before["plan"] == "ok" and before["pending"] is None and not before["stale"]:
         return {"status": "nothing to do", "layout": before["layout"]}
     db_path = Path(db.db_path)
     size = store_bytes(db_path)
@@ -225,7 +381,7 @@ def optimize_storage(db: "SessionDB", *, chunk: int = DEFAULT_CHUNK,
             f"optimize-storage needs about {need / 1e6:.1f} MB free beside {db_path} "
             f"(the size of the store) but only {free / 1e6:.1f} MB are free; nothing was "
             f"changed. Free some space (or move the profile) and run it again.")
-    resumed = before["layout"] == EXTERNAL_LAYOUT and not before["stale"]
+    resumed = before["plan"] == "ok" and not before["stale"]
     switched = db._write(_switch, op="optimize_storage")
     rows = chunks = 0
     high = switched["markers"][1] if switched["markers"] else None
@@ -259,16 +415,39 @@ def _vocab_instances(conn: sqlite3.Connection, schema_name: str, table: str) -> 
         conn.execute(f"DROP TABLE {vocab}")
 
 
+def _expected_rows_sql(table: FtsTable, kind: str, gate: str) -> str:
+    """``SELECT rowid, <columns>`` of the rows ``table`` should index, whatever its layout.
+
+    External-content tables index exactly the rows of their content table or view; upstream's
+    inline tables index ``content || ' ' || tool_name || ' ' || tool_calls`` of every row; the
+    three-column inline tables of earlier versions of this code indexed the columns (the trigram
+    one without ``role='tool'`` rows).
+    """
+    from .schema_history import INLINE_TEXT
+
+    cols = ", ".join(f'"{c}"' for c in table.columns)
+    if table.external:
+        rowid = table.options.get("content_rowid", "rowid")
+        row_gate = re.sub(r"\bid\b", rowid, gate)
+        return f'SELECT "{rowid}", {cols} FROM "{table.content}" WHERE 1 {row_gate}'
+    if table.columns == ("content",):
+        return f"SELECT id, {INLINE_TEXT.format(r='messages')} FROM messages WHERE 1 {gate}"
+    tool = "AND role != 'tool'" if table.tokenize.lower() == "trigram" else ""
+    return f"SELECT id, {cols} FROM messages WHERE 1 {tool} {gate}"
+
+
 def verify_fts(conn: sqlite3.Connection) -> dict[str, str]:
-    """Compare every FTS table with an index built from scratch out of ``messages``.
+    """Compare every FTS table with an index built from scratch out of its source rows.
 
     For each of ``messages_fts`` / ``messages_fts_trigram`` present: FTS5 ``integrity-check``,
     then the full list of (term, rowid, column, offset) instances is compared with that of a
-    fresh inline index over the same rows (all rows; no ``role='tool'`` rows for trigram) built
-    in a ``temp`` table. Equal lists prove the index holds every row exactly once with its
-    current text (no row missing, stale or indexed twice), whatever the layout. While a rebuild
-    is pending, rows in ``(P, H]`` are expected to be absent. Cost: proportional to the store
-    (meant for tests, ``doctor --deep`` and benchmarks on small stores).
+    fresh inline index over the rows the layout indexes (:func:`_expected_rows_sql`: an
+    external table's content table or view, upstream's concatenated text for its inline
+    tables), built in a ``temp`` table with the same tokenizer. Equal lists prove the index
+    holds every row exactly once with its current text (no row missing, stale or indexed
+    twice), whatever the layout. While a rebuild is pending, rows in ``(P, H]`` are expected to
+    be absent. Cost: proportional to the store (meant for tests, ``doctor --deep`` and
+    benchmarks on small stores).
 
     Args:
         conn: any connection to the store (writes only to ``temp``).
@@ -276,40 +455,40 @@ def verify_fts(conn: sqlite3.Connection) -> dict[str, str]:
         ``{table: "ok" | problem}``.
     """
     out: dict[str, str] = {}
-    names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+    inv = inventory(conn)
     markers = rebuild_markers(conn)
     gate = ""
     if markers is not None:
         gate = f"AND (id <= {markers[0]} OR id > {markers[1]})"
-    for table, row_filter in _TABLES:
-        if table not in names:
+    for name in _LAYOUT_TABLES:
+        table = inv.tables.get(name)
+        if table is None:
             continue
         try:
-            conn.execute(f"INSERT INTO {table}({table}) VALUES('integrity-check')")
+            conn.execute(f"INSERT INTO {name}({name}) VALUES('integrity-check')")
         except sqlite3.DatabaseError as exc:
-            out[table] = f"integrity-check: {exc}"
+            out[name] = f"integrity-check: {exc}"
             continue
-        cols = [r[1] for r in conn.execute(f"PRAGMA table_info({table})")]
-        sql = next(r[0] for r in conn.execute(
-            "SELECT sql FROM sqlite_master WHERE name = ?", (table,)))
-        tokenize = ", tokenize='trigram'" if "trigram" in sql else ""
-        ref = f"_ref_{table}"
+        tokenize = table.options.get("tokenize")
+        tok = f", tokenize='{tokenize}'" if tokenize else ""
+        cols = ", ".join(f'"{c}"' for c in table.columns)
+        ref = f"_ref_{name}"
         conn.execute(f"DROP TABLE IF EXISTS temp.{ref}")
-        conn.execute(f"CREATE VIRTUAL TABLE temp.{ref} USING fts5({', '.join(cols)}{tokenize})")
+        conn.execute(f"CREATE VIRTUAL TABLE temp.{ref} USING fts5({cols}{tok})")
         try:
-            conn.execute(f"INSERT INTO temp.{ref}(rowid, {', '.join(cols)}) "
-                         f"SELECT id, {', '.join(cols)} FROM messages WHERE 1 {row_filter} {gate}")
-            live = _vocab_instances(conn, "main", table)
+            conn.execute(f"INSERT INTO temp.{ref}(rowid, {cols}) "
+                         + _expected_rows_sql(table, inv.kind, gate))
+            live = _vocab_instances(conn, "main", name)
             want = _vocab_instances(conn, "temp", ref)
         finally:
             conn.execute(f"DROP TABLE IF EXISTS temp.{ref}")
         if live == want:
-            out[table] = "ok"
+            out[name] = "ok"
         else:
             live_docs = {r[1] for r in live}
             want_docs = {r[1] for r in want}
             dup = len(live) - len(set(live))
-            out[table] = (f"index differs from messages: {len(live)} vs {len(want)} instances, "
-                          f"missing rows {sorted(want_docs - live_docs)[:10]}, extra rows "
-                          f"{sorted(live_docs - want_docs)[:10]}, duplicated instances {dup}")
+            out[name] = (f"index differs from messages: {len(live)} vs {len(want)} instances, "
+                         f"missing rows {sorted(want_docs - live_docs)[:10]}, extra rows "
+                         f"{sorted(live_docs - want_docs)[:10]}, duplicated instances {dup}")
     return out

@@ -156,11 +156,10 @@ class LifecycleMixin:
             ``last_active`` (newest message timestamp, else ``started_at``).
         """
         src = clean_text(source)
-        rows = self._read(lambda c: c.execute(
-            _LIST_SQL, (src, src, int(limit), int(offset))).fetchall())
+        rows = self._read(lambda c: [session_row(r, c) for r in c.execute(
+            _LIST_SQL, (src, src, int(limit), int(offset))).fetchall()])
         out = []
-        for r in rows:
-            d = session_row(r)
+        for d in rows:
             d["preview"] = make_preview(d.pop("_preview_raw"))
             out.append(d)
         return out
@@ -350,7 +349,7 @@ _LAST_ACTIVE = ("COALESCE((SELECT MAX(m.timestamp) FROM messages m WHERE m.sessi
 def _export_one(c: sqlite3.Connection, sid: str, with_last_active: bool = False) -> dict | None:
     extra = f", {_LAST_ACTIVE} AS last_active" if with_last_active else ""
     row = session_row(c.execute(f"SELECT s.*{extra} FROM sessions s WHERE s.id = ?",
-                                (sid,)).fetchone())
+                                (sid,)).fetchone(), c)
     if row is None:
         return None
     row["messages"] = [message_row(m) for m in c.execute(

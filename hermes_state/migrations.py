@@ -12,28 +12,32 @@ settled. The order for an existing store below version 23:
    version is re-read inside the transaction, so two processes migrating the same store at once
    run every step exactly once; a crash inside a step rolls it back, a crash between steps
    resumes at the next open;
-3. one write transaction (``op="open"``) for the idempotent rest: FTS tables/triggers where
-   absent (layout-aware: a legacy INLINE layout is left for ``optimize-storage``, SPEC §8), the
-   unique-title index (with the duplicate repair), the generation token and ``application_id``
-   (SPEC §10.1).
+3. one write transaction (``op="open"``) for the idempotent rest: the FTS layout judged by
+   STRUCTURE (:func:`hermes_state.fts_layout.assess`: the v23 layout is completed, upstream's
+   intact inline layout kept and flagged ``fts_optimize_available``, anything else -- foreign or
+   duplicate trigger sets, external-v1 or mixed layouts -- replaced whole), the unique-title
+   index (with the duplicate repair), NULL ``messages.active`` healed, the generation token and
+   ``application_id`` (SPEC §10.1).
 
 A fresh store is created whole in ONE transaction at version 23 (external-content FTS). A store
 at 23 that merely misses a table or column is completed in one transaction. A store NEWER than
 the code is opened without downgrade: only missing tables and columns are added and a warning is
-logged once per process (SPEC §3); its FTS and title index are left alone.
+logged once per process (SPEC §3); its FTS layout, title index and ``application_id`` are left
+alone (triggers that cannot fire here are dropped, :mod:`hermes_state.store_shape`). Whether an
+open has anything to do at all is :func:`hermes_state.store_shape.pending_work`.
 
-Data steps (the version table is in :mod:`hermes_state.schema_history`):
+Data steps (the version table is in :mod:`hermes_state.schema_history`; upstream's steps in
+UPSTREAM_API.md §4.1):
 
 * v4  unique title index; on duplicates the newest row (``started_at``, then rowid) keeps the
   title, the others become NULL; the count is logged (never aborts the open).
-* v10 inline trigram table (``content``; ``role='tool'`` rows excluded) + back-fill.
-* v11 both FTS tables re-created inline over ``content, tool_name, tool_calls`` + re-index.
-* v10/v11 on a BIG store (more than :data:`DEFER_FTS_ROWS` messages): deferred re-index, see
-  below.
-* v16 delegated sub-agents: ``parent_session_id IS NOT NULL AND source IN ('subagent',
-  'delegate')`` => ``model_config = json_set(COALESCE(model_config, '{}'), '$._delegate_from',
-  parent_session_id)`` unless already tagged; a ``model_config`` that is not a JSON object is
-  left untouched (counted in the report).
+* v11 every trigger on ``messages`` that writes into an FTS table (whatever its name: upstream
+  calls them ``messages_fts_insert``/``_delete``/``_update``) is dropped with the external-v1
+  tables of v2-v10 and the v23 layout is created in the same transaction (:func:`switch_fts`):
+  re-indexed inside the step, or on a BIG store (more than :data:`DEFER_FTS_ROWS` messages)
+  deferred, see below. Upstream's v10 trigram back-fill has no step here: v11 replaces it.
+* v16 delegate sub-agents tagged as upstream does (UPSTREAM_API.md D10, :func:`_step_v16`);
+  a ``model_config`` that is not a JSON object is left untouched (counted in the report).
 * v18 gateway metadata from ``<dir of state.db>/sessions/sessions.json``: accepted shapes are
   ``{session_key: entry}``, ``{"sessions": [entry, ...] | {key: entry}}`` or ``[entry, ...]``;
   an entry is an object with ``session_id`` (required) and any of ``display_name`` (string),
@@ -43,12 +47,11 @@ Data steps (the version table is in :mod:`hermes_state.schema_history`):
   are applied in file order (the first value for a session wins). A missing file is normal; an
   unreadable, oversized (> 64 MiB) or malformed file, or one of another shape, is logged and
   skipped; bad entries are skipped. The step never fails the open.
-* v20 ``session_model_usage`` seeded from each session's totals (model and billing parts, ''
-  for unknown): one row per session that has any token/call count or a cost and no usage row
-  yet (``first_seen = started_at``, ``last_seen = COALESCE(ended_at, started_at)``).
-* v22 ``session_model_usage`` rebuilt with ``task`` in the primary key (``''`` for old rows)
-  unless its key already has it.
-* v23 version advance only.
+* v20 ``session_model_usage`` seeded from each session's totals as upstream's v21+ modules do
+  (sessions with tokens > 0, model ``'unknown'`` and billing parts ``''`` when unknown).
+* v22 ``session_model_usage`` rebuilt with ``task`` in the primary key (upstream's v22 DDL, NULL
+  key parts ``''``, NULL counts and costs 0) unless its key already has it.
+* v23 a kept legacy layout is flagged ``state_meta['fts_optimize_available'] = '1'``.
 Every other version is a column/table addition handled declaratively in step 1: its step is the
 version bump alone.
 
@@ -58,20 +61,18 @@ took ~4.5 s against 0.17 s for ``VACUUM INTO`` (27x), and no FTS5 tuning brings 
 build of both indexes near 3x (the trigram build alone is ~10x). SPEC §2.4 already defines a
 resumable, crash-safe background rebuild (gated triggers + markers P/H + chunked back-fill, with
 search LIKE-scanning the pending range), so a store with more than :data:`DEFER_FTS_ROWS`
-messages does not re-index in the open: the first of v10/v11 it runs retires the legacy inline
-tables and switches to the v23 external-content layout with markers P = 0, H = MAX(id) and
-``state_meta['fts_backfill'] = 'auto'`` -- the same switch as ``optimize-storage``
-(:func:`hermes_state.fts_layout._switch`), in constant time: the legacy tables are RENAMED to
-``retired_messages_fts*`` rather than dropped (a DROP frees every page inside the open) and the
-background thread frees them in small chunks after the back-fill; a later v11 finds that layout
-and does nothing. The back-fill then runs in a background thread of every writable open
-(:mod:`hermes_state.fts_backfill`) until done, or via ``sessions optimize-storage``. The
-guarantees hold: each version step is still one transaction with its bump (a crash inside rolls
-the switch back, a crash after resumes at the next step), no row is lost or indexed twice
-(triggers and back-fill cover disjoint ranges) and no message is unfindable meanwhile. Small
-stores keep the synchronous inline re-index (sub-second; nothing pending after the open), so
-they stay on the legacy ``inline-v11`` layout until ``optimize-storage`` as SPEC §3 describes;
-big stores land directly on the v23 layout, skipping that later rewrite.
+messages does not re-index in the open: the v11 step (or the open's layout repair) retires the
+legacy tables and switches to the v23 external-content layout with markers P = 0, H = MAX(id)
+and ``state_meta['fts_backfill'] = 'auto'`` -- the same switch as ``optimize-storage``
+(:func:`hermes_state.fts_layout.replace_layout`), in constant time: the legacy tables are
+RENAMED to ``retired_messages_fts*`` rather than dropped (a DROP frees every page inside the
+open) and the background thread frees them in small chunks after the back-fill. The back-fill
+then runs in a background thread of every writable open (:mod:`hermes_state.fts_backfill`)
+until done, or via ``sessions optimize-storage``. The guarantees hold: each version step is
+still one transaction with its bump (a crash inside rolls the switch back, a crash after resumes
+at the next step), no row is lost or indexed twice (triggers and back-fill cover disjoint
+ranges) and no message is unfindable meanwhile. Small stores are re-indexed inside the step
+(sub-second; nothing pending after the open).
 """
 
 from __future__ import annotations
@@ -96,9 +97,8 @@ from .schema import (
     create_schema,
     create_tables,
     reconcile_columns,
-    trigram_supported,
 )
-from .schema_history import FTS_LAYOUTS, USAGE_V22, infer_version, sessions_json_path
+from .schema_history import USAGE_V22, infer_version, sessions_json_path
 
 if TYPE_CHECKING:  # pragma: no cover
     from .connection import StoreConnection
@@ -196,12 +196,18 @@ def ensure_title_index(conn: sqlite3.Connection) -> int:
     return cleared
 
 
-def _stamp_generation(conn: sqlite3.Connection) -> None:
-    """The ``db_file_generation`` token (first opener wins) and its ``application_id``."""
+def _stamp_generation(conn: sqlite3.Connection, newer: bool = False) -> None:
+    """The ``db_file_generation`` token (first opener wins) and its ``application_id``.
+
+    A store newer than this code keeps its ``application_id`` (v31 derives its own from the
+    token); only a missing token is added.
+    """
     conn.execute("INSERT OR IGNORE INTO state_meta(key, value) VALUES ('db_file_generation', ?)",
                  (uuid.uuid4().hex,))
     token = conn.execute(
         "SELECT value FROM state_meta WHERE key = 'db_file_generation'").fetchone()[0]
+    if newer:
+        return
     want = application_id_for(token)
     if conn.execute("PRAGMA application_id").fetchone()[0] != want:
         conn.execute(f"PRAGMA application_id={want}")
@@ -231,110 +237,114 @@ class _Ctx:
     db_path: Path
 
 
-def _drop_fts(conn: sqlite3.Connection, table: str) -> None:
-    for suffix in ("ai", "ad", "au"):
-        conn.execute(f"DROP TRIGGER IF EXISTS {table}_{suffix}")
-    conn.execute(f"DROP TABLE IF EXISTS {table}")
-
-
-def _create_layout_table(conn: sqlite3.Connection, layout: str, table: str) -> None:
-    lay = FTS_LAYOUTS[layout]
-    conn.execute(dict(lay.tables)[table])
-    for name, sql in lay.triggers:
-        if name.startswith(table + "_") and name[len(table) + 1:] in ("ai", "ad", "au"):
-            conn.execute(sql)
-
-
 def _step_v4(ctx: _Ctx, conn: sqlite3.Connection) -> dict:
     return {"titles_cleared": ensure_title_index(conn)}
 
 
-def _defer_fts(conn: sqlite3.Connection) -> dict | None:
-    """Switch to the v23 layout with a pending background rebuild when the store is big.
+def _big(conn: sqlite3.Connection) -> bool:
+    """More than :data:`DEFER_FTS_ROWS` messages: re-index in the background, not in the open."""
+    high = conn.execute("SELECT COALESCE(MAX(id), 0) FROM messages").fetchone()[0]
+    return high > DEFER_FTS_ROWS and conn.execute(
+        "SELECT COUNT(*) FROM messages").fetchone()[0] > DEFER_FTS_ROWS
+
+
+def switch_fts(conn: sqlite3.Connection) -> dict:
+    """Replace the whole FTS layout by the v23 one, in the caller's transaction.
+
+    Small stores are re-indexed here; big ones (:func:`_big`) get the SPEC §2.4 markers and
+    ``state_meta['fts_backfill'] = 'auto'``, the legacy tables are renamed (constant time) and
+    the background thread of :mod:`hermes_state.fts_backfill` indexes the rows and frees them.
 
     Returns:
-        ``{"fts_deferred": rows pending}`` when this step deferred (or an earlier one already
-        did: the live layout is the v23 one), None when the caller re-indexes inline.
+        ``{"fts_reindexed": rows indexed now}`` or ``{"fts_deferred": rows pending}``, plus
+        ``{"fts_triggers_replaced": n}`` when triggers were dropped.
     """
-    from .fts_backfill import AUTO_KEY, RETIRED_PREFIX
-    from .fts_layout import _switch, rebuild_markers
-    from .schema_history import EXTERNAL_LAYOUT, live_fts_layout
+    from .fts_backfill import AUTO_KEY
+    from .fts_layout import replace_layout
 
-    if live_fts_layout(conn) == EXTERNAL_LAYOUT:
-        return {"fts_deferred": 0}
-    high = conn.execute("SELECT COALESCE(MAX(id), 0) FROM messages").fetchone()[0]
-    if high <= DEFER_FTS_ROWS or conn.execute(
-            "SELECT COUNT(*) FROM messages").fetchone()[0] <= DEFER_FTS_ROWS:
-        return None
-    for table in ("messages_fts", "messages_fts_trigram"):
-        if _exists(conn, table):
-            for suffix in ("ai", "ad", "au"):
-                conn.execute(f"DROP TRIGGER IF EXISTS {table}_{suffix}")
-            # DROP TABLE would free every page now (~0.5 s per 100 k rows); a rename is
-            # constant time and the background thread frees the pages in small chunks.
-            conn.execute(f"DROP TABLE IF EXISTS {RETIRED_PREFIX}{table}")
-            conn.execute(f"ALTER TABLE {table} RENAME TO {RETIRED_PREFIX}{table}")
-    _switch(conn)
-    conn.execute("INSERT OR REPLACE INTO state_meta(key, value) VALUES (?, 'auto')", (AUTO_KEY,))
-    low, high = rebuild_markers(conn) or (0, 0)
-    return {"fts_deferred": high - low}
-
-
-def _step_v10(ctx: _Ctx, conn: sqlite3.Connection) -> dict:
-    deferred = _defer_fts(conn)
-    if deferred is not None:
-        return deferred
-    if not trigram_supported(conn):
-        log.info("this SQLite has no trigram tokenizer: v10 skips messages_fts_trigram "
-                 "(CJK/substring search falls back to LIKE, SPEC §6.3)")
-        return {"trigram_indexed": 0}
-    _drop_fts(conn, "messages_fts_trigram")
-    _create_layout_table(conn, "inline-v10", "messages_fts_trigram")
-    cur = conn.execute("INSERT INTO messages_fts_trigram(rowid, content) "
-                       "SELECT id, content FROM messages WHERE role != 'tool'")
-    return {"trigram_indexed": max(cur.rowcount, 0)}
-
-
-def _step_v11(ctx: _Ctx, conn: sqlite3.Connection) -> dict:
-    deferred = _defer_fts(conn)
-    if deferred is not None:
-        return deferred
-    _drop_fts(conn, "messages_fts")
-    _drop_fts(conn, "messages_fts_trigram")
-    _create_layout_table(conn, "inline-v11", "messages_fts")
-    cur = conn.execute("INSERT INTO messages_fts(rowid, content, tool_name, tool_calls) "
-                       "SELECT id, content, tool_name, tool_calls FROM messages")
-    out = {"fts_reindexed": max(cur.rowcount, 0)}
-    if trigram_supported(conn):
-        _create_layout_table(conn, "inline-v11", "messages_fts_trigram")
-        cur = conn.execute(
-            "INSERT INTO messages_fts_trigram(rowid, content, tool_name, tool_calls) "
-            "SELECT id, content, tool_name, tool_calls FROM messages WHERE role != 'tool'")
-        out["trigram_reindexed"] = max(cur.rowcount, 0)
+    big = _big(conn)
+    res = replace_layout(conn, retire=big, backfill=not big)
+    out: dict[str, int] = {}
+    if res["dropped_triggers"]:
+        out["fts_triggers_replaced"] = len(res["dropped_triggers"])
+    if big:
+        conn.execute("INSERT OR REPLACE INTO state_meta(key, value) VALUES (?, 'auto')",
+                     (AUTO_KEY,))
+        low, high = res["markers"] or (0, 0)
+        out["fts_deferred"] = high - low
+    else:
+        out["fts_reindexed"] = res["indexed"]
     return out
 
 
-_SUBAGENT = "parent_session_id IS NOT NULL AND source IN ('subagent', 'delegate')"
+def _step_v11(ctx: _Ctx, conn: sqlite3.Connection) -> dict:
+    """Upstream v11 rebuilt both FTS tables inline; this code goes to the v23 layout instead.
+
+    A store below 11 has the external-v1 layout (``content`` only, FTS5 'delete'-command
+    triggers named ``messages_fts_insert``/``_delete``/``_update``, the v10 trigram beside it):
+    every trigger feeding an FTS table is dropped and the v23 layout created in this step's
+    transaction, so no legacy trigger fires beside the new ones (UPSTREAM_API.md §4.2, D1).
+    """
+    from .fts_layout import assess
+
+    if assess(conn) == "ok":
+        return {}
+    return switch_fts(conn)
+
+
+def _delegate_json(expr: str, path: str) -> str:
+    """``json_extract`` on ``model_config`` that never raises on text that is not JSON."""
+    return (f"(CASE WHEN json_valid(COALESCE({expr}, '{{}}')) "
+            f"THEN json_extract(COALESCE({expr}, '{{}}'), '{path}') END)")
 
 
 def _step_v16(ctx: _Ctx, conn: sqlite3.Connection) -> dict:
-    # CASE evaluates lazily: json_type() never sees text that is not JSON.
-    taggable = """CASE
-        WHEN model_config IS NULL THEN 1
-        WHEN json_valid(model_config) AND json_type(model_config) = 'object'
-            THEN json_type(model_config, '$._delegate_from') IS NULL
-        ELSE 0 END"""
-    cur = conn.execute(
-        f"UPDATE sessions SET model_config = json_set(COALESCE(model_config, '{{}}'), "
-        f"'$._delegate_from', parent_session_id) WHERE {_SUBAGENT} AND {taggable}")
-    skipped = conn.execute(
-        f"""SELECT COUNT(*) FROM sessions WHERE {_SUBAGENT} AND model_config IS NOT NULL AND
-            CASE WHEN json_valid(model_config) THEN json_type(model_config) != 'object'
-                 ELSE 1 END""").fetchone()[0]
-    if skipped:
-        log.warning("v16: %d delegated sub-agent session(s) have a model_config that is not a "
-                    "JSON object; left untagged", skipped)
-    return {"subagents_tagged": max(cur.rowcount, 0), "subagents_untaggable": skipped}
+    """Tag delegate sub-agent sessions as upstream's v16 step does (UPSTREAM_API.md D10).
+
+    (1) every row with a parent, no ``_delegate_from``, that is neither a branch child
+    (``_branched_from`` set, or the parent ended ``branched`` no later than the child started)
+    nor a compression child (the parent ended ``compression``) gets ``_delegate_from = parent``,
+    whatever its source; (2) every parentless row without ``_delegate_from``/``_branched_from``,
+    untitled, with ``message_count <= 25``, at least one ``role='tool'`` message and no
+    children gets ``_delegate_from = '__orphaned__'``. A ``model_config`` that is not a JSON
+    object is never rewritten (counted as untaggable); upstream would abort the open there.
+    """
+    obj = ("(model_config IS NULL OR (json_valid(model_config) "
+           "AND json_type(model_config) = 'object'))")
+    delegate = _delegate_json("s.model_config", "$._delegate_from")
+    branched = _delegate_json("s.model_config", "$._branched_from")
+    child = f"""s.parent_session_id IS NOT NULL AND {delegate} IS NULL
+        AND NOT EXISTS (SELECT 1 FROM sessions p WHERE p.id = s.parent_session_id AND (
+                p.end_reason = 'compression'
+                OR (p.end_reason = 'branched' AND s.started_at >= p.ended_at)))
+        AND {branched} IS NULL"""
+    has_title = "s.title IS NOT NULL" if _has_column(conn, "sessions", "title") else "0"
+    orphan = f"""s.parent_session_id IS NULL AND {delegate} IS NULL AND {branched} IS NULL
+        AND NOT ({has_title}) AND s.message_count <= 25
+        AND EXISTS (SELECT 1 FROM messages m WHERE m.session_id = s.id AND m.role = 'tool')
+        AND NOT EXISTS (SELECT 1 FROM sessions c WHERE c.parent_session_id = s.id)"""
+    untaggable = conn.execute(
+        f"SELECT COUNT(*) FROM sessions s WHERE (({child}) OR ({orphan})) AND NOT "
+        f"{obj.replace('model_config', 's.model_config')}").fetchone()[0]
+    # Both sets are chosen before either is written: tagging a child must not change whether
+    # its parent counts as an orphan (the child keeps its parent link either way).
+    ids = conn.execute(
+        f"SELECT s.id, CASE WHEN ({child}) THEN s.parent_session_id ELSE '__orphaned__' END "
+        f"FROM sessions s WHERE (({child}) OR ({orphan})) AND "
+        f"{obj.replace('model_config', 's.model_config')}").fetchall()
+    for sid, value in ids:
+        conn.execute("UPDATE sessions SET model_config = json_set(COALESCE(model_config, '{}'), "
+                     "'$._delegate_from', ?) WHERE id = ?", (value, sid))
+    if untaggable:
+        log.warning("v16: %d delegate sub-agent session(s) have a model_config that is not a "
+                    "JSON object; left untagged", untaggable)
+    orphans = sum(1 for _sid, value in ids if value == "__orphaned__")
+    return {"subagents_tagged": len(ids) - orphans, "orphans_tagged": orphans,
+            "subagents_untaggable": untaggable}
+
+
+def _has_column(conn: sqlite3.Connection, table: str, column: str) -> bool:
+    return any(r[1] == column for r in conn.execute(f"PRAGMA table_info({table})"))
 
 
 def load_sessions_json(path: Path) -> list[dict]:
@@ -420,56 +430,106 @@ def _step_v18(ctx: _Ctx, conn: sqlite3.Connection) -> dict:
 
 _USAGE_NUMBERS = ("api_call_count", "input_tokens", "output_tokens", "cache_read_tokens",
                   "cache_write_tokens", "reasoning_tokens")
+_TOKENS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens",
+           "reasoning_tokens")
 
 
 def _step_v20(ctx: _Ctx, conn: sqlite3.Connection) -> dict:
-    nums = ", ".join(f"COALESCE({c}, 0)" for c in _USAGE_NUMBERS)
-    any_usage = " + ".join(f"COALESCE({c}, 0)" for c in _USAGE_NUMBERS)
+    """Seed one usage row per session with tokens > 0 from its totals (UPSTREAM_API.md §4.1).
+
+    As upstream's v21+ modules: INSERT OR IGNORE, model ``COALESCE(model, 'unknown')``, every
+    billing part ``''`` when unknown, costs 0 when unknown (the usage cost columns are NOT
+    NULL); a session that already has a usage row keeps it.
+    """
+    live = {r[1] for r in conn.execute("PRAGMA table_info(session_model_usage)")}
+    scols = {r[1] for r in conn.execute("PRAGMA table_info(sessions)")}
+
+    def src(col: str, default: str) -> str:
+        return f"COALESCE({col}, {default})" if col in scols else default
+
+    wanted = {
+        "session_id": "id", "model": src("model", "'unknown'"),
+        "billing_provider": src("billing_provider", "''"),
+        "billing_base_url": src("billing_base_url", "''"),
+        "billing_mode": src("billing_mode", "''"),
+        **{c: src(c, "0") for c in _USAGE_NUMBERS},
+        "estimated_cost_usd": src("estimated_cost_usd", "0"),
+        "actual_cost_usd": src("actual_cost_usd", "0"),
+        "cost_status": "cost_status" if "cost_status" in scols else "NULL",
+        "cost_source": "cost_source" if "cost_source" in scols else "NULL",
+        "first_seen": "started_at", "last_seen": "COALESCE(ended_at, started_at)",
+    }
+    cols = [c for c in wanted if c in live]
+    tokens = " OR ".join(f"{src(c, '0')} > 0" for c in _TOKENS)
     cur = conn.execute(
-        f"""INSERT OR IGNORE INTO session_model_usage(session_id, model, billing_provider,
-                billing_base_url, billing_mode, {', '.join(_USAGE_NUMBERS)}, estimated_cost_usd,
-                actual_cost_usd, cost_status, cost_source, first_seen, last_seen)
-            SELECT id, COALESCE(model, ''), COALESCE(billing_provider, ''),
-                   COALESCE(billing_base_url, ''), COALESCE(billing_mode, ''), {nums},
-                   estimated_cost_usd, actual_cost_usd, cost_status, cost_source, started_at,
-                   COALESCE(ended_at, started_at)
-            FROM sessions s
-            WHERE ({any_usage} > 0 OR estimated_cost_usd IS NOT NULL
-                   OR actual_cost_usd IS NOT NULL)
+        f"""INSERT OR IGNORE INTO session_model_usage({', '.join(cols)})
+            SELECT {', '.join(wanted[c] for c in cols)} FROM sessions s
+            WHERE ({tokens})
               AND NOT EXISTS (SELECT 1 FROM session_model_usage u WHERE u.session_id = s.id)""")
     return {"usage_seeded": max(cur.rowcount, 0)}
 
 
 def _step_v22(ctx: _Ctx, conn: sqlite3.Connection) -> dict:
+    """Rebuild ``session_model_usage`` with ``task`` in its key (upstream v22 DDL).
+
+    NULL key parts (a v20 table's nullable ``billing_base_url``, a reconciled ``billing_mode``)
+    become ``''`` and NULL counts/costs 0 (UPSTREAM_API.md §4.6: upstream v22 itself fails on
+    those); rows that collide once healed are kept once (INSERT OR IGNORE).
+    """
     info = conn.execute("PRAGMA table_info(session_model_usage)").fetchall()
     pk = [r[1] for r in sorted((r for r in info if r[5]), key=lambda r: r[5])]
     if "task" in pk:
         return {"usage_rebuilt": 0}
     live = {r[1] for r in info}
+    indexes = [r[0] for r in conn.execute(
+        "SELECT sql FROM sqlite_master WHERE type = 'index' AND tbl_name = 'session_model_usage' "
+        "AND sql IS NOT NULL")]
     tmp = "session_model_usage__v22"
     conn.execute(f"DROP TABLE IF EXISTS {tmp}")
     conn.execute(USAGE_V22.create_sql().replace(
         "IF NOT EXISTS session_model_usage", f"IF NOT EXISTS {tmp}", 1))
     keys = ("model", "billing_provider", "billing_base_url", "billing_mode", "task")
+    zero = set(_USAGE_NUMBERS) | {"estimated_cost_usd", "actual_cost_usd"}
     cols, exprs = [], []
     for col in USAGE_V22.column_names:
         if col in keys:
             cols.append(col)
             exprs.append(f"COALESCE({col}, '')" if col in live else "''")
+        elif col in zero and col in live:
+            cols.append(col)
+            exprs.append(f"COALESCE({col}, 0)")
         elif col in live:
             cols.append(col)
             exprs.append(col)
     cur = conn.execute(f"INSERT OR IGNORE INTO {tmp} ({', '.join(cols)}) "
-                       f"SELECT {', '.join(exprs)} FROM session_model_usage")
+                       f"SELECT {', '.join(exprs)} FROM session_model_usage ORDER BY rowid")
     conn.execute("DROP TABLE session_model_usage")
     conn.execute(f"ALTER TABLE {tmp} RENAME TO session_model_usage")
+    for sql in indexes:  # the DROP took the old table's indexes with it
+        conn.execute(sql)
     return {"usage_rebuilt": max(cur.rowcount, 0)}
+
+
+def _step_v23(ctx: _Ctx, conn: sqlite3.Connection) -> dict:
+    """Upstream's v23: existing stores keep a legacy FTS layout, flagged for optimize-storage."""
+    return {"fts_optimize_flagged": _flag_legacy(conn)}
+
+
+def _flag_legacy(conn: sqlite3.Connection) -> int:
+    """``state_meta['fts_optimize_available'] = '1'`` on a kept legacy layout (1 when written)."""
+    from .fts_layout import OPTIMIZE_KEY, assess
+
+    if assess(conn) != "legacy" or conn.execute(
+            "SELECT 1 FROM state_meta WHERE key = ? AND value = '1'", (OPTIMIZE_KEY,)).fetchone():
+        return 0
+    conn.execute("INSERT OR REPLACE INTO state_meta(key, value) VALUES (?, '1')", (OPTIMIZE_KEY,))
+    return 1
 
 
 #: The data steps; every other version's step is the version bump alone (SPEC §3).
 STEPS: dict[int, Callable[[_Ctx, sqlite3.Connection], dict]] = {
-    4: _step_v4, 10: _step_v10, 11: _step_v11, 16: _step_v16, 18: _step_v18, 20: _step_v20,
-    22: _step_v22,
+    4: _step_v4, 11: _step_v11, 16: _step_v16, 18: _step_v18, 20: _step_v20, 22: _step_v22,
+    23: _step_v23,
 }
 
 
@@ -489,18 +549,47 @@ def _has_store_tables(conn: sqlite3.Connection) -> bool:
                         "('sessions', 'messages')").fetchone() is not None
 
 
+def _add_stats(report: MigrationReport, stats: dict) -> None:
+    for key, val in stats.items():
+        report.stats[key] = report.stats.get(key, 0) + val
+
+
 def _finish(conn: sqlite3.Connection, version: int, report: MigrationReport) -> None:
-    """The idempotent rest (step 3 of the module docstring), inside the caller's transaction."""
+    """The idempotent rest (step 3 of the module docstring), inside the caller's transaction.
+
+    Up to 23 the FTS layout is judged by structure (:func:`hermes_state.fts_layout.assess`):
+    the v23 layout is completed where a table is missing, upstream's intact inline layout is
+    kept and flagged ``fts_optimize_available``, anything else (foreign or duplicate trigger
+    sets, an external-v1 or mixed layout, an earlier version's layout) is replaced whole. A
+    newer store keeps its layout; only triggers that cannot fire here are dropped
+    (:mod:`hermes_state.store_shape`). Every store gets NULL ``messages.active`` healed.
+    """
+    from . import store_shape
+    from .fts_layout import assess
+
     create_tables(conn)
     for col in reconcile_columns(conn):
         if col not in report.added_columns:
             report.added_columns.append(col)
     if version <= SCHEMA_VERSION:
-        report.created_fts = create_fts(conn)
+        plan = assess(conn)
+        if plan == "replace":
+            _add_stats(report, switch_fts(conn))
+        elif plan == "create":
+            report.created_fts = create_fts(conn)
+        elif plan == "legacy":
+            _add_stats(report, {"fts_optimize_flagged": _flag_legacy(conn)})
         cleared = ensure_title_index(conn)
         if cleared:
             report.stats["titles_cleared"] = report.stats.get("titles_cleared", 0) + cleared
-    _stamp_generation(conn)
+    else:
+        dropped = store_shape.drop_unusable_cjk(conn)
+        if dropped:
+            _add_stats(report, {"cjk_triggers_dropped": dropped})
+    healed = store_shape.heal_active(conn)
+    if healed:
+        _add_stats(report, {"active_healed": healed})
+    _stamp_generation(conn, newer=version > SCHEMA_VERSION)
 
 
 def _write_patiently(store: "StoreConnection", fn: Callable[[sqlite3.Connection], Any],

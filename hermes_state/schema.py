@@ -63,6 +63,7 @@ CREATE TABLE IF NOT EXISTS sessions (
     compression_failure_cooldown_until REAL,
     compression_failure_error TEXT,
     profile_name TEXT,
+    compression_fallback_streak INTEGER NOT NULL DEFAULT 0,
     rewind_count INTEGER NOT NULL DEFAULT 0,
     archived INTEGER NOT NULL DEFAULT 0,
     pinned INTEGER NOT NULL DEFAULT 0,
@@ -104,19 +105,19 @@ CREATE INDEX IF NOT EXISTS idx_messages_session_id ON messages(session_id, id);
 
 CREATE TABLE IF NOT EXISTS session_model_usage (
     session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
-    model TEXT NOT NULL DEFAULT '',
+    model TEXT NOT NULL,
     billing_provider TEXT NOT NULL DEFAULT '',
     billing_base_url TEXT NOT NULL DEFAULT '',
     billing_mode TEXT NOT NULL DEFAULT '',
     task TEXT NOT NULL DEFAULT '',
-    api_call_count INTEGER DEFAULT 0,
-    input_tokens INTEGER DEFAULT 0,
-    output_tokens INTEGER DEFAULT 0,
-    cache_read_tokens INTEGER DEFAULT 0,
-    cache_write_tokens INTEGER DEFAULT 0,
-    reasoning_tokens INTEGER DEFAULT 0,
-    estimated_cost_usd REAL,
-    actual_cost_usd REAL,
+    api_call_count INTEGER NOT NULL DEFAULT 0,
+    input_tokens INTEGER NOT NULL DEFAULT 0,
+    output_tokens INTEGER NOT NULL DEFAULT 0,
+    cache_read_tokens INTEGER NOT NULL DEFAULT 0,
+    cache_write_tokens INTEGER NOT NULL DEFAULT 0,
+    reasoning_tokens INTEGER NOT NULL DEFAULT 0,
+    estimated_cost_usd REAL NOT NULL DEFAULT 0,
+    actual_cost_usd REAL NOT NULL DEFAULT 0,
     cost_status TEXT,
     cost_source TEXT,
     first_seen REAL,
@@ -137,24 +138,29 @@ CREATE TABLE IF NOT EXISTS gateway_routing (
 CREATE TABLE IF NOT EXISTS compression_locks (
     session_id TEXT PRIMARY KEY,
     holder TEXT NOT NULL,
-    acquired_at REAL,
-    expires_at REAL
+    acquired_at REAL NOT NULL,
+    expires_at REAL NOT NULL
 );
 
 CREATE TABLE IF NOT EXISTS async_delegations (
     delegation_id TEXT PRIMARY KEY,
-    origin_session TEXT,
+    origin_session TEXT NOT NULL,
+    origin_ui_session_id TEXT NOT NULL DEFAULT '',
     parent_session_id TEXT,
-    state TEXT,
-    dispatched_at REAL,
+    state TEXT NOT NULL,
+    dispatched_at REAL NOT NULL,
     completed_at REAL,
-    updated_at REAL,
+    updated_at REAL NOT NULL,
     event_json TEXT,
     result_json TEXT,
-    delivery_state TEXT DEFAULT 'pending',
-    delivery_attempts INTEGER DEFAULT 0,
+    delivery_state TEXT NOT NULL DEFAULT 'pending',
+    delivery_attempts INTEGER NOT NULL DEFAULT 0,
     delivered_at REAL,
-    owner_pid INTEGER
+    owner_pid INTEGER,
+    owner_started_at INTEGER,
+    task_json TEXT,
+    delivery_claim TEXT,
+    delivery_claimed_at REAL
 );
 """
 
@@ -172,54 +178,73 @@ _GATE = """(
                              WHERE key = 'fts_rebuild_progress'), 0)
 )"""
 
+#: The view the trigram index reads its rows from (UPSTREAM_API.md §4.2, v23 layout): every
+#: message except ``role='tool'`` rows, so FTS5 ``'rebuild'`` and ``integrity-check`` see
+#: exactly the rows the triggers index.
+TRIGRAM_VIEW = "messages_fts_trigram_src"
+
 FTS_TABLE_SQL = """
 CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts USING fts5(
     content, tool_name, tool_calls, content='messages', content_rowid='id'
 );
 """
 
-TRIGRAM_TABLE_SQL = """
+TRIGRAM_VIEW_SQL = f"""
+CREATE VIEW IF NOT EXISTS {TRIGRAM_VIEW} AS
+    SELECT id, content, tool_name, tool_calls FROM messages WHERE role <> 'tool';
+"""
+
+TRIGRAM_TABLE_SQL = f"""
 CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts_trigram USING fts5(
-    content, tool_name, tool_calls, content='messages', content_rowid='id', tokenize='trigram'
+    content, tool_name, tool_calls, content='{TRIGRAM_VIEW}', content_rowid='id',
+    tokenize='trigram'
 );
 """
 
 
 def _fts_triggers(table: str, extra_new: str = "1", extra_old: str = "1") -> str:
-    """The three sync triggers of one external-content FTS table (SPEC §2.4)."""
+    """The three sync triggers of one external-content FTS table (SPEC §2.4).
+
+    Named ``<table>_insert`` / ``_delete`` / ``_update`` like every upstream release
+    (UPSTREAM_API.md §4.2), so an upstream open finds its six triggers and adds none beside
+    them. Deletes and updates use the FTS5 ``'delete'`` command with the OLD values.
+    """
     new_gate = _GATE.format(row="new")
     old_gate = _GATE.format(row="old")
     return f"""
-CREATE TRIGGER IF NOT EXISTS {table}_ai AFTER INSERT ON messages
+CREATE TRIGGER IF NOT EXISTS {table}_insert AFTER INSERT ON messages
 WHEN ({extra_new}) AND {new_gate}
 BEGIN
     INSERT INTO {table}(rowid, content, tool_name, tool_calls)
     VALUES (new.id, new.content, new.tool_name, new.tool_calls);
 END;
 
-CREATE TRIGGER IF NOT EXISTS {table}_ad AFTER DELETE ON messages
+CREATE TRIGGER IF NOT EXISTS {table}_delete AFTER DELETE ON messages
 WHEN ({extra_old}) AND {old_gate}
 BEGIN
     INSERT INTO {table}({table}, rowid, content, tool_name, tool_calls)
     VALUES ('delete', old.id, old.content, old.tool_name, old.tool_calls);
 END;
 
-CREATE TRIGGER IF NOT EXISTS {table}_au AFTER UPDATE OF content, tool_name, tool_calls, role
+CREATE TRIGGER IF NOT EXISTS {table}_update AFTER UPDATE OF content, tool_name, tool_calls, role
 ON messages
+WHEN (old.content IS NOT new.content OR old.tool_name IS NOT new.tool_name
+      OR old.tool_calls IS NOT new.tool_calls OR old.role IS NOT new.role)
+     AND {old_gate}
 BEGIN
     INSERT INTO {table}({table}, rowid, content, tool_name, tool_calls)
     SELECT 'delete', old.id, old.content, old.tool_name, old.tool_calls
-    WHERE ({extra_old}) AND {old_gate};
+    WHERE ({extra_old});
     INSERT INTO {table}(rowid, content, tool_name, tool_calls)
     SELECT new.id, new.content, new.tool_name, new.tool_calls
-    WHERE ({extra_new}) AND {new_gate};
+    WHERE ({extra_new});
 END;
 """
 
 
 FTS_TRIGGERS_SQL = _fts_triggers("messages_fts")
 TRIGRAM_TRIGGERS_SQL = _fts_triggers(
-    "messages_fts_trigram", extra_new="new.role != 'tool'", extra_old="old.role != 'tool'"
+    "messages_fts_trigram", extra_new="new.role <> 'tool'", extra_old="old.role <> 'tool'"
 )
 
 FTS_TABLES = ("messages_fts", "messages_fts_trigram", "messages_fts_cjk")
@@ -249,23 +274,24 @@ def create_tables(conn: sqlite3.Connection) -> None:
 
 
 def create_fts(conn: sqlite3.Connection) -> list[str]:
-    """Create the v23 external-content FTS tables and their triggers where absent (SPEC §2.4).
+    """Create the v23 external-content FTS tables, view and triggers where absent (SPEC §2.4).
 
-    Layout-aware: when ``messages_fts`` already exists in a legacy INLINE layout (v1-v22 stores,
-    see :mod:`hermes_state.schema_history`) nothing is created: the legacy triggers carry the same
-    names as the v23 ones, and ``sessions optimize-storage`` (:mod:`hermes_state.fts_layout`)
-    moves such a store to this layout (SPEC §3, §8). A v23 table that is missing on a store that
-    already has messages is created AND back-filled in the same transaction, honouring the
-    §2.4 rebuild gate (rows in ``(P, H]`` are left to the pending rebuild), so search never
-    silently misses old rows. ``messages_fts_trigram`` is skipped when this SQLite lacks the
-    trigram tokenizer. Must run inside a write transaction. Idempotent.
+    Only on a store without ``messages_fts`` or already on the v23 layout: beside any other
+    layout nothing is created (a second trigger set would index every row twice); the open
+    replaces such layouts whole (:func:`hermes_state.fts_layout.replace_layout`) or keeps
+    upstream's inline one until ``sessions optimize-storage`` (SPEC §3, §8). A v23 table that
+    is missing on a store that already has messages is created AND back-filled in the same
+    transaction, honouring the §2.4 rebuild gate (rows in ``(P, H]`` are left to the pending
+    rebuild), so search never silently misses old rows. ``messages_fts_trigram`` is skipped
+    when this SQLite lacks the trigram tokenizer. Must run inside a write transaction.
+    Idempotent.
 
     Returns:
         Names of the FTS tables created by this call (``[]`` when everything existed).
     """
-    from .schema_history import INLINE_LAYOUTS, live_fts_layout
+    from .fts_inventory import EXTERNAL_V23, NONE, inventory
 
-    if live_fts_layout(conn) in INLINE_LAYOUTS:
+    if inventory(conn).kind not in (NONE, EXTERNAL_V23):
         return []
     if _exists(conn, "state_meta") and conn.execute(
             "SELECT 1 FROM state_meta WHERE key = 'fts_stale'").fetchone():
@@ -273,8 +299,9 @@ def create_fts(conn: sqlite3.Connection) -> list[str]:
     created = []
     plan = [("messages_fts", FTS_TABLE_SQL, FTS_TRIGGERS_SQL, "")]
     if trigram_supported(conn):
+        conn.execute(TRIGRAM_VIEW_SQL)
         plan.append(("messages_fts_trigram", TRIGRAM_TABLE_SQL, TRIGRAM_TRIGGERS_SQL,
-                     "AND role != 'tool'"))
+                     "AND role <> 'tool'"))
     for table, table_sql, triggers_sql, row_filter in plan:
         existed = _exists(conn, table)
         conn.execute(table_sql)

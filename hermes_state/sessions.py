@@ -11,6 +11,7 @@ import sqlite3
 import time
 from typing import Any
 
+from . import system_prompts
 from .errors import HermesStateError
 from .text import clean_text, encode_json_field
 
@@ -31,9 +32,18 @@ RECOVERABLE_END_REASONS = ("agent_close", "ws_orphan_reap")
 MAX_ROOT_HOPS = 100
 
 
-def session_row(row: sqlite3.Row | None) -> dict | None:
-    """A sessions row as a plain dict of its raw columns (D7), or None."""
-    return None if row is None else dict(row)
+def session_row(row: sqlite3.Row | None, conn: sqlite3.Connection | None = None) -> dict | None:
+    """A sessions row as a plain dict of its raw columns (D7), or None.
+
+    With ``conn``, a store that keeps prompts in ``system_prompts`` (schema 25+) shows the
+    hashed prompt as ``system_prompt`` (:mod:`hermes_state.system_prompts`, D4).
+    """
+    if row is None:
+        return None
+    out = dict(row)
+    if conn is not None and out.get(system_prompts.HASH_COLUMN):
+        system_prompts.resolve(conn, out)
+    return out
 
 
 def upsert_session_sql(routing: dict[str, Any]) -> tuple[str, list]:
@@ -56,6 +66,8 @@ def upsert_session(c: sqlite3.Connection, session_id: str, source: str, **fields
     sql, vals = upsert_session_sql({"id": session_id, "source": source,
                                     "started_at": time.time(), **fields})
     c.execute(sql, vals)
+    if fields.get("system_prompt") is not None:
+        system_prompts.move_column_prompt(c, clean_text(session_id))  # schema 25+ stores (D4)
 
 
 class SessionsMixin:
@@ -104,7 +116,7 @@ class SessionsMixin:
         """The session row as a dict of raw columns (D7), or None."""
         sid = clean_text(session_id)
         return self._read(lambda c: session_row(
-            c.execute("SELECT * FROM sessions WHERE id = ?", (sid,)).fetchone()))
+            c.execute("SELECT * FROM sessions WHERE id = ?", (sid,)).fetchone(), c))
 
     def end_session(self, session_id: str, end_reason: str) -> bool:
         """Set ``ended_at``/``end_reason`` unless already ended: the FIRST reason wins (SPEC §5).
@@ -154,10 +166,11 @@ class SessionsMixin:
             return False
 
     def update_system_prompt(self, session_id: str, system_prompt: str | None) -> None:
-        """Store ``system_prompt`` verbatim (lone surrogates replaced) on the session row."""
-        self._write(lambda c: c.execute(
-            "UPDATE sessions SET system_prompt = ? WHERE id = ?",
-            (clean_text(system_prompt), clean_text(session_id))), op="update_system_prompt")
+        """Store ``system_prompt`` verbatim (lone surrogates replaced) on the session row; on a
+        schema 25+ store behind its hash in ``system_prompts`` (D4)."""
+        self._write(lambda c: system_prompts.write(c, clean_text(session_id),
+                                                   clean_text(system_prompt)),
+                    op="update_system_prompt")
 
     def update_session_meta(self, session_id: str, model_config_json: str | None,
                             model: str | None = None) -> None:

@@ -330,7 +330,7 @@ class TitlesMixin:
         if title is None:
             return None
         return self._read(lambda c: session_row(c.execute(
-            "SELECT * FROM sessions WHERE title = ?", (clean_text(title),)).fetchone()))
+            "SELECT * FROM sessions WHERE title = ?", (clean_text(title),)).fetchone(), c))
 
     def resolve_session_by_title(self, title: str) -> str | None:
         """Resolve a title to the newest session of its lineage (SPEC §5, §7).

@@ -30,6 +30,7 @@ from __future__ import annotations
 import sqlite3
 import time
 
+from . import system_prompts
 from .sessions import upsert_session
 from .text import clean_text
 
@@ -193,11 +194,16 @@ class UsageMixin:
                                      ) -> None:
         """Set ``billing_provider`` and ``billing_base_url`` unconditionally, ``billing_mode``
         only when not None, and clear ``system_prompt`` (a new route rebuilds the prompt)."""
-        self._write(lambda c: c.execute(
-            "UPDATE sessions SET billing_provider = ?, billing_base_url = ?, "
-            "billing_mode = COALESCE(?, billing_mode), system_prompt = NULL WHERE id = ?",
-            (clean_text(provider), clean_text(base_url), clean_text(billing_mode),
-             clean_text(session_id))), op="update_session_billing_route")
+        def fn(c: sqlite3.Connection) -> None:
+            c.execute(
+                "UPDATE sessions SET billing_provider = ?, billing_base_url = ?, "
+                "billing_mode = COALESCE(?, billing_mode), system_prompt = NULL WHERE id = ?",
+                (clean_text(provider), clean_text(base_url), clean_text(billing_mode),
+                 clean_text(session_id)))
+            if system_prompts.separate(c):  # schema 25+: the hash would shadow the NULL (D4)
+                system_prompts.write(c, clean_text(session_id), None)
+
+        self._write(fn, op="update_session_billing_route")
 
     def get_model_usage(self, session_id: str) -> list[dict]:
         """The session's ``session_model_usage`` rows as dicts, oldest ``first_seen`` first."""

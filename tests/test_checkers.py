@@ -686,7 +686,7 @@ def test_integrity_fails_a_damaged_trigram_index(tmp_path):
 
 def test_integrity_fails_a_missing_fts_table(tmp_path):
     def drop(c):
-        for t in ("messages_fts_ai", "messages_fts_ad", "messages_fts_au"):
+        for t in ("messages_fts_insert", "messages_fts_delete", "messages_fts_update"):
             c.execute(f"DROP TRIGGER {t}")
         c.execute("DROP TABLE messages_fts")
     v = integrity_of(tmp_path, drop)

@@ -43,14 +43,15 @@ def test_fresh_store_has_nothing_to_do(tmp_path):
         assert db.connection.writes == writes  # not even a transaction
 
 
-@pytest.mark.parametrize("version,layout", [(5, "inline-v11"), (10, "inline-v11"),
-                                            (22, "inline-v11")])
+@pytest.mark.parametrize("version,layout", [(11, "inline"), (15, "inline"), (22, "inline")])
 def test_converts_a_migrated_store_and_loses_nothing(tmp_path, version, layout):
     m = migrated(tmp_path, version)
     seen = []
     with SessionDB(m["path"]) as db:
-        assert db._read(fts_layout.status) == {"layout": layout, "legacy": True, "pending": None,
-                                               "stale": False}
+        assert db._read(fts_layout.status) == {
+            "layout": layout, "legacy": True, "pending": None, "stale": False, "plan": "legacy",
+            "foreign": [], "problems": []}
+        assert db.get_meta("fts_optimize_available") == "1"
         res = optimize_storage(db, chunk=10,
                                progress=lambda done, total: seen.append((done, total)))
         n = len(m["messages"])
@@ -103,7 +104,7 @@ print("finished")
 
 
 def test_crash_mid_rebuild_resumes_and_no_row_is_indexed_twice(tmp_path):
-    m = migrated(tmp_path, 9, sessions=6, messages_per_session=8)  # 48 messages
+    m = migrated(tmp_path, 11, sessions=6, messages_per_session=8)  # 48 messages
     env = {k: v for k, v in os.environ.items() if k != "HERMES_STATE_FAILPOINTS"}
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
     res = subprocess.run([sys.executable, "-c", _KILL_AT_CHUNK_3, m["path"]], env=env,
@@ -165,7 +166,7 @@ def test_refuses_when_the_disk_is_short_and_changes_nothing(tmp_path, monkeypatc
                                                     r"changed"):
             optimize_storage(db)
         assert db.connection.writes == writes
-        assert db._read(fts_layout.status)["layout"] == "inline-v11"
+        assert db._read(fts_layout.status)["layout"] == "inline"
 
 
 def test_chunk_must_be_positive(tmp_path):
@@ -181,8 +182,8 @@ def test_old_schema_writer_after_conversion(tmp_path):
     conn = raw(m["path"])
     try:
         # A v1 binary's DDL is a no-op on the v23 names; its rows are indexed by the v23 triggers.
-        conn.execute(h.FTS_LAYOUTS["inline-v1"].tables[0][1])
-        for _name, sql in h.FTS_LAYOUTS["inline-v1"].triggers:
+        conn.execute(h.FTS_LAYOUTS["external-v1"].tables[0][1])
+        for _name, sql in h.FTS_LAYOUTS["external-v1"].triggers:
             conn.execute(sql)
         sid = m["session_ids"][0]
         cur = conn.execute(

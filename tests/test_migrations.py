@@ -63,11 +63,17 @@ def test_every_version_migrates_to_23_intact_and_a_second_open_writes_nothing(tm
     conn = raw(m["path"])
     try:
         assert h.check_migrated(conn, m) == []
-        assert h.live_fts_layout(conn) == "inline-v11"  # migrated stores keep inline FTS (SPEC §3)
+        # Below 11 the whole external-v1 layout is replaced by the v23 one; from 11 upstream's
+        # inline layout is kept (SPEC §3) and flagged for optimize-storage (UPSTREAM_API §4.4).
+        want = "inline" if version >= 11 else "external-v23"
+        assert h.live_fts_layout(conn) == want
+        flagged = conn.execute("SELECT value FROM state_meta WHERE key = "
+                               "'fts_optimize_available'").fetchone()
+        assert flagged == (("1",) if version >= 11 else None)
         triggers = {r[0] for r in conn.execute(
             "SELECT name FROM sqlite_master WHERE type='trigger'")}
         assert triggers == {f"{t}_{s}" for t in ("messages_fts", "messages_fts_trigram")
-                            for s in ("ai", "ad", "au")}
+                            for s in ("insert", "delete", "update")}
         # Second open: settled, no write at all.
         conn.execute("SELECT count(*) FROM sessions").fetchone()
         dv0 = conn.execute("PRAGMA data_version").fetchone()[0]
@@ -272,7 +278,7 @@ def test_store_newer_than_the_code_opens_without_downgrade(tmp_path, caplog):
         # Its own FTS and titles are left as found: no title index, layout untouched.
         names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
         assert "idx_sessions_title_unique" in names  # it had one (v4+)
-        assert h.live_fts_layout(conn) == "inline-v11"
+        assert h.live_fts_layout(conn) == "inline"
         old_ids = {r["id"] for r in m["rows"]["messages"]}
         assert old_ids <= {r[0] for r in conn.execute("SELECT id FROM messages")}
         assert set(verify_fts(conn).values()) == {"ok"}
@@ -314,8 +320,8 @@ def test_duplicate_version_rows_collapse_to_the_highest(tmp_path):
 
 def _v1_writes(conn: sqlite3.Connection, sid: str) -> list[int]:
     """What a version-1 binary does: its own DDL (no-ops now), then v1-style rows."""
-    conn.execute(h.FTS_LAYOUTS["inline-v1"].tables[0][1])
-    for _name, sql in h.FTS_LAYOUTS["inline-v1"].triggers:
+    conn.execute(h.FTS_LAYOUTS["external-v1"].tables[0][1])
+    for _name, sql in h.FTS_LAYOUTS["external-v1"].triggers:
         conn.execute(sql)
     conn.execute("INSERT INTO sessions(id, source, started_at) VALUES ('oldcode', 'cli', 5.0)")
     ids = []

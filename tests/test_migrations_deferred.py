@@ -70,13 +70,15 @@ def test_open_defers_then_background_backfill_completes(tmp_path, defer_all, sta
         assert db.connection._backfill is None
 
 
-def test_small_store_keeps_the_synchronous_inline_reindex(tmp_path, monkeypatch):
+def test_small_store_is_reindexed_inside_the_open(tmp_path, monkeypatch):
     monkeypatch.setattr(migrations, "DEFER_FTS_ROWS", 10_000)
     m = h.build_fixture(tmp_path / "state.db", 1, sessions=6, messages_per_session=8)
     with SessionDB(m["path"]) as db:
-        assert "fts_deferred" not in db.connection.migration_report.stats
+        stats = db.connection.migration_report.stats
+        assert "fts_deferred" not in stats and stats["fts_reindexed"] == len(m["messages"])
         assert db.connection._backfill is None
-        assert db._read(h.live_fts_layout) == "inline-v11"
+        assert db._read(h.live_fts_layout) == "external-v23"
+        assert db._read(rebuild_markers) is None
 
 
 def test_every_message_is_findable_while_the_backfill_is_pending(tmp_path, defer_all,
@@ -142,9 +144,9 @@ def test_crash_at_a_step_of_a_deferring_migration(tmp_path, defer_all, step):
         assert conn.execute("SELECT version FROM schema_version").fetchall() == [(step - 1,)]
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         assert dict(conn.execute("SELECT id, content FROM messages")) == m["messages"]
-        if step == 10:  # the switch rolled back with its step: the legacy index is whole
-            assert h.live_fts_layout(conn) == "inline-v1" and rebuild_markers(conn) is None
-            assert verify_fts(conn) == {"messages_fts": "ok"}
+        if step <= 11:  # the switch rolled back with its step: the legacy index is whole
+            assert h.live_fts_layout(conn) == "external-v1" and rebuild_markers(conn) is None
+            assert set(verify_fts(conn).values()) == {"ok"}
         else:
             assert h.live_fts_layout(conn) == "external-v23"
             assert set(verify_fts(conn).values()) == {"ok"}

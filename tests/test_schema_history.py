@@ -29,9 +29,9 @@ def test_every_version_is_declared_and_data_steps_match_the_migrations():
     assert sorted(h.VERSIONS) == ALL_VERSIONS
     assert h.CURRENT_VERSION == schema.SCHEMA_VERSION == 23
     data = {v for v, _summary, is_data in h.version_table() if is_data}
-    assert data == set(migrations.STEPS) == {4, 10, 11, 16, 18, 20, 22}
+    assert data == set(migrations.STEPS) == {4, 11, 16, 18, 20, 22, 23}
     assert [h.schema_at(v).fts_layout for v in (1, 9, 10, 11, 22, 23)] == [
-        "inline-v1", "inline-v1", "inline-v10", "inline-v11", "inline-v11", "external-v23"]
+        "external-v1", "external-v1", "external-v1-trigram", "inline", "inline", "external-v23"]
 
 
 def test_v23_declaration_equals_the_current_ddl():
@@ -72,7 +72,7 @@ def test_fixture_has_exactly_the_declared_schema(tmp_path, version):
             assert [r[1] for r in conn.execute(f"PRAGMA table_info({table})")] == list(
                 spec.column_names), table
         assert _objects(conn, "index") == {n for n, _ in vs.indexes}
-        assert h.live_fts_layout(conn) == vs.fts_layout
+        assert h.history_layout(conn) == vs.fts_layout
         assert _objects(conn, "trigger") == {n for n, _ in vs.fts.triggers}
         assert verify_fts(conn) == {t: "ok" for t in vs.fts.table_names}
         # Without a version row the structure alone gives this version or an earlier one with
@@ -84,12 +84,13 @@ def test_fixture_has_exactly_the_declared_schema(tmp_path, version):
         conn.close()
 
 
-def test_legacy_trigger_names_are_the_v23_names():
-    v23 = {n for n, _ in h.FTS_LAYOUTS["external-v23"].triggers}
-    assert v23 == {f"{t}_{s}" for t in ("messages_fts", "messages_fts_trigram")
-                   for s in ("ai", "ad", "au")}
-    for name in h.INLINE_LAYOUTS:
-        assert {n for n, _ in h.FTS_LAYOUTS[name].triggers} <= v23
+def test_every_layout_uses_the_upstream_trigger_names():
+    """UPSTREAM_API.md §4.2: <table>_insert/_delete/_update in every release, ours included."""
+    want = {f"{t}_{s}" for t in ("messages_fts", "messages_fts_trigram")
+            for s in ("insert", "delete", "update")}
+    assert {n for n, _ in h.FTS_LAYOUTS["external-v23"].triggers} == want
+    for name, lay in h.FTS_LAYOUTS.items():
+        assert {n for n, _ in lay.triggers} <= want, name
 
 
 @pytest.mark.parametrize("version", [1, 10, 11])

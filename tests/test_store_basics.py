@@ -113,7 +113,8 @@ cache_read_tokens cache_write_tokens reasoning_tokens billing_provider billing_b
 estimated_cost_usd actual_cost_usd cost_status cost_source pricing_version title api_call_count
 session_key chat_id chat_type thread_id display_name origin_json expiry_finalized cwd git_branch
 git_repo_root handoff_state handoff_platform handoff_error compression_failure_cooldown_until
-compression_failure_error profile_name rewind_count archived pinned""".split()
+compression_failure_error profile_name compression_fallback_streak rewind_count archived
+pinned""".split()
 
 MESSAGES_COLUMNS = """id session_id role content tool_call_id tool_calls tool_name timestamp
 token_count finish_reason reasoning reasoning_content reasoning_details codex_reasoning_items
@@ -128,10 +129,11 @@ OTHER_TABLES = {
     "state_meta": ["key", "value"],
     "gateway_routing": ["scope", "session_key", "entry_json", "updated_at"],
     "compression_locks": ["session_id", "holder", "acquired_at", "expires_at"],
-    "async_delegations": ["delegation_id", "origin_session", "parent_session_id", "state",
-                          "dispatched_at", "completed_at", "updated_at", "event_json",
-                          "result_json", "delivery_state", "delivery_attempts", "delivered_at",
-                          "owner_pid"],
+    "async_delegations": ["delegation_id", "origin_session", "origin_ui_session_id",
+                          "parent_session_id", "state", "dispatched_at", "completed_at",
+                          "updated_at", "event_json", "result_json", "delivery_state",
+                          "delivery_attempts", "delivered_at", "owner_pid", "owner_started_at",
+                          "task_json", "delivery_claim", "delivery_claimed_at"],
     "schema_version": ["version"],
 }
 
@@ -212,19 +214,27 @@ def test_fts_tables_and_triggers(schema_conn):
     # SQLite >= 3.34 has the trigram tokenizer: the table must exist.
     assert sqlite3.sqlite_version_info >= (3, 34)
     tri = master["messages_fts_trigram"][1]
-    assert "tokenize='trigram'" in tri and "content='messages'" in tri
+    # UPSTREAM_API.md §4.2 (v23 layout): the trigram table reads its rows from a view without
+    # tool rows, so FTS5 'rebuild' and integrity-check see exactly what the triggers index.
+    assert "tokenize='trigram'" in tri and "content='messages_fts_trigram_src'" in tri
+    assert master["messages_fts_trigram_src"][0] == "view"
+    assert "role <> 'tool'" in master["messages_fts_trigram_src"][1]
+    schema_conn.execute("INSERT INTO messages_fts_trigram(messages_fts_trigram, rank) "
+                        "VALUES('integrity-check', 1)")
     # No cjk tokenizer is loadable here: neither the table nor a trigger naming it may exist.
     assert not [n for n in master if "cjk" in n]
     for table in ("messages_fts", "messages_fts_trigram"):
-        kinds = {"ai": "AFTER INSERT ON messages", "ad": "AFTER DELETE ON messages",
-                 "au": "AFTER UPDATE OF content, tool_name, tool_calls"}
+        # The trigger names of every upstream release (UPSTREAM_API.md §4.2).
+        kinds = {"insert": "AFTER INSERT ON messages", "delete": "AFTER DELETE ON messages",
+                 "update": "AFTER UPDATE OF content, tool_name, tool_calls"}
         for suffix, head in kinds.items():
             typ, sql = master[f"{table}_{suffix}"]
             assert typ == "trigger"
             assert head in sql, (table, suffix)
-            if suffix in ("ad", "au"):
+            if suffix in ("delete", "update"):
                 assert "'delete'" in sql and "old.content" in sql
-    assert "new.role != 'tool'" in master["messages_fts_trigram_ai"][1]
+    assert "new.role <> 'tool'" in master["messages_fts_trigram_insert"][1]
+    assert not [n for n in master if n.endswith(("_ai", "_ad", "_au"))]
 
 
 def test_context_manager_closes(tmp_path):
