@@ -17,13 +17,17 @@ import sqlite3
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
+from .anchors import AnchorsMixin
 from .cleanup import CleanupMixin
+from .compression import CompressionMixin
 from .connection import StoreConnection
 from .errors import HermesStateError
 from .lifecycle import LifecycleMixin
+from .listing import ListingMixin
 from .messages import MessagesMixin
 from .paths import default_db_path
 from .replay import ReplayMixin
+from .rewrite import RewriteMixin
 from .search import SearchMixin
 from .sessions import SessionsMixin
 from .spool import divert_to_spool as _divert
@@ -36,7 +40,8 @@ T = TypeVar("T")
 
 
 class SessionDB(SessionsMixin, MessagesMixin, ReplayMixin, TitlesMixin, UsageMixin,
-                LifecycleMixin, SearchMixin, WorkspaceMixin, CleanupMixin):
+                LifecycleMixin, SearchMixin, WorkspaceMixin, CleanupMixin, RewriteMixin,
+                AnchorsMixin, CompressionMixin, ListingMixin):
     """One profile's session store: ``state.db`` in WAL mode, safe across threads and processes.
 
     Args:

@@ -35,17 +35,17 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from typing import Callable, Iterator, TypeVar
+from typing import Iterator
 
 from .filters import prune_filter_sql
 from .kinds import is_delegate, marker
 from .messages import ACTIVE_SQL, message_row
+from .reads import in_snapshot
 from .sessions import session_row
 from .text import clean_text
 from .titles import auto_title_key
 from .transcripts import remove_transcripts
 
-T = TypeVar("T")
 
 PREVIEW_CHARS = 60
 #: Characters of the first user message fetched for the preview: enough that a preview longer
@@ -75,16 +75,6 @@ def make_preview(raw: str | None) -> str:
     if len(text) > PREVIEW_CHARS:
         return text[:PREVIEW_CHARS] + "..."
     return text
-
-
-def _snapshot(c: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
-    """Run several reads in one read transaction (ended before returning, SPEC §4)."""
-    c.execute("BEGIN")
-    try:
-        return fn(c)
-    finally:
-        if c.in_transaction:
-            c.execute("COMMIT")
 
 
 def remove_sessions(c: sqlite3.Connection, ids: list[str]) -> None:
@@ -222,7 +212,7 @@ class LifecycleMixin:
             The dict, or None for an unknown id. Both reads share one snapshot.
         """
         sid = clean_text(session_id)
-        return self._read(lambda c: _snapshot(c, lambda c: _export_one(c, sid)))
+        return self._read(lambda c: in_snapshot(c, lambda: _export_one(c, sid)))
 
     def iter_export(self, source: str | None = None) -> Iterator[dict]:
         """Stream :meth:`export_session` dicts (plus ``last_active``) of every session (of
@@ -242,7 +232,7 @@ class LifecycleMixin:
             "SELECT s.id FROM sessions s WHERE (? IS NULL OR s.source = ?) "
             f"ORDER BY {_LAST_ACTIVE} DESC, s.started_at DESC, s.id DESC", (src, src))])
         for sid in ids:
-            item = self._read(lambda c, sid=sid: _snapshot(c, lambda c: _export_one(
+            item = self._read(lambda c, sid=sid: in_snapshot(c, lambda: _export_one(
                 c, sid, with_last_active=True)))
             if item is not None:
                 yield item

@@ -25,6 +25,7 @@ import sqlite3
 from typing import Any
 
 from .messages import ACTIVE_SQL
+from .reads import in_snapshot
 from .text import clean_text, decode_content, decode_tool_calls
 
 #: A parent walk never takes more hops than this.
@@ -246,17 +247,6 @@ def session_rows(c: sqlite3.Connection, session_id: str, include_inactive: bool)
         f"SELECT * FROM messages WHERE session_id = ?{where} ORDER BY id", (session_id,))]
 
 
-def _in_snapshot(c: sqlite3.Connection, fn):
-    began = not c.in_transaction
-    if began:
-        c.execute("BEGIN")
-    try:
-        return fn()
-    finally:
-        if began and c.in_transaction:
-            c.execute("COMMIT")
-
-
 class ReplayMixin:
     """Conversation replay API; needs ``self._read(fn)``."""
 
@@ -282,7 +272,7 @@ class ReplayMixin:
             items = build_items(rows, dedup=include_ancestors)
             return repair_turns(items) if repair_alternation else items
 
-        return self._read(lambda c: _in_snapshot(c, lambda: read(c)))
+        return self._read(lambda c: in_snapshot(c, lambda: read(c)))
 
     def get_resume_conversations(self, session_id: str) -> tuple[list[dict], list[dict]]:
         """``(model_history, display_history)`` from one read: the session's own turns repaired
@@ -296,7 +286,7 @@ class ReplayMixin:
             display = build_items([r for s in chain for r in per[s]], dedup=True)
             return model, display
 
-        return self._read(lambda c: _in_snapshot(c, lambda: read(c)))
+        return self._read(lambda c: in_snapshot(c, lambda: read(c)))
 
     def get_ancestor_display_prefix(self, session_id: str) -> list[dict]:
         """Display items of the session's ancestors only (root first, de-duplicated); ``[]``
@@ -307,5 +297,5 @@ class ReplayMixin:
             chain = ancestor_chain(c, sid)[:-1]
             return build_items([r for s in chain for r in session_rows(c, s, False)], dedup=True)
 
-        return self._read(lambda c: _in_snapshot(c, lambda: read(c)))
+        return self._read(lambda c: in_snapshot(c, lambda: read(c)))
 
