@@ -18,10 +18,12 @@ from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 from .anchors import AnchorsMixin
+from .archive import ArchiveMixin
 from .cleanup import CleanupMixin
 from .compression import CompressionMixin
 from .connection import StoreConnection
 from .errors import HermesStateError
+from .importer import ImportMixin
 from .lifecycle import LifecycleMixin
 from .listing import ListingMixin
 from .messages import MessagesMixin
@@ -41,7 +43,7 @@ T = TypeVar("T")
 
 class SessionDB(SessionsMixin, MessagesMixin, ReplayMixin, TitlesMixin, UsageMixin,
                 LifecycleMixin, SearchMixin, WorkspaceMixin, CleanupMixin, RewriteMixin,
-                AnchorsMixin, CompressionMixin, ListingMixin):
+                AnchorsMixin, CompressionMixin, ListingMixin, ArchiveMixin, ImportMixin):
     """One profile's session store: ``state.db`` in WAL mode, safe across threads and processes.
 
     Args:

@@ -26,7 +26,11 @@ from . import holders
 from .paths import sqlite_uri
 from .errors import HermesStateError
 
-GATED_COMMANDS = ("optimize", "optimize-storage", "prune")
+GATED_COMMANDS = ("optimize", "optimize-storage", "prune",
+                  # SessionDB methods that rewrite many rows or the file (UPSTREAM_API §2.8,
+                  # §2.13): vacuum, optimize_fts, maybe_auto_prune_and_vacuum, delete_sessions,
+                  # import_sessions
+                  "vacuum", "optimize-fts", "auto-prune", "delete", "import")
 REQUEST_PREFIX = "maintenance_request:"
 
 

@@ -56,7 +56,7 @@ def auto_title_key(session_id: str) -> str:
     return AUTO_TITLE_META_PREFIX + str(clean_text(session_id))
 
 
-def _clean(text: str | None) -> str | None:
+def clean_title(text: str | None) -> str | None:
     """Sanitise without the length check: the common part of manual and automatic titles."""
     if not text:
         return None
@@ -87,7 +87,7 @@ def sanitize_title(text: str | None) -> str | None:
             100 characters.
         TypeError: ``text`` is neither a string nor None.
     """
-    cleaned = _clean(text)
+    cleaned = clean_title(text)
     if cleaned is not None and len(cleaned) > MAX_TITLE_LENGTH:
         raise ValueError(f"Title too long ({len(cleaned)} chars, max {MAX_TITLE_LENGTH})")
     return cleaned
@@ -277,7 +277,7 @@ class TitlesMixin:
             The title now set; None when the session is unknown, holds a hand-set title, or the
             cleaned title is empty (nothing changed in those cases).
         """
-        cleaned = _clean(title)
+        cleaned = clean_title(title)
         sid = clean_text(session_id)
         if cleaned is None:
             return None
