@@ -25,6 +25,7 @@ from .compression import compression_tip
 from .filters import archived_sql, cwd_prefix_sql
 from .kinds import activity, is_continuation, is_listable
 from .reads import in_snapshot
+from .sessions import session_row
 from .text import clean_text
 
 PREVIEW_SOURCE_CHARS = 63
@@ -54,9 +55,10 @@ def rich_preview(raw: Any) -> str:
     return text[:PREVIEW_CHARS] + "..." if len(text) > PREVIEW_CHARS else text
 
 
-def finish_row(row: sqlite3.Row) -> dict:
-    """A listing row: raw columns, ``last_active`` and the ``preview`` text."""
-    out = dict(row)
+def finish_row(row: sqlite3.Row, c: sqlite3.Connection) -> dict:
+    """A listing row: raw columns (the prompt resolved on schema 25+ stores, D4),
+    ``last_active`` and the ``preview`` text."""
+    out = session_row(row, c)
     out["preview"] = rich_preview(out.pop("_preview_raw", None))
     return out
 
@@ -150,7 +152,7 @@ def project_tips(c: sqlite3.Connection, rows: list[dict]) -> None:
                           (tip,)).fetchone()
         if found is None:
             continue
-        tip_row = finish_row(found)
+        tip_row = finish_row(found, c)
         root = row["id"]
         for key in PROJECTED_KEYS:
             row[key] = tip_row.get(key)
@@ -204,7 +206,7 @@ class ListingMixin:
                     f"SELECT s.*, {_ROW_EXTRAS} FROM sessions s{_where(conds)} "
                     f"ORDER BY s.started_at DESC, s.rowid DESC LIMIT ? OFFSET ?",
                     [*params, *page]).fetchall()
-            out = [finish_row(r) for r in rows]
+            out = [finish_row(r, c) for r in rows]
             if project_compression_tips and not include_children:
                 project_tips(c, out)
             if compact_rows:
@@ -232,7 +234,7 @@ class ListingMixin:
         """Every session (of ``source``; children and archived rows included) with
         ``last_active``, most recently active first (then ``started_at``, ``id``)."""
         src = clean_text(source)
-        return self._read(lambda c: [dict(r) for r in c.execute(
+        return self._read(lambda c: [session_row(r, c) for r in c.execute(
             f"SELECT s.*, {activity('s')} AS last_active FROM sessions s "
             "WHERE (? IS NULL OR s.source = ?) "
             "ORDER BY last_active DESC, s.started_at DESC, s.id DESC LIMIT ? OFFSET ?",
@@ -281,7 +283,7 @@ class ListingMixin:
             hint = " INDEXED BY idx_sessions_source" if c.execute(
                 "SELECT 1 FROM sqlite_master WHERE type = 'index' AND "
                 "name = 'idx_sessions_source'").fetchone() else ""
-            return [finish_row(r) for r in c.execute(
+            return [finish_row(r, c) for r in c.execute(
                 f"SELECT s.*, {_ROW_EXTRAS} FROM sessions s{hint} WHERE s.source = 'cron' "
                 "AND s.id >= ? AND s.id < ? ORDER BY s.started_at DESC, s.id DESC "
                 "LIMIT ? OFFSET ?", (prefix, upper, int(limit), max(int(offset or 0), 0)))]
