@@ -51,8 +51,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
-RECORD_TYPES = ("invoke", "ok", "fail", "info", "event", "nemesis", "process", "phase", "sample",
-                "observed")
 #: The completions of an ``invoke`` (Jepsen: ok, fail, info).
 COMPLETIONS = ("ok", "fail", "info")
 

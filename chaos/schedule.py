@@ -2,7 +2,7 @@
 
 The runner feeds :class:`Counts` from the role history files as they grow and asks
 :meth:`Schedule.due` every tick which steps to fire now. Triggers (validated by
-``chaos/scenario.py``):
+``chaos/scenario/``):
 
 * ``{role, ok|fail|info: N, op}`` — the role's N-th operation ``op`` (default ``append``) with
   that outcome, all its instances (restarted ones too) together;

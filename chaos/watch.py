@@ -16,9 +16,9 @@ It never opens the store with SQLite and never writes a store file: it ``stat``s
 reads ``/proc`` and reads the first bytes of ``-wal`` and ``-shm`` with plain ``read()`` (it
 holds no POSIX lock, so closing those descriptors cancels nothing).
 
-Limits: SQLite polls its locks without blocking (``F_SETLK``), so a process spinning in its busy
-handler is not a *blocked* request in ``/proc/locks``; the page shows the owner and every holder,
-which is what names the culprit.
+Limits: a process spinning in SQLite's busy handler is not a *blocked* request in
+``/proc/locks`` (``docs/decisions/chaos-faults-and-checks.md``); the page shows the owner and
+every holder, which is what names the culprit.
 
 Output: ``<out>/watch-<UTCSTAMP>/`` with ``watch.json`` (parameters), ``history/`` (``watch.jsonl``
 observations + ``sampler.jsonl`` samples), ``history.jsonl``, ``results.json`` (``kind: watch``,

@@ -144,3 +144,13 @@ def test_a_name_too_long_for_a_run_directory_is_refused_by_validate(tmp_path):
     role = BASE.replace("ARGS", "[]").replace("{name: gw, kind: gateway}",
                                               f"{{name: {long}, kind: gateway}}")
     assert any(p.field == "roles[0].name" for p in _problems(role))
+
+
+def test_flags_of_a_defaulted_maintenance_command_are_judged_as_its_default():
+    """Found by the item-9 mutation test: ``workload: {dry_run: true}`` (command left to its
+    default, doctor) validated, then every run of the role failed: doctor has no --dry-run."""
+    text = BASE.replace("{command: prune, args: ARGS}", "{dry_run: true}")
+    (p,) = [p for p in _problems(text) if p.field == "roles[1].workload.dry_run"]
+    assert "not 'doctor'" in p.message and p.line == 8
+    text = BASE.replace("{command: prune, args: ARGS}", "{force: true}")
+    assert [p.field for p in _problems(text)] == ["roles[1].workload.force"]

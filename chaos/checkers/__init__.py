@@ -35,6 +35,7 @@ from . import (
 )
 from .base import FAIL, INCONCLUSIVE, PASS, SKIPPED, CheckContext, Verdict, params_of
 
+
 @dataclass(frozen=True)
 class Checker:
     """One checker (SPEC §16.3): its parameters, declared once, and its ``check``.

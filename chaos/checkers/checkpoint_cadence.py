@@ -19,13 +19,12 @@ Params: ``every`` (50). INCONCLUSIVE when no connection reached ``every`` writes
 from __future__ import annotations
 
 from collections import defaultdict
-
 from dataclasses import dataclass
 
 from ..history import brief, exit_records
 from ..params import param
+from .base import FAIL, INCONCLUSIVE, PASS, CheckContext, Verdict, params_of
 
-from .base import params_of, FAIL, INCONCLUSIVE, PASS, CheckContext, Verdict
 
 @dataclass(frozen=True, kw_only=True)
 class Params:

@@ -11,7 +11,8 @@ Corruption signals: an error class in :data:`CORRUPT_CLASSES`, or any record of 
 ``error``/``message``/``stdout``/``stderr``/``output``/``detail`` text matches
 :data:`CORRUPT_WORDS` ("malformed", "file is not a database", SQLITE_CORRUPT, SQLITE_NOTADB), and
 the store's ``quarantine`` event and ``refusal`` events with reason ``corrupt``/``fts_corrupt``.
-A corruption signal is *injected* when a corrupting nemesis fault (:data:`CORRUPTING_FAULTS`)
+A corruption signal is *injected* when a corrupting nemesis fault
+(:data:`chaos.nemesis.CORRUPTING_FAULTS`, the faults declared ``corrupting``)
 started at or before it; injected corruption errors are allowed without being listed.
 
 FAIL when an error class outside ``allow`` reached a role, or a corruption signal appears that no
@@ -24,13 +25,13 @@ from __future__ import annotations
 
 import re
 from collections import Counter, defaultdict
-
 from dataclasses import dataclass
 
 from ..history import TOOLKIT_PROCESSES, brief, fmt_t
+from ..nemesis import CORRUPTING_FAULTS
 from ..params import param
+from .base import FAIL, INCONCLUSIVE, PASS, CheckContext, Verdict, params_of
 
-from .base import params_of, FAIL, INCONCLUSIVE, PASS, CheckContext, Verdict
 
 @dataclass(frozen=True, kw_only=True)
 class Params:
@@ -42,8 +43,6 @@ class Params:
 
 
 NAME = "error_taxonomy"
-CORRUPTING_FAULTS = frozenset({"corrupt_page", "corrupt_fts", "zero_db", "truncate_db",
-                               "replace_db"})
 CORRUPT_CLASSES = frozenset({"StateDbCorruptError"})
 CORRUPT_WORDS = re.compile(r"malformed|file is not a database|SQLITE_CORRUPT|SQLITE_NOTADB",
                            re.IGNORECASE)

@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import json
 import tempfile
-from pathlib import Path
-
 from dataclasses import dataclass
+from pathlib import Path
 
 from ..store import FIXTURE_MANIFEST
 from .base import FAIL, INCONCLUSIVE, PASS, CheckContext, Verdict
 from .store import connect_copy, copied_store
+
 
 @dataclass(frozen=True, kw_only=True)
 class Params:

@@ -18,13 +18,11 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-
 from dataclasses import dataclass
 
 from ..history import ADVERSARY_OPS, brief, pair_ops
 from ..params import Duration, param
-
-from .base import params_of, FAIL, INCONCLUSIVE, PASS, CheckContext, Verdict
+from .base import FAIL, INCONCLUSIVE, PASS, CheckContext, Verdict, params_of
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -27,21 +27,20 @@ from dataclasses import dataclass
 
 from ..history import (
     TOOLKIT_PROCESSES,
-    WRITE_OPS,
     Samples,
     brief,
     exit_records,
     fmt_t,
     moment,
     pair_ops,
+    phase_time,
     proc_name,
     role_of,
     spawn_records,
 )
-from ..roles import NOT_WRITER_KINDS
 from ..params import Duration, param
-
-from .base import params_of, FAIL, INCONCLUSIVE, PASS, CheckContext, Verdict, role_kinds
+from ..roles import NOT_WRITER_KINDS
+from .base import FAIL, INCONCLUSIVE, PASS, CheckContext, Verdict, params_of, role_kinds
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,16 +63,15 @@ def check(ctx: CheckContext, params: dict) -> Verdict:
     deadline = p.deadline
     only = set(p.roles or ())
     hist = ctx.history
-    heal = next((r for r in hist if r.get("type") == "phase" and r.get("phase") == "heal"), None)
-    if heal is None:
+    H = phase_time(hist, "heal")
+    if H is None:
         return Verdict(NAME, INCONCLUSIVE, "no heal phase in the history: nothing to judge",
                        {"heal_t": None})
-    H = float(heal["t"])
     until = H + deadline
     kinds = role_kinds(ctx.scenario)
     exits = exit_records(hist)
     spawns = spawn_records(hist)
-    ops = [o for o in pair_ops(hist) if o.op in WRITE_OPS]
+    ops = [o for o in pair_ops(hist) if o.is_write()]
     first_seen: dict[str, float] = {}
     for r in hist:
         name = proc_name(r)

@@ -41,9 +41,10 @@ import re
 from dataclasses import dataclass, field
 
 from ..history import WRITE_OPS, Samples, brief, fmt_t, holding, pair_ops, role_of
+from ..nemesis.commands import GATED_COMMANDS, named_pids
 from ..params import param
+from .base import FAIL, INCONCLUSIVE, PASS, CheckContext, Verdict, params_of, role_kinds
 
-from .base import params_of, FAIL, INCONCLUSIVE, PASS, CheckContext, Verdict, role_kinds
 
 @dataclass(frozen=True, kw_only=True)
 class Params:
@@ -57,8 +58,6 @@ class Params:
 
 
 NAME = "maintenance_refusal"
-GATED = ("optimize", "optimize-storage", "prune")
-_PID_RE = re.compile(r"\bPID (\d+)")
 
 
 @dataclass
@@ -114,7 +113,7 @@ def _named(rec: dict, output: str) -> list:
     excerpts."""
     if isinstance(rec.get("named_pids"), list):
         return list(rec["named_pids"])
-    return [int(p) for p in _PID_RE.findall(output)]
+    return named_pids(output)
 
 
 def _exit_code(rec: dict):
@@ -128,7 +127,7 @@ def collect(history: list[dict], role: str | None) -> list[Command]:
     """Every maintenance command of the run (role ``run`` ops and nemesis ``run`` faults)."""
     out: list[Command] = []
     for op in pair_ops(history):
-        if op.op != "run" or op.done is None or op.done.get("synthesized"):
+        if op.op != "run" or op.done is None or op.synthesized:
             continue
         if role is not None and role_of(op.process) != role:
             continue
@@ -194,7 +193,7 @@ def _rewritten(cmd: Command, samples: Samples, ops, history: list[dict]) -> list
         if owned:
             why.append(f"the command (PID {cmd.child_pid}) owned the WAL write lock in "
                        f"{len(owned)} sample(s)")
-    others_wrote = any(o.kind == "ok" and o.op in WRITE_OPS and o.t_done is not None
+    others_wrote = any(o.kind == "ok" and o.is_write() and o.t_done is not None
                        and cmd.t0 <= o.t_done <= cmd.t1 for o in ops) or any(
         r.get("type") == "event" and r.get("event") in ("write", "checkpoint")
         and cmd.t0 <= float(r.get("t", 0.0)) <= cmd.t1 for r in history)
@@ -228,7 +227,7 @@ def check(ctx: CheckContext, params: dict) -> Verdict:
                "force": cmd.force, "dry_run": cmd.dry_run, "exit_code": cmd.exit_code,
                "named_pids": cmd.named}
         fig["runs"].append(row)
-        if cmd.command not in GATED:
+        if cmd.command not in GATED_COMMANDS:
             fig["not_gated"] += 1
             continue
         if cmd.force:

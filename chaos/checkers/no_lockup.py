@@ -26,11 +26,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..history import ADVERSARY_OPS, Samples, brief, exit_records, fmt_t, moment, pair_ops, role_of
-from ..roles import ADVERSARY_KINDS
+from ..history import (
+    ADVERSARY_OPS,
+    Samples,
+    brief,
+    end_time,
+    exit_records,
+    fmt_t,
+    moment,
+    pair_ops,
+    phase_time,
+    role_of,
+)
 from ..params import Duration, param
-
-from .base import params_of, FAIL, INCONCLUSIVE, PASS, CheckContext, Verdict, role_kinds
+from ..roles import ADVERSARY_KINDS
+from .base import FAIL, INCONCLUSIVE, PASS, CheckContext, Verdict, params_of, role_kinds
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,9 +59,8 @@ NAME = "no_lockup"
 def frozen_intervals(history: list[dict]) -> dict[str, list[tuple[float, float]]]:
     """``{process: [(stopped at, resumed at), ...]}`` from nemesis ``stop``/``cont`` ``done``
     records (field ``processes``) and the ``heal`` phase (SIGCONT to every role)."""
-    end_t = max((float(r.get("t", 0.0)) for r in history), default=0.0)
-    heal = next((float(r["t"]) for r in history
-                 if r.get("type") == "phase" and r.get("phase") == "heal"), None)
+    end_t = end_time(history)
+    heal = phase_time(history, "heal")
     since: dict[str, float] = {}
     out: dict[str, list[tuple[float, float]]] = {}
     for r in history:
@@ -82,7 +91,7 @@ def check(ctx: CheckContext, params: dict) -> Verdict:
     ignore = ADVERSARY_OPS | set(p.ignore_ops)
     hist = ctx.history
     kinds = role_kinds(ctx.scenario)
-    end_t = max((float(r.get("t", 0.0)) for r in hist), default=0.0)
+    end_t = end_time(hist)
     exits = exit_records(hist)
     frozen = frozen_intervals(hist)
     samples = Samples(hist)
@@ -95,7 +104,7 @@ def check(ctx: CheckContext, params: dict) -> Verdict:
         if op.op in ignore or kinds.get(role_of(op.process)) in ADVERSARY_KINDS:
             continue
         start = op.t_invoke
-        completed = (op.done is not None and not op.done.get("synthesized")
+        completed = (op.done is not None and not op.synthesized
                      and op.kind in ("ok", "fail"))
         if op.done is not None:  # a synthesized info is stamped at the process's exit
             end = float(op.done["t"])

@@ -10,8 +10,8 @@ From the ``retry`` store events (``attempt`` = the failed attempt, 1-based; ``sl
 * no ``attempt`` above ``max_attempts - 1`` (the last attempt does not sleep: it gives up);
 * no ``write_gave_up`` event (cited as evidence);
 * spread, with at least 20 sleeps: a one-sample Kolmogorov–Smirnov test against
-  Uniform(lo, hi), ``D = max |F_n - F|``, rejected when ``D > 1.95 / sqrt(n)`` (alpha 0.001: a fixed back-off gives D near 1, and a
-  gate that fails one honest run in twenty would be noise); and
+  Uniform(lo, hi), ``D = max |F_n - F|``, rejected when ``D > 1.95 / sqrt(n)`` (alpha 0.001,
+  ``docs/decisions/chaos-faults-and-checks.md``); and
   no fixed back-off: FAIL when more than half of the sleeps lie within 1 ms of one another.
   Fewer than 20 sleeps: "too few to test the distribution", no verdict on spread;
 * no ``fail``/``info`` of a store client carrying ``WriteContentionError`` or "database is locked"
@@ -31,14 +31,13 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-
 from dataclasses import dataclass
 
 from ..history import ADVERSARY_OPS, brief, events_of, role_of
-from ..roles import ADVERSARY_KINDS
 from ..params import param
+from ..roles import ADVERSARY_KINDS
+from .base import FAIL, INCONCLUSIVE, PASS, CheckContext, Verdict, params_of, role_kinds
 
-from .base import params_of, FAIL, INCONCLUSIVE, PASS, CheckContext, Verdict, role_kinds
 
 @dataclass(frozen=True, kw_only=True)
 class Params:

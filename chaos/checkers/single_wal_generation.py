@@ -25,10 +25,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..history import WRITE_OPS, Samples, brief, fmt_t, pair_ops, proc_entry
+from ..history import Samples, brief, fmt_t, pair_ops, proc_entry
 from ..params import param
+from .base import FAIL, INCONCLUSIVE, PASS, SKIPPED, CheckContext, Verdict, params_of
 
-from .base import params_of, FAIL, INCONCLUSIVE, PASS, SKIPPED, CheckContext, Verdict
 
 @dataclass(frozen=True, kw_only=True)
 class Params:
@@ -78,7 +78,7 @@ def check(ctx: CheckContext, params: dict) -> Verdict:
 
     # (start t, end t, process, record) for every committed write to judge
     writes = [(op.t_invoke, op.t_done, op.process, op.record()) for op in pair_ops(ctx.history)
-              if op.op in WRITE_OPS and op.kind == "ok" and op.t_done is not None
+              if op.is_write() and op.kind == "ok" and op.t_done is not None
               and op.process in retired_procs]
     writes += [(float(r["t"]), float(r["t"]), r.get("process"), r) for r in ctx.history
                if r.get("type") == "event" and r.get("event") == "write"

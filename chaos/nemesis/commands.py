@@ -180,6 +180,11 @@ def command_argv(command: str, home: str | os.PathLike, db_path: str | os.PathLi
     return [sys.executable, "-m", "hermes_state", "--home", str(home), *words]
 
 
+def named_pids(output: str) -> list[int]:
+    """Every ``PID N`` a command's output names (the holders of a refusal), in order, once."""
+    return list(dict.fromkeys(int(p) for p in _PID_RE.findall(output)))
+
+
 def _excerpt(text: str) -> str:
     if len(text) <= 2 * EXCERPT_CHARS:
         return text
@@ -219,9 +224,9 @@ def run_command(command: str, home: str | os.PathLike, db_path: str | os.PathLik
         proc.kill()
         out, err = proc.communicate()
     code = None if timed_out else proc.returncode
-    named = [int(p) for p in _PID_RE.findall(out + "\n" + err)]
+    named = named_pids(out + "\n" + err)
     return CommandResult(command, argv, code, _excerpt(out), _excerpt(err), proc.pid,
-                         round(time.monotonic() - start, 4), list(dict.fromkeys(named)),
+                         round(time.monotonic() - start, 4), named,
                          timed_out)
 
 

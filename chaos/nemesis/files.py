@@ -7,21 +7,17 @@ returns the details recorded in the nemesis ``done`` record: inodes before/after
 numbers. A fault that cannot apply raises :class:`NemesisError` (recorded as ``error``; a scenario
 that lists the fault in ``must_observe`` is then INCONCLUSIVE, never green).
 
-Pages are garbled only where the damage is what readers will see: a page that has a frame in the
-current WAL generation (same salts as the WAL header) would be served from the WAL and the
-damage later overwritten by a checkpoint, so such pages are skipped and the WAL is never touched
-(garbling a frame breaks the checksum chain and silently drops committed transactions: that is
-a different fault). ``replace_db`` sources:
+Pages with a frame in the current WAL generation are never garbled and the WAL is never touched
+(why: ``docs/decisions/chaos-faults-and-checks.md``). ``replace_db`` sources:
 
 * ``other`` (default): a small store of its own, built at fire time in ``<run>/sources/other.db``
   (another generation token, SPEC §10.1) — what ``cp other.db state.db`` / ``mv`` does;
 * ``empty``: a fresh empty current-schema store (its own token too);
 * ``backup``: ``<run>/sources/backup.db``, an online backup of the fixture taken before the run
-  (the same generation token as the live store). Only with ``how: mv``: a ``cp`` of a same-token
-  copy over the live file keeps inode and ``application_id``, which SPEC §10.1 cannot detect,
-  so the scenario loader refuses that combination;
-* ``file``: the store at ``path`` (relative to the home), e.g. the output of a ``recover``
-  run earlier in the schedule: the operator's swap after a salvage.
+  (the same generation token as the live store). Only with ``how: mv`` (the scenario loader
+  refuses ``cp``: see the decision record);
+* ``file``: the store at ``path`` (relative to the home, inside the run directory), e.g. the
+  output of a ``recover`` run earlier in the schedule: the operator's swap after a salvage.
 """
 
 from __future__ import annotations
@@ -46,7 +42,6 @@ from .base import Fault, NemesisEnv, NemesisError, NoParams, RoleTarget, targets
 
 REPLACE_SOURCES = ("other", "empty", "backup", "file")
 Sidecar = Literal["wal", "shm"]
-SIDECARS = ("wal", "shm")
 
 
 def _sidecar_list(default: list[str], description: str):

@@ -7,6 +7,7 @@ from ..history import (
     TOOLKIT_PROCESSES,
     command_of,
     pair_ops,
+    phase_time,
     pid_of,
     proc_name,
     sample_owner,
@@ -146,8 +147,7 @@ class Timeline:
                     f["t_start"] = float(r["t"])
         faults = [f for f in by_step.values() if f["status"] != "never"]
         faults.sort(key=lambda f: f["t_start"] or 0.0)
-        heal = next((float(r["t"]) for r in self.records
-                     if r.get("type") == "phase" and r.get("phase") == "heal"), self.t1)
+        heal = phase_time(self.records, "heal") or self.t1
         for i, f in enumerate(faults):
             if f["fault"] == "stop" and f["status"] == "done":
                 cont = next((g for g in faults[i + 1:] if g["fault"] == "cont"

@@ -29,11 +29,13 @@ from .timing import duration_of, fmt_s, is_int
 #: Workload durations that must be > 0, per role kind (declared by the role's ``Params``).
 POSITIVE_DURATIONS = {k: tuple(getattr(r.Params, "POSITIVE", ())) for k, r in ROLES.items()}
 _JITTER = defaults(CHECKERS["retry_jitter"].Params)
+_COMMAND_DEFAULT = defaults(ROLES["maintenance"].Params)["command"]
 
 
 def command_flags(params: dict, path: list, emit_at) -> None:
-    """``force`` only on gated commands, ``dry_run`` only where there is a preview (§11)."""
-    command = params.get("command")
+    """``force`` only on gated commands, ``dry_run`` only where there is a preview (§11); a
+    command left to its default (``doctor``) is judged as that default."""
+    command = params.get("command", _COMMAND_DEFAULT)
     if not isinstance(command, str) or command not in MAINTENANCE_COMMANDS:
         return
     if params.get("force") is True and command not in GATED_COMMANDS:
@@ -49,155 +51,153 @@ def command_flags(params: dict, path: list, emit_at) -> None:
             emit_at(path + ["timeout"], f"timeout must be > 0, got {fmt_s(d)}")
 
 
-def reference_rules(data: Any, emit_at) -> None:
-    """Checks the schema cannot express (SPEC §16.4). Tolerates any structure: where the
-    structure is wrong the schema already reported it, and the check is skipped."""
+def _duration(data: dict) -> float | None:
+    """The scenario's usable duration in seconds, or None."""
+    d = duration_of(data.get("duration"))
+    return d if d is not None and d > 0 else None
+
+
+def _roles(data: dict) -> dict[str, dict]:
+    """``{name: role}`` of the well-formed roles (the first of a duplicated name)."""
+    out: dict[str, dict] = {}
+    roles = data.get("roles")
+    for role in roles if isinstance(roles, list) else []:
+        if isinstance(role, dict) and isinstance(role.get("name"), str):
+            out.setdefault(role["name"], role)
+    return out
+
+
+def _role_ref(roles: dict[str, dict], path: list, name: Any, what: str, emit_at) -> dict | None:
+    """The role ``name`` refers to; reports a name that is not a role."""
+    if not isinstance(name, str):
+        return None
+    if name in roles:
+        return roles[name]
+    known = ", ".join(roles) if roles else "no roles defined"
+    emit_at(path, f"{what} {name!r} is not a role (roles: {known}){hint(name, roles)}")
+    return None
+
+
+def _steps(data: dict):
+    """``(index, step)`` of the nemesis steps that are mappings."""
+    steps = data.get("nemesis")
+    return [(i, s) for i, s in enumerate(steps if isinstance(steps, list) else [])
+            if isinstance(s, dict)]
+
+
+def role_rules(data: Any, emit_at) -> None:
+    """A positive duration; unique role names; start/stop times within the run; failpoint specs;
+    command flags of a maintenance workload; workload durations that must be > 0."""
     if not isinstance(data, dict):
         return
-    duration = duration_of(data.get("duration"))
-    if duration is not None and duration <= 0:
-        emit_at(["duration"], f"duration must be > 0, got {fmt_s(duration)}")
-        duration = None
-
-    # Roles: unique names, times, failpoints, lock_holder durations.
-    roles: dict[str, dict] = {}
-    role_lines: dict[str, list] = {}
-    raw_roles = data.get("roles")
-    for i, role in enumerate(raw_roles if isinstance(raw_roles, list) else []):
+    raw = duration_of(data.get("duration"))
+    if raw is not None and raw <= 0:
+        emit_at(["duration"], f"duration must be > 0, got {fmt_s(raw)}")
+    duration = _duration(data)
+    first: dict[str, int] = {}
+    roles = data.get("roles")
+    for i, role in enumerate(roles if isinstance(roles, list) else []):
         if not isinstance(role, dict):
             continue
         name = role.get("name")
-        if isinstance(name, str):
-            if name in roles:
-                first = role_lines[name]
-                emit_at(
-                    ["roles", i, "name"],
-                    f"duplicate role name {name!r} (already used by roles[{first[1]}])",
-                )
-            else:
-                roles[name] = role
-                role_lines[name] = ["roles", i, "name"]
-        start = duration_of(role.get("start_at", 0))
-        if start is not None and duration is not None and start >= duration:
-            emit_at(
-                ["roles", i, "start_at"],
-                f"start_at {fmt_s(start)} is not before duration {fmt_s(duration)} "
-                "(a role must start before the run ends)",
-            )
-        if "stop_at" in role:
-            stop = duration_of(role["stop_at"])
-            if stop is not None and start is not None and stop <= start:
-                emit_at(
-                    ["roles", i, "stop_at"],
-                    f"stop_at {fmt_s(stop)} must be after start_at {fmt_s(start)}",
-                )
-            elif stop is not None and duration is not None and stop > duration:
-                emit_at(
-                    ["roles", i, "stop_at"],
-                    f"stop_at {fmt_s(stop)} is past duration {fmt_s(duration)}",
-                )
+        if isinstance(name, str) and name in first:
+            emit_at(["roles", i, "name"],
+                    f"duplicate role name {name!r} (already used by roles[{first[name]}])")
+        elif isinstance(name, str):
+            first[name] = i
+        _role_times(role, ["roles", i], duration, emit_at)
         fp = role.get("failpoints")
         if isinstance(fp, str):
             try:
                 failpoints.parse(fp)
             except ValueError as e:
                 emit_at(["roles", i, "failpoints"], f"bad failpoint spec: {e}")
-        wl = role.get("workload")
-        if role.get("kind") == "maintenance" and isinstance(wl, dict):
+        wl, kind = role.get("workload"), role.get("kind")
+        if kind == "maintenance" and isinstance(wl, dict):
             command_flags({k: v for k, v in wl.items() if k != "timeout"},
-                           ["roles", i, "workload"], emit_at)
-        kind = role.get("kind")
+                          ["roles", i, "workload"], emit_at)
         if isinstance(wl, dict) and isinstance(kind, str) and kind in POSITIVE_DURATIONS:
             for key in POSITIVE_DURATIONS[kind]:
-                if key in wl:
-                    d = duration_of(wl[key])
-                    if d is not None and d <= 0:
-                        emit_at(
-                            ["roles", i, "workload", key], f"{key} must be > 0, got {fmt_s(d)}"
-                        )
+                d = duration_of(wl[key]) if key in wl else None
+                if d is not None and d <= 0:
+                    emit_at(["roles", i, "workload", key], f"{key} must be > 0, got {fmt_s(d)}")
 
-    def role_ref(path: list, name: Any, what: str) -> dict | None:
-        if not isinstance(name, str):
-            return None
-        if name in roles:
-            return roles[name]
-        known = ", ".join(roles) if roles else "no roles defined"
-        emit_at(path, f"{what} {name!r} is not a role (roles: {known}){hint(name, roles)}")
-        return None
 
-    # Nemesis.
-    used_faults: list[str] = []
-    raw_steps = data.get("nemesis")
-    for i, step in enumerate(raw_steps if isinstance(raw_steps, list) else []):
-        if not isinstance(step, dict):
-            continue
-        fault = step.get("fault")
-        if isinstance(fault, str) and fault in FAULTS:
-            used_faults.append(fault)
+def _role_times(role: dict, path: list, duration: float | None, emit_at) -> None:
+    start = duration_of(role.get("start_at", 0))
+    if start is not None and duration is not None and start >= duration:
+        emit_at(path + ["start_at"], f"start_at {fmt_s(start)} is not before duration "
+                f"{fmt_s(duration)} (a role must start before the run ends)")
+    if "stop_at" not in role:
+        return
+    stop = duration_of(role["stop_at"])
+    if stop is not None and start is not None and stop <= start:
+        emit_at(path + ["stop_at"], f"stop_at {fmt_s(stop)} must be after start_at "
+                f"{fmt_s(start)}")
+    elif stop is not None and duration is not None and stop > duration:
+        emit_at(path + ["stop_at"], f"stop_at {fmt_s(stop)} is past duration {fmt_s(duration)}")
+
+
+def step_rules(data: Any, emit_at) -> None:
+    """Exactly one of ``at``/``after``, ``at`` before the end, role references and instance
+    indexes of the faults aimed at a role, command flags of a ``run`` step."""
+    if not isinstance(data, dict):
+        return
+    duration, roles = _duration(data), _roles(data)
+    for i, step in _steps(data):
         has_at, has_after = "at" in step, "after" in step
         if has_at and has_after:
-            emit_at(
-                ["nemesis", i, "after"],
-                "give exactly one of 'at' or 'after', not both",
-                key=True,
-            )
+            emit_at(["nemesis", i, "after"], "give exactly one of 'at' or 'after', not both",
+                    key=True)
         elif not has_at and not has_after:
-            emit_at(
-                ["nemesis", i],
-                "missing 'at' or 'after': schedule the step at a time offset or after an "
-                "event count (exactly one)",
-            )
-        if has_at:
-            at = duration_of(step["at"])
-            if at is not None and duration is not None and at >= duration:
-                emit_at(
-                    ["nemesis", i, "at"],
-                    f"at {fmt_s(at)} is past duration {fmt_s(duration)} (a fault must be "
-                    "scheduled before the end of the run)",
-                )
+            emit_at(["nemesis", i], "missing 'at' or 'after': schedule the step at a time offset "
+                    "or after an event count (exactly one)")
+        at = duration_of(step["at"]) if has_at else None
+        if at is not None and duration is not None and at >= duration:
+            emit_at(["nemesis", i, "at"], f"at {fmt_s(at)} is past duration {fmt_s(duration)} "
+                    "(a fault must be scheduled before the end of the run)")
         after = step.get("after")
         if isinstance(after, dict):
-            role_ref(["nemesis", i, "after", "role"], after.get("role"), "after.role")
+            _role_ref(roles, ["nemesis", i, "after", "role"], after.get("role"), "after.role",
+                      emit_at)
+        fault = step.get("fault")
         if fault == "run":
             command_flags(step, ["nemesis", i], emit_at)
         if fault in ROLE_FAULTS:
-            target = role_ref(["nemesis", i, "role"], step.get("role"), "role")
-            index = step.get("index")
-            if target is not None and is_int(index) and index >= 0:
-                count = target.get("count", 1)
-                if is_int(count) and 1 <= count <= MAX_COUNT and index >= count:
-                    emit_at(
-                        ["nemesis", i, "index"],
-                        f"index {index} is out of range: role {step['role']!r} has count "
-                        f"{count} (index 0..{count - 1})",
-                    )
+            target = _role_ref(roles, ["nemesis", i, "role"], step.get("role"), "role", emit_at)
+            index, count = step.get("index"), (target or {}).get("count", 1)
+            if (target is not None and is_int(index) and index >= 0 and is_int(count)
+                    and 1 <= count <= MAX_COUNT and index >= count):
+                emit_at(["nemesis", i, "index"], f"index {index} is out of range: role "
+                        f"{step['role']!r} has count {count} (index 0..{count - 1})")
 
-    # Expect.
+
+def expect_rules(data: Any, emit_at) -> None:
+    """Checker parameters that name a role or bound each other; ``must_observe`` faults that
+    this scenario's nemesis injects."""
+    if not isinstance(data, dict):
+        return
     expect = data.get("expect")
     if isinstance(expect, dict):
         swr = expect.get("stale_wal_refusal")
         if isinstance(swr, dict):
-            role_ref(["expect", "stale_wal_refusal", "holder"], swr.get("holder"), "holder")
+            _role_ref(_roles(data), ["expect", "stale_wal_refusal", "holder"], swr.get("holder"),
+                      "holder", emit_at)
         rj = expect.get("retry_jitter")
         if isinstance(rj, dict):
             lo, hi = rj.get("lo", _JITTER["lo"]), rj.get("hi", _JITTER["hi"])
             numbers = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (lo, hi))
             if numbers and lo > hi:
-                emit_at(
-                    ["expect", "retry_jitter", "hi" if "hi" in rj else "lo"],
-                    f"lo ({lo}) must be <= hi ({hi})",
-                )
-
-    # must_observe: a fault must be one this scenario's nemesis injects.
+                emit_at(["expect", "retry_jitter", "hi" if "hi" in rj else "lo"],
+                        f"lo ({lo}) must be <= hi ({hi})")
+    used = [s.get("fault") for _, s in _steps(data)
+            if isinstance(s.get("fault"), str) and s.get("fault") in FAULTS]
     observe = data.get("must_observe")
     for i, item in enumerate(observe if isinstance(observe, list) else []):
-        if isinstance(item, str) and item in FAULTS and item not in used_faults:
-            faults = ", ".join(dict.fromkeys(used_faults)) or "none"
-            emit_at(
-                ["must_observe", i],
-                f"fault {item!r} is not in this scenario's nemesis (nemesis faults: {faults}; "
-                f"store events: {', '.join(EVENT_KINDS)})",
-            )
+        if isinstance(item, str) and item in FAULTS and item not in used:
+            faults = ", ".join(dict.fromkeys(used)) or "none"
+            emit_at(["must_observe", i], f"fault {item!r} is not in this scenario's nemesis "
+                    f"(nemesis faults: {faults}; store events: {', '.join(EVENT_KINDS)})")
 
 
 def store_rules(data: Any, emit_at) -> None:

@@ -87,86 +87,95 @@ def failpoint_problem(name: Any, action: str) -> str | None:
     return None
 
 
-def schedule_rules(data: Any, emit_at) -> None:
-    """Checks of the schedule (SPEC §16.2, §16.3): ``after`` triggers, failpoint steps, restart,
-    ``phases`` and ``sweep``. Role references of steps are checked by :func:`_semantic`."""
+def _heal_at(data: dict, duration: float | None, emit_at=None) -> float | None:
+    """``phases.heal_at`` in seconds when usable, else None (reported through ``emit_at``)."""
+    phases = data.get("phases")
+    if not isinstance(phases, dict) or "heal_at" not in phases:
+        return None
+    heal_at = duration_of(phases["heal_at"])
+    report = emit_at or (lambda *a, **k: None)
+    if heal_at is not None and heal_at <= 0:
+        report(["phases", "heal_at"], f"heal_at must be > 0, got {fmt_s(heal_at)}")
+        return None
+    if heal_at is not None and duration is not None and heal_at > duration:
+        report(["phases", "heal_at"], f"heal_at {fmt_s(heal_at)} is past duration "
+               f"{fmt_s(duration)}")
+        return None
+    return None if heal_at is not None and heal_at > MAX_DURATION_S else heal_at
+
+
+def _steps(data: dict) -> list:
+    steps = data.get("nemesis")
+    return steps if isinstance(steps, list) else []
+
+
+def phases_rules(data: Any, emit_at) -> None:
+    """``phases.heal_at`` within the run, and no step scheduled ``at`` or after it."""
     if not isinstance(data, dict):
         return
     duration = duration_of(data.get("duration"))
-    raw_roles = data.get("roles") if isinstance(data.get("roles"), list) else []
-    roles = {r["name"]: r for r in raw_roles if isinstance(r, dict)
-             and isinstance(r.get("name"), str)}
-    heal_at = None
-    phases = data.get("phases")
-    if isinstance(phases, dict) and "heal_at" in phases:
-        heal_at = duration_of(phases["heal_at"])
-        if heal_at is not None and heal_at <= 0:
-            emit_at(["phases", "heal_at"], f"heal_at must be > 0, got {fmt_s(heal_at)}")
-            heal_at = None
-        elif heal_at is not None and duration is not None and heal_at > duration:
-            emit_at(["phases", "heal_at"],
-                    f"heal_at {fmt_s(heal_at)} is past duration {fmt_s(duration)}")
-            heal_at = None
-        elif heal_at is not None and heal_at > MAX_DURATION_S:
-            heal_at = None
-    end = heal_at if heal_at is not None else duration
-    steps = data.get("nemesis") if isinstance(data.get("nemesis"), list) else []
-    n = len(steps)
+    heal_at = _heal_at(data, duration, emit_at)
+    if heal_at is None:
+        return
+    for i, step in enumerate(_steps(data)):
+        at = duration_of(step["at"]) if isinstance(step, dict) and "at" in step else None
+        if at is not None and at >= heal_at and (duration is None or at < duration):
+            emit_at(["nemesis", i, "at"], f"at {fmt_s(at)} is not before phases.heal_at "
+                    f"{fmt_s(heal_at)} (no fault fires once the heal phase started)")
+
+
+def _trigger_rules(after: dict, i: int, n: int, emit_at) -> int | None:
+    """One ``after`` trigger's rules; returns the step it waits for (``{step: I}``), if valid."""
+    where = ["nemesis", i, "after"]
+    chosen = [k for k in AFTER_TRIGGERS if k in after]
+    if len(chosen) != 1:
+        emit_at(where, ("give exactly one trigger of " if not chosen else
+                        f"give exactly one trigger, not {' and '.join(chosen)}: one of ")
+                + ", ".join(AFTER_TRIGGERS) + " (e.g. {role: gateway, ok: 100}, "
+                "{event: checkpoint, count: 2}, {step: 0, delay: 1s})")
+    kind = chosen[0] if len(chosen) == 1 else None
+    if kind in AFTER_OUTCOMES and "role" not in after:
+        emit_at(where, f"'{kind}' counts a role's operations: add 'role'")
+    if "op" in after and kind not in AFTER_OUTCOMES and kind is not None:
+        emit_at(where + ["op"], "'op' goes with ok/fail/info, not with " + repr(kind), key=True)
+    if "count" in after and kind != "event" and kind is not None:
+        emit_at(where + ["count"], "'count' goes with 'event' (ok/fail/info carry their own "
+                "count)", key=True)
+    if kind == "step" and "role" in after:
+        emit_at(where + ["role"], "'role' does not go with 'step'", key=True)
+    if "delay" in after:
+        d = duration_of(after["delay"])
+        if d is not None and d > MAX_DURATION_S:
+            emit_at(where + ["delay"], f"{short(after['delay'])} is longer than the 7-day limit "
+                    "of a chaos run")
+    target = after.get("step")
+    if kind != "step" or not is_int(target) or target < 0:
+        return None
+    if target >= n:
+        emit_at(where + ["step"], f"step {target} does not exist (nemesis has {n} "
+                f"step{'s' if n != 1 else ''}: 0..{n - 1})")
+        return None
+    if target == i:
+        emit_at(where + ["step"], f"a step cannot wait for itself (step {i})")
+        return None
+    return target
+
+
+def after_rules(data: Any, emit_at) -> None:
+    """``after`` triggers (SPEC §16.2): exactly one trigger and the keys that go with it; step
+    chains without a cycle, whose ``at`` root plus the delays fire before the end."""
+    if not isinstance(data, dict):
+        return
+    steps = _steps(data)
     deps: dict[int, int] = {}
     for i, step in enumerate(steps):
-        if not isinstance(step, dict):
-            continue
-        fault = step.get("fault")
-        if heal_at is not None and "at" in step:
-            at = duration_of(step["at"])
-            if at is not None and at >= heal_at and (duration is None or at < duration):
-                emit_at(["nemesis", i, "at"], f"at {fmt_s(at)} is not before phases.heal_at "
-                        f"{fmt_s(heal_at)} (no fault fires once the heal phase started)")
-        after = step.get("after")
-        if isinstance(after, dict):
-            where = ["nemesis", i, "after"]
-            chosen = [k for k in AFTER_TRIGGERS if k in after]
-            if len(chosen) != 1:
-                emit_at(where, ("give exactly one trigger of " if not chosen else
-                                f"give exactly one trigger, not {' and '.join(chosen)}: one of ")
-                        + ", ".join(AFTER_TRIGGERS) + " (e.g. {role: gateway, ok: 100}, "
-                        "{event: checkpoint, count: 2}, {step: 0, delay: 1s})")
-            kind = chosen[0] if len(chosen) == 1 else None
-            if kind in AFTER_OUTCOMES and "role" not in after:
-                emit_at(where, f"'{kind}' counts a role's operations: add 'role'")
-            if "op" in after and kind not in AFTER_OUTCOMES and kind is not None:
-                emit_at(where + ["op"], "'op' goes with ok/fail/info, not with " + repr(kind),
-                        key=True)
-            if "count" in after and kind != "event" and kind is not None:
-                emit_at(where + ["count"], "'count' goes with 'event' (ok/fail/info carry their "
-                        "own count)", key=True)
-            if kind == "step" and "role" in after:
-                emit_at(where + ["role"], "'role' does not go with 'step'", key=True)
-            target = after.get("step")
-            if kind == "step" and is_int(target) and target >= 0:
-                if target >= n:
-                    emit_at(where + ["step"], f"step {target} does not exist (nemesis has {n} "
-                            f"step{'s' if n != 1 else ''}: 0..{n - 1})")
-                elif target == i:
-                    emit_at(where + ["step"], f"a step cannot wait for itself (step {i})")
-                else:
-                    deps[i] = target
-            if "delay" in after:
-                d = duration_of(after["delay"])
-                if d is not None and d > MAX_DURATION_S:
-                    emit_at(where + ["delay"], f"{short(after['delay'])} is longer than the "
-                            "7-day limit of a chaos run")
-        if fault == "kill" and "hit" in step and "failpoint" not in step:
-            emit_at(["nemesis", i, "hit"], "'hit' goes with 'failpoint' (kill at the hit-th hit "
-                    "of that failpoint)", key=True)
-        if fault in ("kill", "arm_failpoint") and "failpoint" in step:
-            action = step.get("action", "crash") if fault == "arm_failpoint" else "crash"
-            why = failpoint_problem(step["failpoint"], action if isinstance(action, str) else "")
-            if why:
-                field_ = "action" if fault == "arm_failpoint" and "action" in step and \
-                    failpoint_problem(step["failpoint"], "crash") is None else "failpoint"
-                emit_at(["nemesis", i, field_], f"bad failpoint: {why}")
-    # Step chains: no cycle; an `at` root plus the delays must fire before the end.
+        if isinstance(step, dict) and isinstance(step.get("after"), dict):
+            target = _trigger_rules(step["after"], i, len(steps), emit_at)
+            if target is not None:
+                deps[i] = target
+    duration = duration_of(data.get("duration"))
+    heal_at = _heal_at(data, duration)
+    end = heal_at if heal_at is not None else duration
     for i in list(deps):
         seen, j = {i}, deps[i]
         while j in deps and j not in seen:
@@ -178,33 +187,61 @@ def schedule_rules(data: Any, emit_at) -> None:
                     "): none would ever fire")
             continue
         root = steps[j] if isinstance(steps[j], dict) else {}
-        if "at" in root and end is not None:
-            t = duration_of(root["at"])
-            k = i
-            while t is not None and k in deps:
-                after = steps[k].get("after", {})
-                t = t + (duration_of(after.get("delay", 0)) or 0)
-                k = deps[k]
-            if t is not None and t >= end:
-                emit_at(["nemesis", i, "after"],
-                        f"fires at {fmt_s(t)} (step {j} at {fmt_s(duration_of(root['at']))} "
-                        f"plus the delays), not before "
-                        f"{'phases.heal_at' if heal_at else 'duration'} {fmt_s(end)}")
-    sweep = data.get("sweep")
-    if isinstance(sweep, dict):
-        name = sweep.get("role")
-        if isinstance(name, str) and name not in roles:
-            known = ", ".join(str(r) for r in roles) or "no roles defined"
-            emit_at(["sweep", "role"], f"sweep.role {name!r} is not a role (roles: {known})"
-                    f"{hint(name, [r for r in roles if isinstance(r, str)])}")
-        why = failpoint_problem(sweep.get("failpoint"), "crash@1")
-        if why:
-            emit_at(["sweep", "failpoint"], f"bad failpoint: {why}")
-        elif isinstance(name, str) and name in roles:
-            own = roles[name].get("failpoints")
-            fp = sweep.get("failpoint")
-            armed = isinstance(own, str) and isinstance(fp, str) and re.search(
-                rf"(^|,)\s*{re.escape(fp)}\s*=", own)
-            if armed:
-                emit_at(["sweep", "failpoint"], f"role {name!r} already arms {fp} in its "
-                        "failpoints; the sweep arms crash@N there itself")
+        if "at" not in root or end is None:
+            continue
+        t, k = duration_of(root["at"]), i
+        while t is not None and k in deps:
+            t = t + (duration_of(steps[k].get("after", {}).get("delay", 0)) or 0)
+            k = deps[k]
+        if t is not None and t >= end:
+            emit_at(["nemesis", i, "after"],
+                    f"fires at {fmt_s(t)} (step {j} at {fmt_s(duration_of(root['at']))} plus the "
+                    f"delays), not before {'phases.heal_at' if heal_at else 'duration'} "
+                    f"{fmt_s(end)}")
+
+
+def failpoint_rules(data: Any, emit_at) -> None:
+    """``kill``'s ``hit`` goes with a ``failpoint``; ``kill``/``arm_failpoint`` failpoint specs
+    parse."""
+    if not isinstance(data, dict):
+        return
+    for i, step in enumerate(_steps(data)):
+        if not isinstance(step, dict):
+            continue
+        fault = step.get("fault")
+        if fault == "kill" and "hit" in step and "failpoint" not in step:
+            emit_at(["nemesis", i, "hit"], "'hit' goes with 'failpoint' (kill at the hit-th hit "
+                    "of that failpoint)", key=True)
+        if fault in ("kill", "arm_failpoint") and "failpoint" in step:
+            action = step.get("action", "crash") if fault == "arm_failpoint" else "crash"
+            why = failpoint_problem(step["failpoint"], action if isinstance(action, str) else "")
+            if why:
+                field_ = "action" if fault == "arm_failpoint" and "action" in step and \
+                    failpoint_problem(step["failpoint"], "crash") is None else "failpoint"
+                emit_at(["nemesis", i, field_], f"bad failpoint: {why}")
+
+
+def sweep_rules(data: Any, emit_at) -> None:
+    """``sweep`` names a role and a failpoint the role does not arm itself."""
+    sweep = data.get("sweep") if isinstance(data, dict) else None
+    if not isinstance(sweep, dict):
+        return
+    raw_roles = data.get("roles") if isinstance(data.get("roles"), list) else []
+    roles = {r["name"]: r for r in raw_roles if isinstance(r, dict)
+             and isinstance(r.get("name"), str)}
+    name = sweep.get("role")
+    if isinstance(name, str) and name not in roles:
+        known = ", ".join(str(r) for r in roles) or "no roles defined"
+        emit_at(["sweep", "role"], f"sweep.role {name!r} is not a role (roles: {known})"
+                f"{hint(name, [r for r in roles if isinstance(r, str)])}")
+    why = failpoint_problem(sweep.get("failpoint"), "crash@1")
+    if why:
+        emit_at(["sweep", "failpoint"], f"bad failpoint: {why}")
+    elif isinstance(name, str) and name in roles:
+        own = roles[name].get("failpoints")
+        fp = sweep.get("failpoint")
+        armed = isinstance(own, str) and isinstance(fp, str) and re.search(
+            rf"(^|,)\s*{re.escape(fp)}\s*=", own)
+        if armed:
+            emit_at(["sweep", "failpoint"], f"role {name!r} already arms {fp} in its "
+                    "failpoints; the sweep arms crash@N there itself")

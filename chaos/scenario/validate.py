@@ -25,13 +25,14 @@ from .problems import (
     schema_problems,
     sorted_problems,
 )
-from .rules import path_rules, reference_rules, store_rules
+from .rules import expect_rules, path_rules, role_rules, step_rules, store_rules
 from .schema import SCHEMA
-from .timing import duration_rules, schedule_rules
+from .timing import after_rules, duration_rules, failpoint_rules, phases_rules, sweep_rules
 
 _VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
 #: The rule families run after the structure, in order (each tolerates any structure).
-RULES = (reference_rules, store_rules, schedule_rules, duration_rules, path_rules)
+RULES = (role_rules, step_rules, expect_rules, store_rules, phases_rules, after_rules,
+         failpoint_rules, sweep_rules, duration_rules, path_rules)
 
 
 def load_scenario(path: str | Path) -> Scenario:

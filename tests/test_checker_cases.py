@@ -1,0 +1,148 @@
+"""Checker case functions (Elle's ``*-cases``), each on a history of five records: the rule
+finds its case, and the same history without the fault finds none (SPEC §16.3)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+from chaos.checkers import no_lost_writes as nlw
+from chaos.checkers import stale_wal_refusal as swr
+from chaos.checkers.base import FAIL, INCONCLUSIVE, PASS, verdict_from
+from chaos.checkers.store import Capture
+
+REFUSAL = "DeletedWalGenerationError"
+
+
+def rec(t, type_, process="gateway-0", **fields):
+    return {"t": t, "wall": t, "process": process, "pid": 100 if process == "gateway-0" else 200,
+            "type": type_, **fields}
+
+
+def op(t0, t1, outcome, n, process="gateway-0", op_="append", **fields):
+    """An invoke at ``t0`` and its ``outcome`` at ``t1`` (two records)."""
+    common = {"op": op_, "op_id": f"{process}:{n}", **fields}
+    return [rec(t0, "invoke", process, **common), rec(t1, outcome, process, **common)]
+
+
+# ------------------------------------------------------------------------------ no_lost_writes
+def appends_history():
+    """a: ok, b: fail (spooled), c: invoked only (info): five records."""
+    return (op(1, 2, "ok", 1, payload_id="a") + op(3, 4, "fail", 2, payload_id="b", spooled=True)
+            + [rec(5, "invoke", op="append", op_id="gateway-0:3", payload_id="c")])
+
+
+def test_lost_cases_find_an_ok_append_missing_everywhere_allowed():
+    h = appends_history()
+    assert len(h) == 5
+    by_pid = nlw.appends(h)
+    assert {p: o.kind for p, o in by_pid.items()} == {"a": "ok", "b": "fail", "c": "info"}
+    (case,) = nlw.lost_cases(by_pid, nlw.Places(capture=Counter({"a": 1})), [])
+    assert (case["payload_id"], case["also_in_not_allowed"]) == ("a", ["capture"])
+    assert nlw.lost_cases(by_pid, nlw.Places(capture=Counter({"a": 1})), ["capture"]) == []
+    assert nlw.lost_cases(by_pid, nlw.Places(store=Counter({"a": 1})), []) == []
+
+
+def test_phantom_cases_find_a_failed_append_in_the_store():
+    by_pid = nlw.appends(appends_history())
+    (case,) = nlw.phantom_cases(by_pid, nlw.Places(store=Counter({"a": 1, "b": 1})), False)
+    assert (case["payload_id"], case["found_in"]) == ("b", ["store"])
+    # spooled and replayed from the spool: allowed in the store, never in a capture
+    assert nlw.phantom_cases(by_pid, nlw.Places(store=Counter({"b": 1})), True) == []
+    assert nlw.phantom_cases(by_pid, nlw.Places(capture=Counter({"b": 1})), True)
+
+
+def test_spooled_missing_cases_find_a_spooled_append_not_in_the_spool():
+    by_pid = nlw.appends(appends_history())
+    assert [c["payload_id"] for c in nlw.spooled_missing_cases(by_pid, nlw.Places())] == ["b"]
+    assert nlw.spooled_missing_cases(by_pid, nlw.Places(spool=Counter({"b": 1}))) == []
+
+
+def test_unexpected_and_duplicated_cases_read_the_store():
+    h = appends_history()
+    places = nlw.Places(store=Counter({"a": 2, "z": 1}))
+    assert [c["payload_id"] for c in nlw.unexpected_cases(h, places)] == ["z"]
+    assert [(c["payload_id"], c["rows"]) for c in nlw.duplicated_cases(places)] == [("a", 2)]
+    assert nlw.unexpected_cases(h, nlw.Places(store=Counter({"a": 1}))) == []
+
+
+# ------------------------------------------------------------------------------ stale_wal_refusal
+T = 2.0
+
+
+def fault():
+    return rec(T, "nemesis", "nemesis", fault="delete_sidecars", phase="done")
+
+
+def test_ok_after_fault_cases_find_a_commit_into_the_retired_wal():
+    h = [*op(1, 1.5, "ok", 1), fault(), *op(3, 3.5, "ok", 2)]
+    assert len(h) == 5
+    run = swr.observe(h, "gateway", T)
+    assert run.holders == ["gateway-0"]
+    (case,) = swr.ok_after_fault_cases(run)
+    assert case["record"]["op_id"] == "gateway-0:2"
+    assert swr.ok_after_fault_cases(swr.observe([*h[:3], *op(3, 3.5, "fail", 2, error=REFUSAL)],
+                                                "gateway", T)) == []
+
+
+def test_unrefused_cases_find_a_write_failing_for_another_reason():
+    h = [*op(1, 1.5, "ok", 1), fault(), *op(3, 3.5, "fail", 2, error="OperationalError")]
+    (case,) = swr.unrefused_cases(swr.observe(h, "gateway", T))
+    assert "never got DeletedWalGenerationError" in case["why"]
+    h[-1]["error"] = REFUSAL
+    assert swr.unrefused_cases(swr.observe(h, "gateway", T)) == []
+
+
+def test_write_after_refusal_cases_find_a_commit_after_the_sticky_refusal():
+    h = [rec(1, "event", event="write", seq=1), fault(), *op(3, 3.5, "fail", 1, error=REFUSAL),
+         rec(4, "event", event="write", seq=2)]
+    assert len(h) == 5
+    (case,) = swr.write_after_refusal_cases(swr.observe(h, "gateway", T))
+    assert case["record"]["seq"] == 2
+    h[4]["t"] = 3.2  # before the refusal: not a violation
+    assert swr.write_after_refusal_cases(swr.observe(h, "gateway", T)) == []
+
+
+def test_capture_cases_need_a_valid_capture_of_the_refused_holder():
+    h = [*op(1, 1.5, "ok", 1), fault(), *op(3, 3.5, "fail", 2, error=REFUSAL)]
+    run = swr.observe(h, "gateway", T)
+    (case,) = swr.capture_cases(run, [])
+    assert case["pids"] == [100]
+    good = Capture(Path("state.db.retired-wal-x-100"), {"pid": 100})
+    assert swr.capture_cases(run, [good]) == []
+    bad = Capture(Path("state.db.retired-wal-x-100"), {"pid": 100}, ["wal.sha256 differs"])
+    assert swr.capture_cases(run, [bad])
+
+
+def test_open_cases_find_an_open_allowed_while_the_holder_lives():
+    gw = op(1, 3.5, "fail", 1, error=REFUSAL)  # the holder lives until 3.5 at least
+    h = [gw[0], fault(), *op(2.5, 2.6, "ok", 1, process="cli-0", op_="open"), gw[1]]
+    assert len(h) == 5
+    (case,) = swr.open_cases(swr.observe(h, "gateway", T))
+    assert case["record"]["process"] == "cli-0"
+    h[3].update(type="fail", error=REFUSAL)
+    assert swr.open_cases(swr.observe(h, "gateway", T)) == []
+
+
+def test_after_exit_cases_find_no_writer_after_the_holder_exited():
+    h = [*op(1, 1.5, "ok", 1), fault(),
+         rec(3, "process", "runner", phase="exit", role="gateway", index=0, exitcode=0),
+         rec(4, "fail", "cli-0", op="open", op_id="cli-0:1", error="StateDbCorruptError")]
+    run = swr.observe(h, "gateway", T)
+    assert run.all_exited and run.end_window == 3
+    (case,) = swr.after_exit_cases(run)
+    assert "none ok" in case["why"]
+    h[-1].update(type="ok", error=None)
+    assert swr.after_exit_cases(swr.observe(h, "gateway", T)) == []
+
+
+# ------------------------------------------------------------------------------ the builder
+def test_verdict_from_assembles_cases_into_one_verdict():
+    fail = verdict_from("x", {"a": [], "b": [{"why": "b broke", "n": 1}]}, {"k": 1},
+                        summary="s")
+    assert fail.status == FAIL and fail.summary == "b broke (1 violation(s)); s"
+    assert fail.figures == {"k": 1, "violations": {"b": 1}}
+    assert fail.evidence == [{"why": "b broke", "n": 1, "violation": "b"}]
+    assert verdict_from("x", {"a": []}, {}, summary="s", inconclusive="nothing").status == \
+        INCONCLUSIVE
+    assert verdict_from("x", {"a": []}, {}, summary="s").status == PASS
