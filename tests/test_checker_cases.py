@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+from chaos.checkers import checkpoint_cadence as cc
 from chaos.checkers import no_lost_writes as nlw
 from chaos.checkers import stale_wal_refusal as swr
 from chaos.checkers.base import FAIL, INCONCLUSIVE, PASS, verdict_from
@@ -146,3 +147,47 @@ def test_verdict_from_assembles_cases_into_one_verdict():
     assert verdict_from("x", {"a": []}, {}, summary="s", inconclusive="nothing").status == \
         INCONCLUSIVE
     assert verdict_from("x", {"a": []}, {}, summary="s").status == PASS
+
+
+# ------------------------------------------------------------------------------ checkpoint_cadence
+def writes_and_checkpoint(mode="PASSIVE", seq=2, exitcode=0):
+    """Four writes on one connection (every=2) with one cadence checkpoint, then an exit."""
+    h = [rec(k, "event", event="write", seq=k) for k in range(1, 4)]
+    h.append(rec(3.5, "event", event="checkpoint", mode=mode, trigger="cadence", seq=seq))
+    h.append(rec(4, "process", "runner", phase="exit", role="gateway", index=0,
+                 exitcode=exitcode))
+    return h
+
+
+def test_mode_cases_find_a_checkpoint_that_is_not_passive():
+    h = writes_and_checkpoint(mode="TRUNCATE")
+    assert len(h) == 5
+    (case,) = cc.mode_cases(h)
+    assert "TRUNCATE" in case["why"]
+    assert cc.mode_cases(writes_and_checkpoint()) == []
+
+
+def test_missing_extra_and_repeated_cases_judge_each_connection():
+    h = writes_and_checkpoint(seq=3)  # writes 1..3, every 2: seq 2 expected, 3 is off cadence
+    conns = cc.connections(h)
+    assert [(c.number, c.max_seq, len(c.cadence)) for c in conns] == [(1, 3, 1)]
+    (missing,) = cc.missing_cases(conns, 2, cc.killed(h))
+    assert missing["missing_seq"] == [2]
+    (extra,) = cc.extra_cases(conns, 2)
+    assert extra["record"]["seq"] == 3
+    ok = cc.connections(writes_and_checkpoint(seq=2))
+    assert cc.missing_cases(ok, 2, set()) == cc.extra_cases(ok, 2) == []
+    twice = writes_and_checkpoint(seq=2)
+    twice.insert(3, dict(twice[3], t=3.4))
+    assert [c["seq"] for c in cc.repeated_cases(cc.connections(twice), 2)] == [[2]]
+
+
+def test_a_kill_right_after_the_last_write_may_miss_only_that_checkpoint():
+    h = [rec(1, "event", event="write", seq=1), rec(2, "event", event="write", seq=2),
+         rec(2.5, "event", event="checkpoint", mode="PASSIVE", trigger="cadence", seq=2),
+         rec(3, "event", event="write", seq=3), rec(4, "event", event="write", seq=4)]
+    conns = cc.connections(h)  # every 2: the checkpoint at seq 4 is due, the process was killed
+    assert cc.allowed_final(conns[0], 2, {"gateway-0"})
+    assert cc.missing_cases(conns, 2, {"gateway-0"}) == []
+    (case,) = cc.missing_cases(conns, 2, set())  # a clean exit has no excuse
+    assert case["missing_seq"] == [4]
