@@ -8,6 +8,7 @@ from pathlib import Path
 
 from chaos.checkers import checkpoint_cadence as cc
 from chaos.checkers import no_lost_writes as nlw
+from chaos.checkers import retry_jitter as rj
 from chaos.checkers import stale_wal_refusal as swr
 from chaos.checkers.base import FAIL, INCONCLUSIVE, PASS, verdict_from
 from chaos.checkers.store import Capture
@@ -191,3 +192,49 @@ def test_a_kill_right_after_the_last_write_may_miss_only_that_checkpoint():
     assert cc.missing_cases(conns, 2, {"gateway-0"}) == []
     (case,) = cc.missing_cases(conns, 2, set())  # a clean exit has no excuse
     assert case["missing_seq"] == [4]
+
+
+# ------------------------------------------------------------------------------ retry_jitter
+def retries(*sleeps, attempts=None):
+    return [rec(k, "event", event="retry", sleep_s=s, attempt=(attempts or {}).get(k, 1))
+            for k, s in enumerate(sleeps, 1)]
+
+
+def test_out_of_range_and_attempt_cases_read_each_retry():
+    h = retries(0.03, 0.2, 0.05, 0.01, 0.1, attempts={5: 15})
+    assert len(h) == 5
+    assert [c["sleep_s"] for c in rj.out_of_range_cases(h, 0.02, 0.15)] == [0.2, 0.01]
+    assert [c["attempt"] for c in rj.attempt_cases(h, 15)] == [15]
+    assert rj.attempt_cases(h, 16) == []
+
+
+def test_gave_up_cases_are_justified_only_by_one_long_lock_hold():
+    h = [*op(0, 20, "ok", 1, process="lock-0", op_="hold_lock"),
+         rec(17, "event", event="write_gave_up", waited_s=16.0), *retries(0.05, 0.06)]
+    assert len(h) == 5
+    assert rj.gave_up_cases(h, rj.lock_holds(h), 15.0) == []  # held 20 s across the wait
+    (case,) = rj.gave_up_cases(h, rj.lock_holds(h[2:]), 15.0)  # nobody held it
+    assert case["event"] == "write_gave_up"
+
+
+def test_uniform_and_fixed_backoff_cases_need_enough_sleeps():
+    assert rj.uniform_cases([0.05] * 5, 0.02, 0.15) == rj.fixed_backoff_cases([0.05] * 5) == []
+    fixed = [0.05] * rj.MIN_FOR_KS
+    assert "KS" in rj.uniform_cases(fixed, 0.02, 0.15)[0]["why"]
+    assert rj.fixed_backoff_cases(fixed)[0]["largest_1ms_cluster"] == rj.MIN_FOR_KS
+    spread = [0.02 + 0.13 * k / (rj.MIN_FOR_KS - 1) for k in range(rj.MIN_FOR_KS)]
+    assert rj.uniform_cases(spread, 0.02, 0.15) == rj.fixed_backoff_cases(spread) == []
+
+
+def test_lock_error_cases_skip_adversaries_and_justified_waits():
+    h = [*op(1, 2, "fail", 1, error="WriteContentionError", latency_s=1.0),
+         *op(1, 2, "fail", 1, process="lock-0", op_="hold_lock", error="OperationalError",
+             message="database is locked"),
+         rec(3, "info", "cli-0", op="append", op_id="cli-0:1", message="database is locked",
+             latency_s=0.5)]
+    assert len(h) == 5
+    reached, justified = rj.lock_errors(h, {"lock": "lock_holder"}, [], 15.0)
+    assert [r["process"] for r in reached] == ["gateway-0", "cli-0"] and justified == []
+    assert len(rj.lock_error_cases(reached)) == 2
+    reached, justified = rj.lock_errors(h, {}, [(0.0, 30.0, "pid 1")], 0.5)
+    assert reached == [] and len(justified) == 2

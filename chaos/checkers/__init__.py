@@ -1,9 +1,9 @@
 """Checkers: invariants judged on a run's history and final store (SPEC §16.3).
 
 ``CHECKERS`` maps a checker name (the key used under a scenario's ``expect:``) to a
-:class:`Checker`: its ``Params`` and ``check(ctx: CheckContext, params) -> Verdict``. Each checker lives in its own module, is a
-pure function of the history and the final files (it starts no process and works on copies), and
-documents which sentence of SPEC §16.3 it enforces.
+:class:`Checker`: its ``Params`` and ``check(ctx: CheckContext, params) -> Verdict``. Each
+checker lives in its own module, is a pure function of the history and the final files (it
+starts no process and works on copies), and documents which sentence of SPEC §16.3 it enforces.
 
 :func:`run_checkers` runs the ``expect`` mapping in order. A checker that raises yields a FAIL
 verdict carrying the traceback summary in ``figures["error"]``: a checker bug must never look

@@ -2,10 +2,10 @@
 
 A checker is a pure function ``check(ctx: CheckContext, params: dict) -> Verdict`` of the run's
 history and its final store: it starts no process and never modifies the store (it works on
-copies, see :mod:`chaos.checkers.store`); it reads the history through :mod:`chaos.history`. SPEC §16.3: each checker returns pass/fail with figures
-and the evidence (history excerpts); INCONCLUSIVE when the run never reached the state the checker
-targets (a chaos run that tested nothing must not look green), SKIPPED when a stated requirement is
-unmet.
+copies, see :mod:`chaos.checkers.store`); it reads the history through :mod:`chaos.history`.
+SPEC §16.3: each checker returns pass/fail with figures and the evidence (history excerpts);
+INCONCLUSIVE when the run never reached the state the checker targets (a chaos run that tested
+nothing must not look green), SKIPPED when a stated requirement is unmet.
 """
 
 from __future__ import annotations
@@ -110,17 +110,17 @@ def verdict_from(name: str, cases: dict[str, list], figures: dict, *, summary: s
         inconclusive: the reason the run tested nothing, or None.
         evidence: extra evidence (appended after the cases).
     Returns:
-        The :class:`Verdict`; a FAIL's summary starts with the first violated rule.
+        The :class:`Verdict`; a FAIL's summary starts with the first case of each violated
+        rule (its ``why``, else the rule's name).
     """
     bad = {rule: found for rule, found in cases.items() if found}
     ev = [dict(c, violation=c.get("violation", rule)) for rule, found in bad.items()
           for c in found] + list(evidence)
     if bad:
         figures = {**figures, "violations": {rule: len(found) for rule, found in bad.items()}}
-        first_rule, first = next(iter(bad.items()))
-        what = first[0].get("why") or first_rule
-        return Verdict(name, FAIL, f"{what} ({sum(map(len, bad.values()))} violation(s)); "
-                       + summary, figures, ev)
+        whats = dict.fromkeys(found[0].get("why") or rule for rule, found in bad.items())
+        return Verdict(name, FAIL, f"{'; '.join(whats)} ({sum(map(len, bad.values()))} "
+                       "violation(s)); " + summary, figures, ev)
     if inconclusive:
         return Verdict(name, INCONCLUSIVE, f"{inconclusive}; {summary}", figures, ev)
     return Verdict(name, PASS, summary, figures, ev)

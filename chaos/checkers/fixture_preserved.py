@@ -28,7 +28,8 @@ from .store import connect_copy, copied_store
 
 @dataclass(frozen=True, kw_only=True)
 class Params:
-    """Every row of the schema_vN fixture survived the migration to version 23 and is searchable (SPEC §16.6)."""
+    """Every row of the schema_vN fixture survived the migration to version 23 and is
+    searchable (SPEC §16.6)."""
 
 
 NAME = "fixture_preserved"

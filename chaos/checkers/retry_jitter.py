@@ -36,7 +36,13 @@ from dataclasses import dataclass
 from ..history import ADVERSARY_OPS, brief, events_of, role_of
 from ..params import param
 from ..roles import ADVERSARY_KINDS
-from .base import FAIL, INCONCLUSIVE, PASS, CheckContext, Verdict, params_of, role_kinds
+from .base import (
+    CheckContext,
+    Verdict,
+    params_of,
+    role_kinds,
+    verdict_from,
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -126,66 +132,56 @@ def _justified(r: dict, waited: float | None, holds: list, budget_s: float) -> b
     return any(min(end, h1) - max(start, h0) >= budget_s for h0, h1, _ in holds)
 
 
-def check(ctx: CheckContext, params: dict) -> Verdict:
-    """``check(ctx, params) -> Verdict`` as :mod:`chaos.checkers` defines it; the rules are in
-    this module's docstring, the parameters in :class:`Params`."""
-    p = params_of(Params, params)
-    min_retries, max_attempts = p.min_retries, p.max_attempts
-    lo, hi, budget_s = float(p.lo), float(p.hi), float(p.budget_s)
-    holds = lock_holds(ctx.history)
-    retries = events_of(ctx.history, "retry")
-    gave_up = events_of(ctx.history, "write_gave_up")
-    sleeps = [float(r["sleep_s"]) for r in retries if r.get("sleep_s") is not None]
-    attempts = [int(r["attempt"]) for r in retries if r.get("attempt") is not None]
-    per_proc = Counter(r.get("process") for r in retries)
-    fig: dict = {"retries": len(retries), "sleeps": len(sleeps),
-                 "min_sleep_s": min(sleeps) if sleeps else None,
-                 "max_sleep_s": max(sleeps) if sleeps else None,
-                 "mean_sleep_s": (sum(sleeps) / len(sleeps)) if sleeps else None,
-                 "max_attempt": max(attempts) if attempts else None,
-                 "write_gave_up": len(gave_up),
-                 "processes_with_retries": dict(per_proc), "bounds_s": [lo, hi]}
-    problems: list[str] = []
-    evidence: list = []
+# ------------------------------------------------------------------------------ cases
+def _case(r: dict, why: str) -> dict:
+    return {**brief(r), "why": why}
 
-    out = [r for r in retries if r.get("sleep_s") is not None
-           and not (lo <= float(r["sleep_s"]) <= hi)]
-    if out:
-        problems.append(f"{len(out)} sleep(s) outside [{lo}, {hi}] s")
-        evidence.extend(brief(r) for r in out[:5])
-    fig["sleeps_out_of_range"] = len(out)
 
-    too_many = [r for r in retries if r.get("attempt") is not None
-                and int(r["attempt"]) > max_attempts - 1]
-    if too_many:
-        problems.append(f"{len(too_many)} retry(ies) beyond attempt {max_attempts - 1} "
-                        f"(at most {max_attempts} attempts per write)")
-        evidence.extend(brief(r) for r in too_many[:5])
-    justified_gave_up = [r for r in gave_up if _justified(r, r.get("waited_s"), holds, budget_s)]
-    fig["write_gave_up_justified"] = len(justified_gave_up)
-    gave_up = [r for r in gave_up if r not in justified_gave_up]
-    if gave_up:
-        problems.append(f"{len(gave_up)} write(s) gave up after the retry budget while no "
-                        f"process held the lock for {budget_s:g} s")
-        evidence.extend(brief(r) for r in gave_up[:5])
+def out_of_range_cases(retries: list[dict], lo: float, hi: float) -> list[dict]:
+    """Retry sleeps outside ``[lo, hi]``."""
+    return [_case(r, f"sleep {r['sleep_s']} s outside [{lo}, {hi}] s") for r in retries
+            if r.get("sleep_s") is not None and not lo <= float(r["sleep_s"]) <= hi]
 
-    if len(sleeps) >= MIN_FOR_KS:
-        d = ks_uniform(sleeps, lo, hi)
-        thr = ks_threshold(len(sleeps))
-        fig["ks_d"] = round(d, 4)
-        fig["ks_threshold"] = round(thr, 4)
-        if d > thr:
-            problems.append(f"sleeps not uniform on [{lo}, {hi}]: KS D={d:.3f} > {thr:.3f}")
-        cluster = largest_cluster(sleeps)
-        fig["largest_1ms_cluster"] = cluster
-        if cluster * 2 > len(sleeps):
-            problems.append(f"fixed back-off: {cluster} of {len(sleeps)} sleeps within 1 ms")
-    else:
-        fig["distribution"] = f"too few to test the distribution ({len(sleeps)} < {MIN_FOR_KS})"
 
-    kinds = role_kinds(ctx.scenario)
+def attempt_cases(retries: list[dict], max_attempts: int) -> list[dict]:
+    """Retries beyond attempt ``max_attempts - 1`` (the last attempt gives up, never sleeps)."""
+    return [_case(r, f"retry beyond attempt {max_attempts - 1} (at most {max_attempts} "
+                     "attempts per write)") for r in retries
+            if r.get("attempt") is not None and int(r["attempt"]) > max_attempts - 1]
+
+
+def gave_up_cases(history: list[dict], holds: list, budget_s: float) -> list[dict]:
+    """``write_gave_up`` events not justified by one process holding the lock ``budget_s``."""
+    return [_case(r, f"a write gave up after the retry budget while no process held the lock "
+                     f"for {budget_s:g} s") for r in events_of(history, "write_gave_up")
+            if not _justified(r, r.get("waited_s"), holds, budget_s)]
+
+
+def uniform_cases(sleeps: list[float], lo: float, hi: float) -> list[dict]:
+    """With at least :data:`MIN_FOR_KS` sleeps: not uniform on ``[lo, hi]`` (one-sample KS)."""
+    if len(sleeps) < MIN_FOR_KS:
+        return []
+    d, thr = ks_uniform(sleeps, lo, hi), ks_threshold(len(sleeps))
+    return [{"why": f"sleeps not uniform on [{lo}, {hi}]: KS D={d:.3f} > {thr:.3f}",
+             "ks_d": round(d, 4), "ks_threshold": round(thr, 4)}] if d > thr else []
+
+
+def fixed_backoff_cases(sleeps: list[float]) -> list[dict]:
+    """With at least :data:`MIN_FOR_KS` sleeps: a fixed back-off (more than half of the sleeps
+    within 1 ms of one another)."""
+    cluster = largest_cluster(sleeps)
+    if len(sleeps) < MIN_FOR_KS or cluster * 2 <= len(sleeps):
+        return []
+    return [{"why": f"fixed back-off: {cluster} of {len(sleeps)} sleeps within 1 ms",
+             "largest_1ms_cluster": cluster}]
+
+
+def lock_errors(history: list[dict], kinds: dict, holds: list,
+                budget_s: float) -> tuple[list[dict], list[dict]]:
+    """``(reached, justified)``: lock errors (``WriteContentionError``, "database is locked")
+    of store clients, split by whether one process held the lock for the whole budget."""
     reached, justified = [], []
-    for r in ctx.history:
+    for r in history:
         if r.get("type") not in ("fail", "info") or r.get("synthesized"):
             continue
         if r.get("op") in ADVERSARY_OPS or kinds.get(role_of(r.get("process"))) in ADVERSARY_KINDS:
@@ -194,27 +190,69 @@ def check(ctx: CheckContext, params: dict) -> Verdict:
                 "database is locked" in str(r.get("message", "")).lower():
             (justified if _justified(r, r.get("latency_s"), holds, budget_s)
              else reached).append(r)
-    fig["lock_errors_reaching_callers"] = len(reached)
-    fig["lock_errors_justified"] = len(justified)
-    if justified:
-        evidence.extend(brief(r) for r in justified[:2])
-    if reached:
-        problems.append(f"{len(reached)} lock error(s) reached a caller")
-        evidence.extend(brief(r) for r in reached[:5])
+    return reached, justified
 
+
+def lock_error_cases(reached: list[dict]) -> list[dict]:
+    """Lock errors that reached a caller without a justifying lock hold."""
+    return [_case(r, "a lock error reached a caller") for r in reached]
+
+
+# ------------------------------------------------------------------------------ verdict
+def check(ctx: CheckContext, params) -> Verdict:
+    """``check(ctx, params) -> Verdict`` as :mod:`chaos.checkers` defines it; the rules are in
+    this module's docstring, the parameters in :class:`Params`."""
+    p = params_of(Params, params)
+    lo, hi, budget_s = float(p.lo), float(p.hi), float(p.budget_s)
+    holds = lock_holds(ctx.history)
+    retries = events_of(ctx.history, "retry")
+    sleeps = [float(r["sleep_s"]) for r in retries if r.get("sleep_s") is not None]
+    reached, justified = lock_errors(ctx.history, role_kinds(ctx.scenario), holds, budget_s)
+    cases = {"sleep_out_of_range": out_of_range_cases(retries, lo, hi),
+             "too_many_attempts": attempt_cases(retries, p.max_attempts),
+             "write_gave_up": gave_up_cases(ctx.history, holds, budget_s),
+             "not_uniform": uniform_cases(sleeps, lo, hi),
+             "fixed_backoff": fixed_backoff_cases(sleeps),
+             "lock_error_reached_caller": lock_error_cases(reached)}
+    fig = _figures(ctx.history, retries, sleeps, cases, lo, hi, holds, budget_s)
+    fig.update(lock_errors_reaching_callers=len(reached), lock_errors_justified=len(justified))
+    summary = _summary(fig, retries, sleeps, len(reached), len(justified), budget_s)
+    inconclusive = None
+    if len(retries) < p.min_retries:
+        inconclusive = (f"only {len(retries)} retry event(s) < min_retries {p.min_retries}: the "
+                        "run never produced enough lock contention")
+    return verdict_from(NAME, cases, fig, summary=summary, inconclusive=inconclusive,
+                        evidence=[brief(r) for r in justified[:2]])
+
+
+def _figures(history, retries, sleeps, cases, lo, hi, holds, budget_s) -> dict:
+    attempts = [int(r["attempt"]) for r in retries if r.get("attempt") is not None]
+    gave_up = events_of(history, "write_gave_up")
+    fig: dict = {"retries": len(retries), "sleeps": len(sleeps),
+                 "min_sleep_s": min(sleeps) if sleeps else None,
+                 "max_sleep_s": max(sleeps) if sleeps else None,
+                 "mean_sleep_s": (sum(sleeps) / len(sleeps)) if sleeps else None,
+                 "max_attempt": max(attempts) if attempts else None,
+                 "write_gave_up": len(gave_up),
+                 "write_gave_up_justified": len(gave_up) - len(cases["write_gave_up"]),
+                 "processes_with_retries": dict(Counter(r.get("process") for r in retries)),
+                 "bounds_s": [lo, hi], "sleeps_out_of_range": len(cases["sleep_out_of_range"])}
+    if len(sleeps) >= MIN_FOR_KS:
+        fig["ks_d"] = round(ks_uniform(sleeps, lo, hi), 4)
+        fig["ks_threshold"] = round(ks_threshold(len(sleeps)), 4)
+        fig["largest_1ms_cluster"] = largest_cluster(sleeps)
+    else:
+        fig["distribution"] = f"too few to test the distribution ({len(sleeps)} < {MIN_FOR_KS})"
+    return fig
+
+
+def _summary(fig: dict, retries, sleeps, reached: int, justified: int, budget_s: float) -> str:
     mean = fig["mean_sleep_s"]
-    summary = (f"{len(retries)} retries in {len(per_proc)} process(es)"
-               + (f", sleeps {fig['min_sleep_s'] * 1000:.0f}–{fig['max_sleep_s'] * 1000:.0f} ms "
-                  f"(mean {mean * 1000:.0f})" if sleeps else "")
-               + (f", KS D={fig['ks_d']} (≤ {fig['ks_threshold']})" if "ks_d" in fig else
-                  ", too few to test the distribution")
-               + f", max attempt {fig['max_attempt']}, {len(reached)} lock errors to callers"
-               + (f" ({len(justified)} more after the lock was held >= {budget_s:g} s)"
-                  if justified else ""))
-    if problems:
-        return Verdict(NAME, FAIL, "; ".join(problems), fig, evidence)
-    if len(retries) < min_retries:
-        return Verdict(NAME, INCONCLUSIVE,
-                       f"only {len(retries)} retry event(s) < min_retries {min_retries}: the "
-                       "run never produced enough lock contention; " + summary, fig, evidence)
-    return Verdict(NAME, PASS, summary, fig, evidence)
+    return (f"{len(retries)} retries in {len(fig['processes_with_retries'])} process(es)"
+            + (f", sleeps {fig['min_sleep_s'] * 1000:.0f}–{fig['max_sleep_s'] * 1000:.0f} ms "
+               f"(mean {mean * 1000:.0f})" if sleeps else "")
+            + (f", KS D={fig['ks_d']} (≤ {fig['ks_threshold']})" if "ks_d" in fig else
+               ", too few to test the distribution")
+            + f", max attempt {fig['max_attempt']}, {reached} lock errors to callers"
+            + (f" ({justified} more after the lock was held >= {budget_s:g} s)"
+               if justified else ""))
