@@ -21,8 +21,11 @@ from .anchors import AnchorsMixin
 from .archive import ArchiveMixin
 from .cleanup import CleanupMixin
 from .compression import CompressionMixin
+from .compression_locks import CompressionLocksMixin
 from .connection import StoreConnection
 from .errors import HermesStateError
+from .gateway import GatewayMixin
+from .handoff import HandoffMixin
 from .importer import ImportMixin
 from .lifecycle import LifecycleMixin
 from .listing import ListingMixin
@@ -33,6 +36,7 @@ from .rewrite import RewriteMixin
 from .search import SearchMixin
 from .sessions import SessionsMixin
 from .spool import divert_to_spool as _divert
+from .telegram import TelegramMixin
 from .text import clean_text
 from .titles import TitlesMixin
 from .usage import UsageMixin
@@ -43,7 +47,8 @@ T = TypeVar("T")
 
 class SessionDB(SessionsMixin, MessagesMixin, ReplayMixin, TitlesMixin, UsageMixin,
                 LifecycleMixin, SearchMixin, WorkspaceMixin, CleanupMixin, RewriteMixin,
-                AnchorsMixin, CompressionMixin, ListingMixin, ArchiveMixin, ImportMixin):
+                AnchorsMixin, CompressionMixin, ListingMixin, ArchiveMixin, ImportMixin,
+                GatewayMixin, HandoffMixin, TelegramMixin, CompressionLocksMixin):
     """One profile's session store: ``state.db`` in WAL mode, safe across threads and processes.
 
     Args:

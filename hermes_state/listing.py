@@ -38,7 +38,7 @@ PROJECTED_KEYS = ("id", "ended_at", "end_reason", "message_count", "tool_call_co
                   "last_active", "preview", "model", "system_prompt", "cwd", "git_branch",
                   "git_repo_root")
 
-_ROW_EXTRAS = f"""
+ROW_EXTRAS = f"""
     (SELECT substr(CAST(m.content AS BLOB), 1, {_PREVIEW_BYTES}) FROM messages m
       WHERE m.session_id = s.id AND m.role = 'user' AND m.content IS NOT NULL
       ORDER BY m.timestamp, m.id LIMIT 1) AS _preview_raw,
@@ -135,7 +135,7 @@ fwd(root, id) AS (
 eff(root, eff) AS (
     SELECT f.root, MAX({activity('e')}) FROM fwd f JOIN sessions e ON e.id = f.id GROUP BY f.root
 )
-SELECT s.*, {_ROW_EXTRAS} FROM sessions s JOIN eff ON eff.root = s.id
+SELECT s.*, {ROW_EXTRAS} FROM sessions s JOIN eff ON eff.root = s.id
 WHERE 1{chain_filter}
 ORDER BY eff.eff DESC, s.started_at DESC, s.id DESC LIMIT ? OFFSET ?"""
 
@@ -148,7 +148,7 @@ def project_tips(c: sqlite3.Connection, rows: list[dict]) -> None:
         tip = compression_tip(c, row["id"])
         if tip == row["id"]:
             continue
-        found = c.execute(f"SELECT s.*, {_ROW_EXTRAS} FROM sessions s WHERE s.id = ?",
+        found = c.execute(f"SELECT s.*, {ROW_EXTRAS} FROM sessions s WHERE s.id = ?",
                           (tip,)).fetchone()
         if found is None:
             continue
@@ -203,7 +203,7 @@ class ListingMixin:
                 rows = c.execute(sql, [*params, *mparams, *page]).fetchall()
             else:
                 rows = c.execute(
-                    f"SELECT s.*, {_ROW_EXTRAS} FROM sessions s{_where(conds)} "
+                    f"SELECT s.*, {ROW_EXTRAS} FROM sessions s{_where(conds)} "
                     f"ORDER BY s.started_at DESC, s.rowid DESC LIMIT ? OFFSET ?",
                     [*params, *page]).fetchall()
             out = [finish_row(r, c) for r in rows]
@@ -284,7 +284,7 @@ class ListingMixin:
                 "SELECT 1 FROM sqlite_master WHERE type = 'index' AND "
                 "name = 'idx_sessions_source'").fetchone() else ""
             return [finish_row(r, c) for r in c.execute(
-                f"SELECT s.*, {_ROW_EXTRAS} FROM sessions s{hint} WHERE s.source = 'cron' "
+                f"SELECT s.*, {ROW_EXTRAS} FROM sessions s{hint} WHERE s.source = 'cron' "
                 "AND s.id >= ? AND s.id < ? ORDER BY s.started_at DESC, s.id DESC "
                 "LIMIT ? OFFSET ?", (prefix, upper, int(limit), max(int(offset or 0), 0)))]
 
