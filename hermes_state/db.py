@@ -26,6 +26,7 @@ from .connection import StoreConnection
 from .errors import HermesStateError
 from .gateway import GatewayMixin
 from .handoff import HandoffMixin
+from .housekeeping import HousekeepingMixin
 from .importer import ImportMixin
 from .lifecycle import LifecycleMixin
 from .listing import ListingMixin
@@ -48,7 +49,8 @@ T = TypeVar("T")
 class SessionDB(SessionsMixin, MessagesMixin, ReplayMixin, TitlesMixin, UsageMixin,
                 LifecycleMixin, SearchMixin, WorkspaceMixin, CleanupMixin, RewriteMixin,
                 AnchorsMixin, CompressionMixin, ListingMixin, ArchiveMixin, ImportMixin,
-                GatewayMixin, HandoffMixin, TelegramMixin, CompressionLocksMixin):
+                GatewayMixin, HandoffMixin, TelegramMixin, CompressionLocksMixin,
+                HousekeepingMixin):
     """One profile's session store: ``state.db`` in WAL mode, safe across threads and processes.
 
     Args:
@@ -119,10 +121,6 @@ class SessionDB(SessionsMixin, MessagesMixin, ReplayMixin, TitlesMixin, UsageMix
     def quarantined_to(self) -> Path | None:
         """Where a damaged ``state.db`` was moved aside at this open (SPEC §12), else None."""
         return getattr(self._conn, "quarantined_to", None)
-
-    def rebuild_fts(self) -> int:
-        """Rebuild the search index (after FTS corruption, SPEC §12); returns rows indexed."""
-        return self._conn.rebuild_fts()
 
     def checkpoint(self, mode: str = "PASSIVE") -> tuple | None:
         """Run ``PRAGMA wal_checkpoint(mode)`` now; ``(busy, log, checkpointed)`` or None."""

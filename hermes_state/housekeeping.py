@@ -1,0 +1,140 @@
+"""Store housekeeping through the API: FTS optimize and rebuild, VACUUM, and the periodic
+prune-and-vacuum a gateway runs at start (SPEC §8, §11; UPSTREAM_API §2.13).
+
+``optimize_fts``, ``vacuum`` and ``maybe_auto_prune_and_vacuum`` rewrite large parts of the
+store and go through the live-writer gate (SPEC §11): while another process holds the store they
+refuse (:class:`~hermes_state.maintenance.MaintenanceRefused`; the auto run reports it in
+``"error"`` and records no run, so the next start tries again). ``force=True`` skips the gate.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+
+FTS_OPTIMIZE_TABLES = ("messages_fts", "messages_fts_trigram", "messages_fts_cjk")
+AUTO_PRUNE_META_KEY = "last_auto_prune"
+
+
+def _present(c: sqlite3.Connection) -> list[str]:
+    marks = ",".join("?" * len(FTS_OPTIMIZE_TABLES))
+    names = {r[0] for r in c.execute(
+        f"SELECT name FROM sqlite_master WHERE type = 'table' AND name IN ({marks})",
+        FTS_OPTIMIZE_TABLES)}
+    return [t for t in FTS_OPTIMIZE_TABLES if t in names]
+
+
+def _gate(db, command: str, force: bool) -> None:
+    from .maintenance import check_gate
+
+    check_gate(db.db_path, command, force=force)
+
+
+class HousekeepingMixin:
+    """Housekeeping API; needs ``self._write``, ``self._read``, ``self.connection`` and
+    ``self.db_path``."""
+
+    def optimize_fts(self, *, force: bool = False) -> int:
+        """FTS5 ``'optimize'`` (merge every index segment into one) on each existing FTS table.
+        Results and snippets are unchanged; idempotent.
+
+        Returns:
+            How many tables were optimized (a fresh store: 2; without trigram support: 1).
+        Raises:
+            MaintenanceRefused: another process holds the store (without ``force``).
+        """
+        _gate(self, "optimize-fts", force)
+        return self._optimize_fts()
+
+    def _optimize_fts(self) -> int:
+        def fn(c: sqlite3.Connection) -> int:
+            tables = _present(c)
+            for t in tables:
+                c.execute(f"INSERT INTO {t}({t}) VALUES ('optimize')")
+            return len(tables)
+
+        return self._write(fn, op="optimize_fts")
+
+    def rebuild_fts(self) -> int:
+        """Rebuild every FTS index from ``messages`` (after corruption, SPEC §12: the index is
+        switched back on and ``fts_stale`` cleared). A legacy inline index is rebuilt from its
+        own copy of the text (FTS5 ``'rebuild'``).
+
+        Returns:
+            How many FTS tables were rebuilt.
+        """
+        from .schema_history import INLINE_LAYOUTS, live_fts_layout
+
+        if self._read(live_fts_layout) in INLINE_LAYOUTS:
+            def fn(c: sqlite3.Connection) -> int:
+                tables = _present(c)
+                for t in tables:
+                    c.execute(f"INSERT INTO {t}({t}) VALUES ('rebuild')")
+                return len(tables)
+
+            return self._write(fn, op="rebuild_fts")
+        self.connection.rebuild_fts()
+        return len(self._read(_present))
+
+    def vacuum(self, *, force: bool = False) -> int:
+        """``optimize_fts``, PASSIVE checkpoint, ``VACUUM``, TRUNCATE checkpoint, then the
+        handle re-records the files' identities (SPEC §8, §10.1: its own TRUNCATE may give the
+        WAL a new inode).
+
+        Returns:
+            How many FTS tables were optimized.
+        Raises:
+            MaintenanceRefused: another process holds the store (without ``force``).
+        """
+        _gate(self, "vacuum", force)
+        return self._vacuum()
+
+    def _vacuum(self) -> int:
+        optimized = self._optimize_fts()
+        conn = self.connection
+        conn.checkpoint("PASSIVE", trigger="vacuum")
+        self._read(lambda c: c.execute("VACUUM"))
+        conn.checkpoint("TRUNCATE", trigger="vacuum")
+        conn.rerecord_generation()
+        return optimized
+
+    def maybe_auto_prune_and_vacuum(self, retention_days: float = 90,
+                                    min_interval_hours: float = 24, vacuum: bool = True,
+                                    sessions_dir: str | None = None, *,
+                                    force: bool = False) -> dict:
+        """Prune old sessions at most once per ``min_interval_hours`` (the last run is
+        ``state_meta['last_auto_prune']``, epoch seconds; a value that is not a number counts
+        as no run), VACUUM when something was pruned and ``vacuum``.
+
+        Returns:
+            ``{"skipped", "pruned", "vacuumed"}``, plus ``"error"`` when something failed;
+            never raises. A run records ``last_auto_prune`` = now even when nothing was pruned;
+            a refusal by the live-writer gate records nothing (``skipped`` True, ``error`` the
+            refusal).
+        """
+        from .maintenance import MaintenanceRefused
+
+        out = {"skipped": False, "pruned": 0, "vacuumed": False}
+        try:
+            try:
+                last = float(self.get_meta(AUTO_PRUNE_META_KEY))
+            except (TypeError, ValueError):
+                last = None
+            now = time.time()
+            if last is not None and now - last < float(min_interval_hours) * 3600.0:
+                out["skipped"] = True
+                return out
+            try:
+                _gate(self, "auto-prune", force)
+            except MaintenanceRefused as exc:
+                out.update(skipped=True, error=str(exc))
+                return out
+            out["pruned"] = self.prune_sessions(older_than_days=retention_days,
+                                                sessions_dir=sessions_dir)
+            self.set_meta(AUTO_PRUNE_META_KEY, str(now))
+            if vacuum and out["pruned"] > 0:
+                self._vacuum()
+                out["vacuumed"] = True
+        except Exception as exc:  # noqa: BLE001 - a start-up chore must never stop the caller
+            out["error"] = f"{type(exc).__name__}: {exc}"
+        return out
