@@ -4,6 +4,8 @@ Public API: :class:`SessionDB`, the error types, :func:`find_holders`, and the `
 ``failpoints`` hooks. See SPEC.md (§5 for the API, §10 for multi-process safety).
 """
 
+from .async_db import AsyncSessionDB
+from .availability import format_session_db_unavailable, get_last_init_error, is_malformed_db_error
 from .db import SessionDB
 from .errors import (
     DeletedWalGenerationError,
@@ -15,11 +17,26 @@ from .errors import (
     WriteContentionError,
 )
 from .holders import find_holders, format_holder, write_lock_owner
+from .fts_query import MAX_QUERY_CHARS as MAX_FTS5_QUERY_CHARS
 from .schema import SCHEMA_VERSION
+from .schema import TABLES_SQL as SCHEMA_SQL
+from .schema_repair import repair_state_db_schema
+from .wal_mode import apply_wal_with_fallback
+from .workspace import workspace_key
 
 __all__ = [
     "SessionDB",
+    "AsyncSessionDB",
     "SCHEMA_VERSION",
+    "SCHEMA_SQL",
+    "MAX_FTS5_QUERY_CHARS",
+    "DEFAULT_DB_PATH",
+    "apply_wal_with_fallback",
+    "workspace_key",
+    "get_last_init_error",
+    "format_session_db_unavailable",
+    "is_malformed_db_error",
+    "repair_state_db_schema",
     "HermesStateError",
     "StateDbReplacedError",
     "DeletedWalGenerationError",
@@ -33,3 +50,13 @@ __all__ = [
 ]
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    """``DEFAULT_DB_PATH``: the default store path, resolved when read (SPEC §1: not frozen at
+    import, so a later ``HERMES_HOME`` is honoured)."""
+    if name == "DEFAULT_DB_PATH":
+        from .paths import default_db_path
+
+        return default_db_path()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -19,6 +19,7 @@ from typing import Any, Callable, TypeVar
 
 from .anchors import AnchorsMixin
 from .archive import ArchiveMixin
+from .availability import record_init_error
 from .cleanup import CleanupMixin
 from .compression import CompressionMixin
 from .compression_locks import CompressionLocksMixin
@@ -66,9 +67,16 @@ class SessionDB(SessionsMixin, MessagesMixin, ReplayMixin, TitlesMixin, UsageMix
 
     def __init__(self, db_path: str | os.PathLike | None = None, *, read_only: bool = False,
                  synchronous: str = "NORMAL") -> None:
-        self.db_path = Path(db_path).absolute() if db_path is not None else default_db_path()
-        self.home = self.db_path.parent
-        self._conn = StoreConnection(self.db_path, read_only=read_only, synchronous=synchronous)
+        try:
+            self.db_path = (Path(db_path).absolute() if db_path is not None
+                            else default_db_path())
+            self.home = self.db_path.parent
+            self.read_only = read_only
+            self._conn = StoreConnection(self.db_path, read_only=read_only,
+                                         synchronous=synchronous)
+        except Exception as exc:
+            record_init_error(exc)  # for format_session_db_unavailable()
+            raise
 
     # -- plumbing used by the mixins
     def _write(self, fn: Callable[[sqlite3.Connection], T], op: str = "write") -> T:
