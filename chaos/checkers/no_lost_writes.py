@@ -19,7 +19,10 @@ One case function per rule (Elle's ``*-cases``), each returning its violating ca
 * :func:`unexpected_cases`: the store holds a payload id no history record mentions;
 * :func:`duplicated_cases`: the store holds one payload id more than once (a write applied twice).
 
-Params (:class:`Params`): ``allow_in`` (subset of ``["capture", "spool"]``); ``expect_loss``: the
+Params (:class:`Params`): ``allow_in`` (subset of ``["capture", "spool", "pre_restore"]``;
+``pre_restore``: the copy ``backup restore`` keeps of the store it overwrites,
+``state-snapshots/*-pre-restore*/state.db``, SPEC §13: a write acknowledged before a restore
+rolled the store back lives there); ``expect_loss``: the
 scenario destroys acknowledged writes on purpose (e.g. the user deletes the WAL after a crash).
 Then the verdict is PASS only if a loss is detected, and it lists exactly the lost payload ids
 (``figures["lost_payload_ids"]``, complete, in natural order; ``lost_by_process``); no loss is
@@ -43,6 +46,7 @@ from .store import (
     find_captures,
     payload_ids_in_capture,
     payload_ids_in_db,
+    pre_restore_payload_ids,
     spool_payload_ids,
 )
 
@@ -52,8 +56,9 @@ class Params:
     """Every ok append is in the final store (or in an allowed place); every failed append is
     absent."""
 
-    allow_in: list[Literal["capture", "spool"]] = param(
-        [], "Where an ok append may be instead of the final store.", uniqueItems=True,
+    allow_in: list[Literal["capture", "spool", "pre_restore"]] = param(
+        [], "Where an ok append may be instead of the final store (pre_restore: the copy "
+        "`backup restore` keeps of the store it overwrites).", uniqueItems=True,
         items={"title": "place"})
     expect_loss: bool = param(False, "The scenario destroys acknowledged writes on purpose (e.g. "
                               "the WAL deleted after a crash): PASS only if a loss is detected; "
@@ -62,7 +67,7 @@ class Params:
 
 NAME = "no_lost_writes"
 APPEND_OPS = ("append", "append_message")
-ALLOWED_SOURCES = ("capture", "spool")
+ALLOWED_SOURCES = ("capture", "spool", "pre_restore")
 _RANK = {"ok": 3, "info": 2, "fail": 1}
 _DIGITS = re.compile(r"(\d+)")
 
@@ -79,6 +84,7 @@ class Places:
     store: Counter = field(default_factory=Counter)
     capture: Counter = field(default_factory=Counter)
     spool: Counter = field(default_factory=Counter)
+    pre_restore: Counter = field(default_factory=Counter)
 
     def found_in(self, pid: str, places: tuple[str, ...]) -> list[str]:
         return [p for p in places if pid in getattr(self, p)]
@@ -163,9 +169,11 @@ def _places(ctx: CheckContext, fig: dict) -> Places:
         except Exception as exc:  # noqa: BLE001 - an unreadable capture is a figure, not a crash
             errors.append(f"{cap.path.name}: {type(exc).__name__}: {exc}")
     places.spool, spool_problems = spool_payload_ids(ctx.home)
+    places.pre_restore = pre_restore_payload_ids(ctx.home)
     fig.update({"store_payload_ids": len(places.store), "captures": len(captures),
                 "capture_payload_ids": len(places.capture),
-                "spool_payload_ids": len(places.spool)})
+                "spool_payload_ids": len(places.spool),
+                "pre_restore_payload_ids": len(places.pre_restore)})
     if errors:
         fig["capture_errors"] = errors[:10]
     if spool_problems:
@@ -182,9 +190,13 @@ def _figures(by_pid: dict[str, Op], places: Places, allow: list[str], replayed: 
                     and pid in places.capture]
     only_spool = [pid for pid in ok if pid not in places.store and pid not in only_capture
                   and "spool" in allow and pid in places.spool]
+    only_pre_restore = [pid for pid in ok if pid not in places.store
+                        and pid not in only_capture and pid not in only_spool
+                        and "pre_restore" in allow and pid in places.pre_restore]
     return {"ok": counts["ok"], "fail": counts["fail"], "info": counts["info"],
             "found_in_store": len(in_store), "found_only_in_capture": len(only_capture),
             "found_only_in_spool": len(only_spool),
+            "found_only_in_pre_restore": len(only_pre_restore),
             "replayed_from_spool": sum(1 for pid in fails if pid in places.store
                                        and pid not in places.capture
                                        and _spooled(by_pid[pid]) and replayed),
@@ -235,6 +247,8 @@ def _verdict(cases: dict[str, list], fig: dict, by_pid: dict[str, Op], allow: li
     summary = (f"{fig['ok']} ok appends: {fig['found_in_store']} in store"
                + (f", {fig['found_only_in_capture']} only in capture" if "capture" in allow else "")
                + (f", {fig['found_only_in_spool']} only in spool" if "spool" in allow else "")
+               + (f", {fig['found_only_in_pre_restore']} only in a pre-restore snapshot"
+                  if "pre_restore" in allow else "")
                + f", {fig['lost']} lost; {fig['fail']} fail ({fig['phantom']} phantom)"
                + f", {fig['info']} info")
     extra = [f"{n} {what}" for n, what in ((fig["unexpected"], "unexpected"),

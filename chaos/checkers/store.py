@@ -58,6 +58,18 @@ def payload_ids_in_db(db_path: str | Path) -> Counter:
             conn.close()
 
 
+def pre_restore_payload_ids(home: Path) -> Counter:
+    """Payload ids in every pre-restore snapshot ``<home>/state-snapshots/*-pre-restore*/``
+    (the copy ``backup restore`` keeps of the store it overwrites, SPEC §13); read from copies."""
+    found: Counter = Counter()
+    for image in sorted((Path(home) / "state-snapshots").glob("*-pre-restore*/state.db")):
+        try:
+            found.update(payload_ids_in_db(image))
+        except (OSError, sqlite3.Error):
+            continue  # a failed or half-written snapshot proves nothing
+    return found
+
+
 def sha256_file(path: Path) -> str:
     """Hex SHA-256 of a file's bytes (read in chunks)."""
     digest = hashlib.sha256()

@@ -34,6 +34,7 @@ COMMANDS: dict[str, list[str]] = {
     "doctor": ["doctor"],
     "recover": ["sessions", "recover"],
     "replay-spool": ["sessions", "replay-spool"],
+    "restore": ["backup", "restore"],
 }
 #: Commands behind the live-writer gate (SPEC §11): only they take ``--force``.
 GATED_COMMANDS = ("optimize", "optimize-storage", "prune")
@@ -81,10 +82,12 @@ def check_paths(args, run_dir: str | os.PathLike) -> None:
                              f"the run directory {run_dir}: refused")
 
 Command = Literal["optimize", "optimize-storage", "prune", "backup", "doctor", "recover",
-                  "replay-spool"]
+                  "replay-spool", "restore"]
 _COMMAND_DOC = ("The CLI command run as `python -m hermes_state --home H ...`: optimize / "
                 "optimize-storage / prune (`sessions ...`, gated, SPEC §11), backup, doctor, "
-                "recover (default `--source state.db --inspect-only`), replay-spool.")
+                "recover (default `--source state.db --inspect-only`), replay-spool, restore "
+                "(`backup restore ID`; without args the newest snapshot that is not a "
+                "pre-restore copy).")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -151,7 +154,9 @@ def command_argv(command: str, home: str | os.PathLike, db_path: str | os.PathLi
 
     ``prune`` gets ``--yes`` (no terminal to confirm on) and ``--older-than 90`` unless ``args``
     gives one; ``recover`` gets ``--source <db_path> --inspect-only`` unless ``args`` names a
-    source (it never changes the source either way, SPEC §14).
+    source (it never changes the source either way, SPEC §14); ``restore`` without an id in
+    ``args`` restores the newest snapshot that is not a pre-restore copy, looked up now
+    (:func:`newest_snapshot_id`).
 
     Raises:
         ValueError: an unknown command, ``force`` on a command that is not gated, ``dry_run`` on
@@ -172,6 +177,8 @@ def command_argv(command: str, home: str | os.PathLike, db_path: str | os.PathLi
         words += ["--older-than", "90"]
     if command == "recover" and "--source" not in extra:
         words += ["--source", str(db_path), "--inspect-only"]
+    if command == "restore" and not extra:
+        words.append(newest_snapshot_id(db_path) or "none")
     words += extra
     if force:
         words.append("--force")
@@ -183,6 +190,17 @@ def command_argv(command: str, home: str | os.PathLike, db_path: str | os.PathLi
 def named_pids(output: str) -> list[int]:
     """Every ``PID N`` a command's output names (the holders of a refusal), in order, once."""
     return list(dict.fromkeys(int(p) for p in _PID_RE.findall(output)))
+
+
+def newest_snapshot_id(db_path: str | os.PathLike) -> str | None:
+    """Id of the newest verified snapshot of the store that is not a pre-restore copy (or of
+    the newest verified one), None when there is none (SPEC §13 ``backup list``)."""
+    from hermes_state.snapshots import PRE_RESTORE_REASON, list_snapshots
+
+    good = [s for s in list_snapshots(db_path) if s.get("verified") is True]
+    plain = [s for s in good if s.get("reason") != PRE_RESTORE_REASON]
+    pick = (plain or good or [None])[0]
+    return None if pick is None else str(pick["id"])
 
 
 def _excerpt(text: str) -> str:
