@@ -339,8 +339,21 @@ def cmd_prune(args: argparse.Namespace) -> int:
             return EXIT_OK
     elif not args.yes:
         raise CliError("prune needs confirmation", "re-run with --yes (or --dry-run to preview)")
-    with _open_rw(args) as db:
-        n = db.prune_sessions(older_than_days=args.older_than, source=args.source)
+    # Decide again with the store's write lock held through the deletion (issue 11): a writer
+    # that appeared since the preview (or the confirmation) is seen, or waits for the prune.
+    with maintenance.gate_held(path, "prune", force=args.force,
+                               gateway_owner_pid=owner) as decision:
+        if decision.action == "handoff":
+            with _open_rw(args) as db:
+                rid = maintenance.request_prune(db, older_than_days=args.older_than,
+                                                source=args.source)
+            result.update(action="handoff", request_id=rid, gateway_pid=decision.owner_pid)
+            say(f"the gateway (PID {decision.owner_pid}) owns the store: prune handed to it as "
+                f"request {rid}")
+            args.json and _print_json(result)
+            return EXIT_OK
+        with _open_rw(args) as db:
+            n = db.prune_sessions(older_than_days=args.older_than, source=args.source)
     result["pruned"] = n
     say(f"pruned {n} session(s)")
     args.json and _print_json(result)
@@ -352,13 +365,12 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     from . import maintenance
 
     path = _require_store(args, "nothing to optimize")
-    decision = maintenance.check_gate(path, "optimize", force=args.force, dry_run=args.dry_run)
-    if decision.action == "dry_run":
+    if args.dry_run:
         size = sum(p.stat().st_size for p in (path, Path(f"{path}-wal")) if p.exists())
         print(f"would optimize {path} ({size} bytes): FTS merge, PASSIVE checkpoint, VACUUM, "
               "TRUNCATE checkpoint")
         return EXIT_OK
-    with _open_rw(args) as db:
+    with maintenance.gate_held(path, "optimize", force=args.force), _open_rw(args) as db:
         result = maintenance.optimize(db)
     if args.json:
         _print_json(result)
@@ -372,11 +384,9 @@ def cmd_optimize_storage(args: argparse.Namespace) -> int:
     from . import maintenance
 
     path = _require_store(args, "nothing to optimize")
-    decision = maintenance.check_gate(path, "optimize-storage", force=args.force,
-                                      dry_run=args.dry_run)
     from .fts_layout import optimize_storage
 
-    if decision.action == "dry_run":
+    if args.dry_run:
         with _open_ro(args) as ro:
             layout = ro._read(lambda c: c.execute(
                 "SELECT sql FROM sqlite_master WHERE name='messages_fts'").fetchone())
@@ -389,7 +399,8 @@ def cmd_optimize_storage(args: argparse.Namespace) -> int:
         if sys.stderr.isatty():
             print(f"\r  indexed {done}/{total}", end="", file=sys.stderr, flush=True)
 
-    with _open_rw(args) as db:
+    with maintenance.gate_held(path, "optimize-storage", force=args.force), \
+            _open_rw(args) as db:
         result = optimize_storage(db, progress=progress)
     if sys.stderr.isatty():
         print(file=sys.stderr)

@@ -19,7 +19,8 @@ import time
 from pathlib import Path
 from typing import Callable, TypeVar
 
-from . import atomic, events, failpoints, holders
+from . import atomic, checkpoint_lock, events, failpoints, holders
+from .checkpoint_lock import CheckpointLock
 from .errors import (
     DeletedWalGenerationError,
     StateDbCorruptError,
@@ -56,6 +57,10 @@ SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE = 1006
 _UNCLOSABLE: list[sqlite3.Connection] = []
 
 _exposure_logged = False
+
+
+class _CheckpointLockMet(Exception):
+    """Internal: right after BEGIN IMMEDIATE a checkpoint held the checkpoint lock."""
 
 
 def is_lock_error(exc: BaseException) -> bool:
@@ -343,6 +348,9 @@ class StoreConnection:
         self._initial_disk_app_id: int | None = None
         self.journal_mode = "?"
         self._backfill = None  # fts_backfill.BackfillThread after a deferred FTS re-index
+        self._guard: CheckpointLock | None = None
+        self._exposed = wal_reset_exposure() is not None
+        self._lock_checkpoints = False
         _log_exposure_once()
         self.retired_holders: list = []
         if read_only:
@@ -353,6 +361,19 @@ class StoreConnection:
         self._refuse_unsafe_files()
         self._refuse_if_retired_holders()
         self.quarantined_to = quarantine_if_not_sqlite(self.db_path)
+        self._open_guard()
+        try:
+            self._connect_and_prepare(synchronous)
+        except BaseException:
+            self._guard.close()  # type: ignore[union-attr]
+            raise
+        self._start_backfill()
+        events.enabled() and events.emit(
+            "open", db=str(self.db_path), journal_mode=self.journal_mode,
+            sqlite=sqlite3.sqlite_version, generation=self.generation.as_dict())
+
+    # ------------------------------------------------------------------ opening
+    def _connect_and_prepare(self, synchronous: str) -> None:
         failpoints.hit("open.before_connect")
         try:
             self.conn = self._connect_rw(synchronous)
@@ -368,12 +389,25 @@ class StoreConnection:
         except BaseException:
             self.conn.close()
             raise
-        self._start_backfill()
-        events.enabled() and events.emit(
-            "open", db=str(self.db_path), journal_mode=self.journal_mode,
-            sqlite=sqlite3.sqlite_version, generation=self.generation.as_dict())
 
-    # ------------------------------------------------------------------ opening
+    def _open_guard(self) -> None:
+        """Open the checkpoint lock (issue 12); an unusable one is logged, never silent."""
+        guard = self._guard = CheckpointLock(self.db_path)
+        guard.log_degraded(self._exposed)
+        self._lock_checkpoints = self._exposed and guard.usable
+
+    @property
+    def checkpoint_lock_status(self) -> str:
+        """``"exposed, mitigated by the checkpoint lock"``, ``"exposed, NOT mitigated (why)"``
+        or ``"not exposed"`` for this handle (issue 12); ``"read-only"`` without a lock."""
+        if self._guard is None:
+            return "read-only"
+        if not self._exposed:
+            return "not exposed"
+        if self._lock_checkpoints:
+            return checkpoint_lock.MITIGATED
+        return f"exposed, NOT mitigated ({self._guard.problem})"
+
     def _connect_ro(self) -> sqlite3.Connection:
         """``mode=ro``; ``immutable=1`` while a process holds a retired sidecar (issue 11.5).
 
@@ -482,6 +516,10 @@ class StoreConnection:
                             self.db_path, mode)
         self.journal_mode = mode.lower()
         conn.execute("PRAGMA foreign_keys=ON")
+        if self._exposed:
+            # Every checkpoint goes through checkpoint() and its lock: none from SQLite's
+            # automatic checkpoint inside a COMMIT (issue 12).
+            conn.execute("PRAGMA wal_autocheckpoint=0")
         conn.execute(f"PRAGMA synchronous={synchronous.upper()}")
         conn.execute(f"PRAGMA journal_size_limit={JOURNAL_SIZE_LIMIT}")
 
@@ -707,21 +745,42 @@ class StoreConnection:
             fts_repaired = False
             # (pid, first seen, last seen, sightings) of the write-lock owner at failed attempts
             owner_run: tuple[int, float, float, int] | None = None
+            wait_first = False  # the last attempt met a checkpoint: wait for its lock first
             while True:
                 attempt += 1
+                held = False
                 try:
-                    conn.execute("BEGIN IMMEDIATE")
                     try:
-                        failpoints.hit("write.after_begin")
-                        if check_generation:
-                            self._check_generation()
-                        result = fn(conn)
-                        failpoints.hit("write.before_commit")
-                        conn.execute("COMMIT")
-                    except BaseException:
-                        if conn.in_transaction:
-                            conn.execute("ROLLBACK")
-                        raise
+                        if wait_first:
+                            held = self._enter_shared(wait=True)
+                            wait_first = False
+                        conn.execute("BEGIN IMMEDIATE")
+                        try:
+                            if not held:
+                                held = self._enter_shared(wait=False)
+                            t_begin = time.monotonic()
+                            failpoints.hit("write.after_begin")
+                            if check_generation:
+                                self._check_generation()
+                            result = fn(conn)
+                            failpoints.hit("write.before_commit")
+                            conn.execute("COMMIT")
+                            t_commit = time.monotonic()
+                        except BaseException:
+                            if conn.in_transaction:
+                                conn.execute("ROLLBACK")
+                            raise
+                    finally:
+                        if held:
+                            self._guard.release()  # type: ignore[union-attr]
+                except _CheckpointLockMet:
+                    # Never wait for the lock while holding SQLite's write lock: rolled back,
+                    # the next attempt waits for it first, holding nothing (no cycle).
+                    if attempt >= _WRITE_MAX_RETRIES:
+                        raise self._gave_up(attempt, time.monotonic() - t0,
+                                            self._lock_busy_error(), owner_run) from None
+                    wait_first = True
+                    continue
                 except sqlite3.DatabaseError as exc:
                     kind = corruption_kind(exc)
                     if (kind is None and not fts_repaired and op != "rebuild_fts"
@@ -735,7 +794,8 @@ class StoreConnection:
                         raise self._corrupt(exc) from exc
                     if not is_lock_error(exc):
                         raise
-                    owner_run = self._sight_lock_owner(owner_run)
+                    owner_run = self._sight_lock_owner(
+                        owner_run, checkpoint_lock=getattr(exc, "checkpoint_lock", False))
                     if attempt >= _WRITE_MAX_RETRIES:
                         raise self._gave_up(attempt, time.monotonic() - t0, exc,
                                             owner_run) from exc
@@ -747,10 +807,52 @@ class StoreConnection:
                 break
             failpoints.hit("write.after_commit")
             self._writes += 1
-            events.enabled() and events.emit("write", seq=self._writes, attempts=attempt, op=op)
+            events.enabled() and events.emit(
+                "write", seq=self._writes, attempts=attempt, op=op, t_begin=t_begin,
+                t_commit=t_commit, lock="shared" if held else self._unlocked_why())
             if self._writes % _CHECKPOINT_EVERY_N_WRITES == 0:
                 self.checkpoint("PASSIVE", trigger="cadence")
             return result
+
+    def _enter_shared(self, *, wait: bool) -> bool:
+        """Take the checkpoint lock SHARED for one write transaction (issue 12).
+
+        Returns:
+            True when taken (the caller releases it); False when there is nothing to take (lock
+            off or degraded, or this process holds it exclusively for maintenance).
+        Raises:
+            _CheckpointLockMet: ``wait`` False and a checkpoint holds it now.
+            sqlite3.OperationalError: ``wait`` True and it stayed held for the busy timeout;
+                coded SQLITE_BUSY (a lock error of SPEC §4: jittered retry), with
+                ``checkpoint_lock = True``.
+        """
+        guard = self._guard
+        if guard is None or guard.fd is None or checkpoint_lock.held_here(self.db_path):
+            return False
+        if wait:
+            if guard.acquire_shared(BUSY_TIMEOUT_S):
+                return True
+            raise self._lock_busy_error()
+        if guard.try_shared():
+            return True
+        raise _CheckpointLockMet()
+
+    def _lock_busy_error(self) -> sqlite3.OperationalError:
+        found = checkpoint_lock.lock_holders(self.db_path)
+        who = ", ".join(h.line() for h in found if h.mode == "exclusive") or "another process"
+        exc = sqlite3.OperationalError(
+            f"the store's checkpoint lock is held exclusively by {who} (a checkpoint or a "
+            f"maintenance command)")
+        exc.sqlite_errorcode = SQLITE_BUSY  # type: ignore[attr-defined]
+        exc.sqlite_errorname = "SQLITE_BUSY"  # type: ignore[attr-defined]
+        exc.checkpoint_lock = True  # type: ignore[attr-defined]
+        return exc
+
+    def _unlocked_why(self) -> str:
+        """The ``lock`` field of a write event taken without the shared lock."""
+        if checkpoint_lock.held_here(self.db_path):
+            return "exclusive"
+        return "off"
 
     def _corrupt(self, exc: BaseException) -> StateDbCorruptError:
         """Structural corruption: sticky refusal, never a checkpoint again (SPEC §12)."""
@@ -807,8 +909,9 @@ class StoreConnection:
         conn = self.conn
         if conn.in_transaction:
             conn.execute("ROLLBACK")
-        conn.execute("BEGIN IMMEDIATE")
+        held = self._enter_shared(wait=True)  # a write transaction like any other (issue 12)
         try:
+            conn.execute("BEGIN IMMEDIATE")
             for (name,) in conn.execute(
                     "SELECT name FROM sqlite_master WHERE type = 'trigger' AND "
                     "name LIKE 'messages\\_fts%' ESCAPE '\\'").fetchall():
@@ -820,6 +923,9 @@ class StoreConnection:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
+        finally:
+            if held:
+                self._guard.release()  # type: ignore[union-attr]
         log.error("the search index of %s is corrupt (%s): switched off; messages are still "
                   "written; `doctor --fix` rebuilds it", self.db_path, exc)
         events.enabled() and events.emit("refusal", reason="fts_corrupt", detail=str(exc))
@@ -860,8 +966,8 @@ class StoreConnection:
 
         return self.execute_write(fn, op="rebuild_fts")
 
-    def _sight_lock_owner(self, run: tuple[int, float, float, int] | None
-                          ) -> tuple[int, float, float, int] | None:
+    def _sight_lock_owner(self, run: tuple[int, float, float, int] | None, *,
+                          checkpoint_lock: bool = False) -> tuple[int, float, float, int] | None:
         """Note who holds the write lock right after a failed attempt (SPEC §10.2).
 
         Args:
@@ -871,13 +977,23 @@ class StoreConnection:
             The updated run: extended when the same pid holds the lock now, restarted when
             another pid does, None when no owner is visible (the run is broken).
         """
-        pid = holders.write_lock_owner_pid(self.db_path)
+        owner = self._exclusive_owner() if checkpoint_lock else None
+        pid = owner[0] if owner else (None if checkpoint_lock
+                                      else holders.write_lock_owner_pid(self.db_path))
         now = time.monotonic()
         if pid is None:
             return None
         if run is not None and run[0] == pid:
             return (pid, run[1], now, run[3] + 1)
         return (pid, now, now, 1)
+
+    def _exclusive_owner(self) -> tuple[int, str] | None:
+        """``(pid, command)`` of the process holding the checkpoint lock exclusively (issue 12);
+        a frozen one is marked ``stopped`` in the command."""
+        for h in checkpoint_lock.lock_holders(self.db_path):
+            if h.mode == "exclusive" and not h.waiting:
+                return h.pid, h.command + (", stopped" if h.status == "stopped" else "")
+        return None
 
     def _gave_up(self, attempts: int, waited: float, exc: BaseException,
                  owner_run: tuple[int, float, float, int] | None = None) -> WriteContentionError:
@@ -888,7 +1004,9 @@ class StoreConnection:
         same pid held the lock and over how many seconds those sightings spread, separately
         from how long this writer waited.
         """
-        owner = holders.write_lock_owner(self.db_path)
+        ckpt = bool(getattr(exc, "checkpoint_lock", False))
+        owner = self._exclusive_owner() if ckpt else holders.write_lock_owner(self.db_path)
+        which = "state.db checkpoint lock held exclusively" if ckpt else "state.db write lock held"
         owner_line = None
         seen_s = None
         if owner:
@@ -900,7 +1018,7 @@ class StoreConnection:
                         else "seen holding it at this writer's last failed attempt")
             else:
                 seen = "seen holding it as this writer gave up"
-            owner_line = (f"state.db write lock held by PID {pid} ({command}): {seen}; "
+            owner_line = (f"{which} by PID {pid} ({command}): {seen}; "
                           f"this writer waited {waited:.1f}s over {attempts} attempts")
         seen_holders = holders.scan(self.db_path).holders
         lines = "\n".join("  " + h.line() for h in seen_holders) or "  (no other holder visible)"
@@ -914,28 +1032,74 @@ class StoreConnection:
                                     holders=[h.as_tuple() for h in seen_holders],
                                     lock_owner=owner_line, lock_owner_seen_s=seen_s)
 
-    def checkpoint(self, mode: str = "PASSIVE", *, trigger: str = "manual") -> tuple | None:
+    def checkpoint(self, mode: str = "PASSIVE", *, trigger: str = "manual",
+                   wait: float = BUSY_TIMEOUT_S) -> tuple | None:
         """``PRAGMA wal_checkpoint(mode)``; returns ``(busy, log, checkpointed)`` or None.
 
-        Never runs on a retired/replaced/corrupt handle. Failures are logged, not raised
-        (SPEC §4: a checkpoint is housekeeping).
+        On an SQLite exposed to the WAL-reset race it runs holding the checkpoint lock
+        EXCLUSIVELY, so it overlaps no write transaction of the store in any process (issue
+        12); a lock that stays held for ``wait`` seconds skips this checkpoint (event with
+        ``skipped``), it never hangs. Never runs on a retired/replaced/corrupt handle. Failures
+        are logged, not raised (SPEC §4: a checkpoint is housekeeping).
         """
         with self._lock:
             if self._retired or self._sticky is not None or self.journal_mode != "wal":
                 return None
             failpoints.hit("checkpoint.before")
-            try:
-                row = tuple(self.conn.execute(f"PRAGMA wal_checkpoint({mode})").fetchone())
-            except sqlite3.Error as exc:
-                log.info("PASSIVE checkpoint failed (ignored): %s", exc)
-                events.enabled() and events.emit("checkpoint", mode=mode, trigger=trigger,
-                                                 seq=self._writes, error=str(exc))
+            took = self._enter_exclusive(wait)
+            if took is None:
+                self._skipped_checkpoint(mode, trigger)
                 return None
-            failpoints.hit("checkpoint.after")
+            try:
+                return self._checkpoint_locked(mode, trigger, "exclusive" if took
+                                               else self._unlocked_checkpoint_why())
+            finally:
+                if took:
+                    self._guard.release()  # type: ignore[union-attr]
+
+    def _enter_exclusive(self, wait: float) -> bool | None:
+        """Take the checkpoint lock EXCLUSIVELY before a checkpoint (issue 12).
+
+        Returns:
+            True when taken (the caller releases it), False when not needed (fixed SQLite, lock
+            off or degraded, or already held by this process for maintenance), None when it
+            stayed busy for ``wait`` seconds (0 = one try).
+        """
+        if not self._lock_checkpoints or checkpoint_lock.held_here(self.db_path):
+            return False
+        return True if self._guard.acquire_exclusive(wait) else None  # type: ignore[union-attr]
+
+    def _unlocked_checkpoint_why(self) -> str:
+        if checkpoint_lock.held_here(self.db_path):
+            return "exclusive"
+        return "not needed" if not self._exposed else "off"
+
+    def _skipped_checkpoint(self, mode: str, trigger: str) -> None:
+        log.info("%s checkpoint of %s skipped: the checkpoint lock is busy", mode, self.db_path)
+        if events.enabled():
+            events.emit("checkpoint", mode=mode, trigger=trigger, seq=self._writes,
+                        skipped="checkpoint lock busy", lock="busy",
+                        holders=[h.as_dict() for h in checkpoint_lock.lock_holders(self.db_path)])
+
+    def _checkpoint_locked(self, mode: str, trigger: str, lock: str) -> tuple | None:
+        """The checkpoint call itself, the lock (if any) already held."""
+        t_start = time.monotonic()
+        failpoints.hit("checkpoint.locked")
+        try:
+            row = tuple(self.conn.execute(f"PRAGMA wal_checkpoint({mode})").fetchone())
+        except sqlite3.Error as exc:
+            log.info("%s checkpoint failed (ignored): %s", mode, exc)
             events.enabled() and events.emit("checkpoint", mode=mode, trigger=trigger,
-                                             seq=self._writes, busy=row[0], log=row[1],
-                                             checkpointed=row[2])
-            return row
+                                             seq=self._writes, error=str(exc), lock=lock,
+                                             t_start=t_start, t_end=time.monotonic())
+            return None
+        t_end = time.monotonic()
+        failpoints.hit("checkpoint.after")
+        events.enabled() and events.emit("checkpoint", mode=mode, trigger=trigger,
+                                         seq=self._writes, busy=row[0], log=row[1],
+                                         checkpointed=row[2], lock=lock, t_start=t_start,
+                                         t_end=t_end)
+        return row
 
     # ------------------------------------------------------------------ reads
     def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
@@ -954,7 +1118,14 @@ class StoreConnection:
 
     # ------------------------------------------------------------------ close
     def close(self) -> None:
-        """SPEC §10.5: healthy ⇒ PASSIVE checkpoint then close; retired ⇒ capture, no checkpoint."""
+        """SPEC §10.5: healthy ⇒ PASSIVE checkpoint then close; retired ⇒ capture, no checkpoint.
+
+        On an exposed SQLite both the PASSIVE checkpoint and the close (where SQLite's last
+        connection checkpoints too) run holding the checkpoint lock exclusively; close never
+        waits for it: when it is busy the checkpoint is skipped and SQLite's close-time
+        checkpoint switched off (a busy lock means another connection is live, so this one is
+        not the last anyway), issue 12.
+        """
         if self._backfill is not None:
             self._backfill.stop()  # before taking the lock: it may be waiting for it
         with self._lock:
@@ -962,23 +1133,33 @@ class StoreConnection:
                 return
             self._closed = True
             conn = self.conn
-            if not self.read_only and self.generation is not None and not self._retired:
-                found = None
-                try:
-                    found = diff(self.generation, self.db_path, self._live_application_id())
-                except sqlite3.Error:
+            took: bool | None = False
+            try:
+                if not self.read_only and self.generation is not None and not self._retired:
                     found = None
-                if found is not None and self._sticky is None:
-                    self._retire(found[0], found[1], trigger="close")
-                elif self._sticky is None:
-                    failpoints.hit("close.before_checkpoint")
-                    self._closed = False
                     try:
-                        self.checkpoint("PASSIVE", trigger="close")
-                    finally:
-                        self._closed = True
-            if self._retired or self._sticky is not None:
-                if not disable_checkpoint_on_close(conn, str(self.db_path)):
-                    _UNCLOSABLE.append(conn)  # SPEC §10.5 fallback: never close it
-                    return
-            conn.close()
+                        found = diff(self.generation, self.db_path, self._live_application_id())
+                    except sqlite3.Error:
+                        found = None
+                    if found is not None and self._sticky is None:
+                        self._retire(found[0], found[1], trigger="close")
+                    elif self._sticky is None and self.journal_mode == "wal":
+                        failpoints.hit("close.before_checkpoint")
+                        failpoints.hit("checkpoint.before")
+                        took = self._enter_exclusive(0)
+                        if took is None:
+                            self._skipped_checkpoint("PASSIVE", "close")
+                            disable_checkpoint_on_close(conn, str(self.db_path))
+                        else:
+                            self._checkpoint_locked("PASSIVE", "close", "exclusive" if took
+                                                    else self._unlocked_checkpoint_why())
+                if self._retired or self._sticky is not None:
+                    if not disable_checkpoint_on_close(conn, str(self.db_path)):
+                        _UNCLOSABLE.append(conn)  # SPEC §10.5 fallback: never close it
+                        return
+                conn.close()
+            finally:
+                if self._guard is not None:
+                    if took:
+                        self._guard.release()
+                    self._guard.close()

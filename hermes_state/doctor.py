@@ -19,7 +19,7 @@ import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import holders
+from . import checkpoint_lock, holders
 from .connection import corruption_kind, wal_reset_exposure
 from .paths import sqlite_uri
 from .schema import FTS_TABLES, SCHEMA_VERSION
@@ -152,7 +152,7 @@ def run_doctor(db_path: str | os.PathLike, *, fix: bool = False) -> DoctorReport
         return report
     if not os.path.lexists(db):
         report.add(WARN, f"no session store at {db} yet (it is created on first use)")
-        _exposure(report)
+        _exposure(report, db)
         return report
     if _special_files(db, report):
         return report
@@ -192,8 +192,9 @@ def run_doctor(db_path: str | os.PathLike, *, fix: bool = False) -> DoctorReport
     if not scan.complete:
         report.add(WARN, "cannot prove the store is quiet: some processes of this user could not "
                          "be inspected", *[f"PID {p}" for p in scan.unreadable])
+    _checkpoint_lock_holders(db, report)
     _evidence(db, report)
-    _exposure(report)
+    _exposure(report, db)
     if fix:
         _fix(db, report, scan)
     return report
@@ -418,16 +419,55 @@ def _spool(db: Path, conn: sqlite3.Connection | None, report: DoctorReport) -> N
                        "(the files are kept; they can be archived)")
 
 
-def _exposure(report: DoctorReport) -> None:
+def _exposure(report: DoctorReport, db: Path) -> None:
+    """The WAL-reset line (SPEC §4; issue 12): "exposed, mitigated by the checkpoint lock" or
+    "exposed, NOT mitigated (reason)", or the fix present."""
     text = wal_reset_exposure()
+    line, reason = checkpoint_lock.exposure_line(db, text)
     report.stats["sqlite"] = sqlite3.sqlite_version
-    if text:
-        report.add(WARN, f"SQLite {sqlite3.sqlite_version} is exposed to the WAL-reset race", text)
-    else:
+    report.stats["wal_reset"] = {"exposed": text is not None,
+                                 "mitigated": text is not None and reason is None,
+                                 "line": line, "reason": reason}
+    if not text:
         report.add(OK, f"SQLite {sqlite3.sqlite_version} has the WAL-reset fix")
+        return
+    detail = [text]
+    if reason is None:
+        detail.append("every checkpoint of the store holds the checkpoint lock "
+                      f"{checkpoint_lock.lock_path(db).name} exclusively and every write "
+                      "transaction holds it shared, so the two never overlap")
+    else:
+        detail.append(f"fix: {reason}; until then the store runs without that protection")
+    report.add(WARN, f"SQLite {sqlite3.sqlite_version}: {line}", *detail)
+
+
+def _checkpoint_lock_holders(db: Path, report: DoctorReport) -> None:
+    """Who holds the checkpoint lock now (issue 12); a frozen (SIGSTOPped) holder is named."""
+    found = checkpoint_lock.lock_holders(db)
+    report.stats["checkpoint_lock_holders"] = [h.as_dict() for h in found]
+    for h in found:
+        frozen = h.status in ("stopped", "tracing-stop")
+        what = ("a checkpoint or a maintenance command: every write of the store waits for it"
+                if h.mode == "exclusive" else "a write transaction in progress")
+        if frozen:
+            report.add(WARN, f"checkpoint lock held by {h.line()}", what,
+                       f"that process is stopped: resume it (kill -CONT {h.pid}) or stop it; "
+                       "writes of every other process wait meanwhile")
+        else:
+            report.add(OK, f"checkpoint lock held by {h.line()} at this moment", what)
 
 
 def _fix(db: Path, report: DoctorReport, scan: holders.HolderScan) -> None:
+    """``--fix`` (SPEC §9.3), deciding again with the store's write lock held through the
+    repair (issue 11): a writer that starts after the check waits for it."""
+    try:
+        with checkpoint_lock.exclusive_unless_unusable(db, purpose="doctor --fix"):
+            _fix_locked(db, report, holders.scan(db))
+    except checkpoint_lock.LockBusy as exc:
+        report.add(WARN, f"--fix skipped: {exc}")
+
+
+def _fix_locked(db: Path, report: DoctorReport, scan: holders.HolderScan) -> None:
     if scan.holders or not scan.complete:
         report.add(WARN, "--fix skipped: another process holds the store (or the scan was "
                          "incomplete); stop them first")

@@ -46,7 +46,9 @@ NAMES: dict[str, str] = {
     "write.after_begin": "write path: BEGIN IMMEDIATE succeeded, generation not yet checked",
     "write.before_commit": "write path: the transaction's statements ran, COMMIT not yet issued",
     "write.after_commit": "write path: COMMIT returned, the caller not yet told",
-    "checkpoint.before": "before a PASSIVE checkpoint (cadence or close)",
+    "checkpoint.before": "before a PASSIVE checkpoint (cadence or close), before its lock",
+    "checkpoint.locked": "checkpoint path: the checkpoint lock is held (exposed SQLite), "
+                         "PRAGMA wal_checkpoint not yet called",
     "checkpoint.after": "after a PASSIVE checkpoint returned",
     "capture.mid_copy": "retired-WAL capture: WAL copied into the .partial dir, manifest not yet",
     "close.before_checkpoint": "close(): before the close-time PASSIVE checkpoint",

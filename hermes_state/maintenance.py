@@ -15,16 +15,21 @@ pid and start time).
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
 import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
-from . import holders
+from . import checkpoint_lock, holders
 from .paths import sqlite_uri
 from .errors import HermesStateError
+
+log = logging.getLogger("hermes_state")
 
 GATED_COMMANDS = ("optimize", "optimize-storage", "prune",
                   # SessionDB methods that rewrite many rows or the file (UPSTREAM_API §2.8,
@@ -111,6 +116,56 @@ def check_gate(db_path: str | os.PathLike, command: str, *, force: bool = False,
                              scan.holders, incomplete=not scan.complete)
 
 
+@contextlib.contextmanager
+def gate_held(db_path: str | os.PathLike, command: str, *, force: bool = False,
+              gateway_owner_pid: int | None = None,
+              timeout: float | None = None) -> Iterator[GateDecision]:
+    """The live-writer gate with the store's write lock held from the decision through the
+    action (SPEC §11; issue 11).
+
+    Scans once (a visible writer is refused at once), takes the store's write lock
+    (:func:`hermes_state.checkpoint_lock.exclusive`), scans again (:func:`check_gate`: the
+    decision) and keeps the lock while the caller's block runs: a writer that starts after the
+    scan (a cron job) waits for the action to end instead of committing in the window between
+    "nobody is writing" and the rewrite. Store connections this process opens
+    inside the block write through it. ``--force`` skips the holder refusal, not the lock (an
+    unusable lock file is then only a warning).
+
+    Yields:
+        The :class:`GateDecision` (``run`` or ``handoff``).
+    Raises:
+        MaintenanceRefused: holders seen, the scan incomplete, a write transaction kept the lock
+            for ``timeout`` seconds (the holders are named), or the lock file is unusable
+            (without ``force``).
+    """
+    db = Path(db_path).absolute()
+    # A first scan without the lock refuses at once under a visible writer (no wait for it).
+    check_gate(db, command, force=force, gateway_owner_pid=gateway_owner_pid)
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(checkpoint_lock.exclusive(
+                db, timeout=checkpoint_lock.MAINTENANCE_WAIT_S if timeout is None else timeout,
+                purpose=f"sessions {command}"))
+        except checkpoint_lock.LockUnavailable as exc:
+            if not force:
+                raise MaintenanceRefused(
+                    f"Refusing `sessions {command}`: cannot take the store's write lock "
+                    f"({exc.problem}), so a writer could start in the middle of it. Nothing "
+                    "was changed.\nFix the lock file (or its directory), then re-run; --force "
+                    "runs without it if you accept the risk.", []) from None
+            log.warning("sessions %s --force without the store's write lock: %s", command,
+                        exc.problem)
+        except checkpoint_lock.LockBusy as exc:
+            lines = "\n".join(f"  {h.line()}" for h in exc.holders)
+            raise MaintenanceRefused(
+                f"Refusing `sessions {command}`: {exc}. Nothing was changed.\n"
+                + (lines + "\n" if lines else "")
+                + "Retry in a moment; if it keeps happening run `doctor` to see who holds the "
+                "store.", []) from None
+        # The decision that counts: taken with the lock held, kept until the action ends.
+        yield check_gate(db, command, force=force, gateway_owner_pid=gateway_owner_pid)
+
+
 # ---------------------------------------------------------------------------- gateway hand-off
 
 def claim_gateway_ownership(db) -> None:
@@ -189,7 +244,9 @@ def run_pending_requests(db, *, busy_sessions: set[str] | frozenset = frozenset(
 def optimize(db) -> dict:
     """FTS merge/optimize, PASSIVE checkpoint, VACUUM, TRUNCATE checkpoint, re-record identities.
 
-    Runs on an open :class:`~hermes_state.db.SessionDB` after the gate allowed it (SPEC §8).
+    Runs on an open :class:`~hermes_state.db.SessionDB` after the gate allowed it (SPEC §8),
+    holding the store's write lock exclusively (re-entrant under :func:`gate_held`): VACUUM and
+    the TRUNCATE checkpoint overlap no write transaction of the store (issue 12).
 
     Returns:
         ``{"before_bytes", "after_bytes", "fts_tables"}`` (sizes of state.db + state.db-wal).
@@ -199,6 +256,11 @@ def optimize(db) -> dict:
     def size() -> int:
         return sum(p.stat().st_size for p in (path, Path(f"{path}-wal")) if p.exists())
 
+    with checkpoint_lock.exclusive_unless_unusable(path, purpose="optimize"):
+        return _optimize(db, path, size)
+
+
+def _optimize(db, path: Path, size) -> dict:
     before = size()
     conn = db.connection
     names = db._read(lambda c: [r[0] for r in c.execute(

@@ -717,7 +717,8 @@ def _verify_output(conn: sqlite3.Connection, baseline: dict, inserted: dict,
 
 
 def _remove_store(path: Path) -> None:
-    for suffix in ("", "-wal", "-shm", "-journal"):
+    """Remove a private store this command built (and its lock file: nobody else knows it)."""
+    for suffix in ("", "-wal", "-shm", "-journal", ".checkpoint.lock"):
         try:
             os.unlink(f"{path}{suffix}")
         except FileNotFoundError:

@@ -47,6 +47,7 @@ Decisions (the SPEC leaves them open):
 from __future__ import annotations
 
 import calendar
+import contextlib
 import hashlib
 import json
 import os
@@ -58,7 +59,7 @@ import time
 from pathlib import Path
 from urllib.parse import quote
 
-from . import atomic, holders
+from . import atomic, checkpoint_lock, holders
 from .errors import HermesStateError
 from .paths import utc_stamp
 
@@ -606,7 +607,9 @@ def restore_snapshot(db_path: str | os.PathLike, snapshot_id: str, *,
     """Write a snapshot's pages into the live store (SPEC §13 ``backup restore ID``).
 
     Order: check the snapshot (verified manifest, unchanged sha256, ``quick_check`` ok) →
-    refuse if any process holds the store → snapshot the current store (reason
+    take the store's write lock (:mod:`hermes_state.checkpoint_lock`; held to the end, so a
+    writer that starts after the holder check waits instead of committing in between, issue
+    11) → refuse if any process holds the store (also checked before the lock) → snapshot the current store (reason
     ``pre-restore``; retention never deletes the snapshot being restored) → scan again →
     copy the image INTO ``state.db`` with the backup API through a normal connection to it
     (SQLite replays or discards any ``-wal`` beside it as part of the same write, so no stale
@@ -625,7 +628,8 @@ def restore_snapshot(db_path: str | os.PathLike, snapshot_id: str, *,
     Raises:
         SnapshotNotFound: no such snapshot.
         RestoreRefused: a process holds the store (its ``PID N (command): files`` lines are in
-            the message), the scan was incomplete, the snapshot is marked failed, changed since
+            the message), the scan was incomplete, the store's write lock is unusable or stayed
+            busy, the snapshot is marked failed, changed since
             it was taken, or fails ``quick_check``, or no copy of the current store could be
             kept. Nothing was written to the live files.
         RestoreFailed: the restored store failed ``quick_check`` (the pre-restore snapshot holds
@@ -651,8 +655,61 @@ def restore_snapshot(db_path: str | os.PathLike, snapshot_id: str, *,
         raise RestoreRefused(f"snapshot {snapshot_id} does not pass quick_check ({lines}); "
                              f"not restored.",
                              f"inspect it with `sessions recover --source {image} --inspect-only`")
-    _refuse_if_held(db, snapshot_id)
+    _refuse_if_held(db, snapshot_id)  # at once under a visible holder, without waiting
+    with _write_lock(db, snapshot_id):
+        pre, warnings, after, check = _restore_locked(db, snapshot_id, image, keep)
+    try:
+        os.chmod(db, 0o600)
+    except OSError:
+        pass
+    result = {
+        "restored": True,
+        "id": str(snapshot_id),
+        "image": str(image),
+        "db_path": str(db),
+        "pre_restore": None if pre is None else {
+            "id": pre["id"], "path": pre["path"], "verified": pre["verified"]},
+        "quick_check": after,
+        "verified": after == ["ok"],
+        "schema_version": check["schema_version"],
+        "sessions": check["sessions"],
+        "messages": check["messages"],
+        "sidecars": {"state.db-wal": Path(f"{db}-wal").exists(),
+                     "state.db-shm": Path(f"{db}-shm").exists()},
+        "warnings": warnings,
+    }
+    if not result["verified"]:
+        raise RestoreFailed(
+            f"restored {snapshot_id} into {db} but the result fails quick_check "
+            f"({'; '.join(after[:5])}).",
+            f"the store as it was is in the pre-restore snapshot "
+            f"{(result['pre_restore'] or {}).get('id')}", result=result)
+    return result
 
+
+@contextlib.contextmanager
+def _write_lock(db: Path, snapshot_id: str):
+    """Hold the store's write lock from the holder check through the restore (issue 11): a
+    writer that opens after the check (a cron job) waits for the restore instead of committing
+    between the pre-restore snapshot and the restore, where its write would be in neither."""
+    try:
+        with checkpoint_lock.exclusive(db, purpose="backup restore"):
+            yield
+    except checkpoint_lock.LockUnavailable as exc:
+        raise RestoreRefused(
+            f"Refusing `backup restore {snapshot_id}`: cannot take the store's write lock "
+            f"({exc.problem}), so a writer could commit in the middle of the restore; not "
+            "restored.", "fix the lock file (or its directory) and re-run") from None
+    except checkpoint_lock.LockBusy as exc:
+        raise RestoreRefused(
+            f"Refusing `backup restore {snapshot_id}`: {exc}; not restored.",
+            "retry in a moment; `doctor` names who holds the store") from None
+
+
+def _restore_locked(db: Path, snapshot_id: str, image: Path, keep: int
+                    ) -> tuple[dict | None, list[str], list[str], dict]:
+    """The restore proper, the store's write lock held: ``(pre, warnings, quick_check, facts)``."""
+    _refuse_if_held(db, snapshot_id)
     warnings: list[str] = []
     pre = None
     if db.exists():
@@ -685,30 +742,4 @@ def restore_snapshot(db_path: str | os.PathLike, snapshot_id: str, *,
         check = _facts(dst)
     finally:
         dst.close()  # the last connection: SQLite checkpoints and removes -wal/-shm
-    try:
-        os.chmod(db, 0o600)
-    except OSError:
-        pass
-    result = {
-        "restored": True,
-        "id": str(snapshot_id),
-        "image": str(image),
-        "db_path": str(db),
-        "pre_restore": None if pre is None else {
-            "id": pre["id"], "path": pre["path"], "verified": pre["verified"]},
-        "quick_check": after,
-        "verified": after == ["ok"],
-        "schema_version": check["schema_version"],
-        "sessions": check["sessions"],
-        "messages": check["messages"],
-        "sidecars": {"state.db-wal": Path(f"{db}-wal").exists(),
-                     "state.db-shm": Path(f"{db}-shm").exists()},
-        "warnings": warnings,
-    }
-    if not result["verified"]:
-        raise RestoreFailed(
-            f"restored {snapshot_id} into {db} but the result fails quick_check "
-            f"({'; '.join(after[:5])}).",
-            f"the store as it was is in the pre-restore snapshot "
-            f"{(result['pre_restore'] or {}).get('id')}", result=result)
-    return result
+    return pre, warnings, after, check
