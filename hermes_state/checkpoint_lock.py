@@ -194,32 +194,25 @@ class CheckpointLock:
             pause = min(pause * 2, 0.004)
         return False
 
-    def try_shared(self) -> bool:
-        """Take the lock SHARED without waiting; True when held (always True when unusable)."""
+    def _take(self, op: int, mode: str, timeout: float | None) -> bool:
         if self.fd is None:
             return True
-        if self._try(fcntl.LOCK_SH):
-            self.mode = "shared"
+        if self._try(op) if timeout is None else self._wait(op, timeout):
+            self.mode = mode
             return True
         return False
+
+    def try_shared(self) -> bool:
+        """Take the lock SHARED without waiting; True when held (always True when unusable)."""
+        return self._take(fcntl.LOCK_SH, "shared", None)
 
     def acquire_shared(self, timeout: float) -> bool:
         """Take the lock SHARED, waiting at most ``timeout`` seconds; True when held."""
-        if self.fd is None:
-            return True
-        if self._wait(fcntl.LOCK_SH, timeout):
-            self.mode = "shared"
-            return True
-        return False
+        return self._take(fcntl.LOCK_SH, "shared", timeout)
 
     def acquire_exclusive(self, timeout: float) -> bool:
         """Take the lock EXCLUSIVELY, waiting at most ``timeout`` seconds (0 = one try)."""
-        if self.fd is None:
-            return True
-        if self._wait(fcntl.LOCK_EX, timeout):
-            self.mode = "exclusive"
-            return True
-        return False
+        return self._take(fcntl.LOCK_EX, "exclusive", timeout)
 
     def release(self) -> None:
         """Drop whatever this description holds (no-op when nothing is held)."""

@@ -746,33 +746,23 @@ class StoreConnection:
             # (pid, first seen, last seen, sightings) of the write-lock owner at failed attempts
             owner_run: tuple[int, float, float, int] | None = None
             wait_first = False  # the last attempt met a checkpoint: wait for its lock first
+
+            def body(c: sqlite3.Connection) -> T:
+                failpoints.hit("write.after_begin")
+                if check_generation:
+                    self._check_generation()
+                out = fn(c)
+                failpoints.hit("write.before_commit")
+                return out
+
             while True:
                 attempt += 1
-                held = False
                 try:
-                    try:
-                        if wait_first:
-                            held = self._enter_shared(wait=True)
-                            wait_first = False
-                        conn.execute("BEGIN IMMEDIATE")
-                        try:
-                            if not held:
-                                held = self._enter_shared(wait=False)
-                            t_begin = time.monotonic()
-                            failpoints.hit("write.after_begin")
-                            if check_generation:
-                                self._check_generation()
-                            result = fn(conn)
-                            failpoints.hit("write.before_commit")
-                            conn.execute("COMMIT")
-                            t_commit = time.monotonic()
-                        except BaseException:
-                            if conn.in_transaction:
-                                conn.execute("ROLLBACK")
-                            raise
-                    finally:
-                        if held:
-                            self._guard.release()  # type: ignore[union-attr]
+                    held = False
+                    if wait_first:
+                        held = self._enter_shared(wait=True)
+                        wait_first = False
+                    result, t_begin, t_commit, held = self._transaction(body, held=held)
                 except _CheckpointLockMet:
                     # Never wait for the lock while holding SQLite's write lock: rolled back,
                     # the next attempt waits for it first, holding nothing (no cycle).
@@ -813,6 +803,35 @@ class StoreConnection:
             if self._writes % _CHECKPOINT_EVERY_N_WRITES == 0:
                 self.checkpoint("PASSIVE", trigger="cadence")
             return result
+
+    def _transaction(self, fn: Callable[[sqlite3.Connection], T], *, held: bool
+                     ) -> tuple[T, float, float, bool]:
+        """``BEGIN IMMEDIATE``, the checkpoint lock SHARED (tried without waiting unless
+        ``held``), ``fn(conn)``, ``COMMIT``; rollback on any exception; the lock released.
+
+        Returns:
+            ``(fn's result, t_begin, t_commit, lock_was_held)`` (monotonic seconds).
+        Raises:
+            _CheckpointLockMet: a checkpoint holds the lock (rolled back: retry waiting first).
+            Whatever ``BEGIN``/``fn``/``COMMIT`` raised.
+        """
+        conn = self.conn
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                if not held:
+                    held = self._enter_shared(wait=False)
+                t_begin = time.monotonic()
+                result = fn(conn)
+                conn.execute("COMMIT")
+                return result, t_begin, time.monotonic(), held
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+        finally:
+            if held:
+                self._guard.release()  # type: ignore[union-attr]
 
     def _enter_shared(self, *, wait: bool) -> bool:
         """Take the checkpoint lock SHARED for one write transaction (issue 12).
@@ -909,23 +928,17 @@ class StoreConnection:
         conn = self.conn
         if conn.in_transaction:
             conn.execute("ROLLBACK")
-        held = self._enter_shared(wait=True)  # a write transaction like any other (issue 12)
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            for (name,) in conn.execute(
+
+        def drop(c: sqlite3.Connection) -> None:
+            for (name,) in c.execute(
                     "SELECT name FROM sqlite_master WHERE type = 'trigger' AND "
                     "name LIKE 'messages\\_fts%' ESCAPE '\\'").fetchall():
-                conn.execute(f'DROP TRIGGER IF EXISTS "{name}"')
-            conn.execute("INSERT OR REPLACE INTO state_meta(key, value) VALUES ('fts_stale', ?)",
-                         (f"{time.time():.0f} {exc}",))
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
-        finally:
-            if held:
-                self._guard.release()  # type: ignore[union-attr]
+                c.execute(f'DROP TRIGGER IF EXISTS "{name}"')
+            c.execute("INSERT OR REPLACE INTO state_meta(key, value) VALUES ('fts_stale', ?)",
+                      (f"{time.time():.0f} {exc}",))
+
+        # A write transaction like any other: under the checkpoint lock (issue 12).
+        self._transaction(drop, held=self._enter_shared(wait=True))
         log.error("the search index of %s is corrupt (%s): switched off; messages are still "
                   "written; `doctor --fix` rebuilds it", self.db_path, exc)
         events.enabled() and events.emit("refusal", reason="fts_corrupt", detail=str(exc))

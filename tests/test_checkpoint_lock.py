@@ -48,6 +48,16 @@ def first(child, pred):
     raise AssertionError(f"child {child.pid} ended without the expected line")
 
 
+def hold_checkpoint(spawn, path, *, ms: int, lock: str = "auto"):
+    """A child process inside a real checkpoint, held open ``ms`` ms by the failpoint
+    ``checkpoint.locked``; returns once the child reports it is there."""
+    holder = spawn("ckpt_holder.py", path,
+                   env_extra={failpoints.ENV_VAR: f"checkpoint.locked=sleep({ms})@1",
+                              checkpoint_lock.ENV_VAR: lock})
+    first(holder, lambda r: r.get("event") == "failpoint")
+    return holder
+
+
 @pytest.fixture
 def armed(monkeypatch):
     """Arm failpoints in this process for the test (restored afterwards)."""
@@ -129,9 +139,7 @@ def test_a_held_checkpoint_excludes_writes_only_on_an_exposed_sqlite(tmp_path, a
 def test_a_checkpoint_in_another_process_makes_this_writer_wait(tmp_path, spawn, event_log):
     path = tmp_path / "state.db"
     make_store(path, event_log)
-    holder = spawn("ckpt_holder.py", path,
-                   env_extra={failpoints.ENV_VAR: "checkpoint.locked=sleep(1500)@1"})
-    first(holder, lambda r: r.get("event") == "failpoint")  # the lock is held now
+    holder = hold_checkpoint(spawn, path, ms=1500)  # the lock is held now
     assert [(h.pid, h.mode) for h in lock_holders(path)] == [(holder.pid, "exclusive")]
     with SessionDB(path) as db:
         db.append_message("s", "user", "waits")
@@ -147,10 +155,7 @@ def test_with_the_lock_off_the_same_write_overlaps_the_checkpoint(tmp_path, spaw
     path = tmp_path / "state.db"
     make_store(path, event_log)
     monkeypatch.setenv(checkpoint_lock.ENV_VAR, "off")
-    holder = spawn("ckpt_holder.py", path,
-                   env_extra={failpoints.ENV_VAR: "checkpoint.locked=sleep(3000)@1",
-                              checkpoint_lock.ENV_VAR: "off"})
-    first(holder, lambda r: r.get("event") == "failpoint")
+    holder = hold_checkpoint(spawn, path, ms=3000, lock="off")  # the lock is held now
     with caplog.at_level(logging.WARNING, logger="hermes_state"), SessionDB(path) as db:
         db.append_message("s", "user", "overlaps")
         status = db.connection.checkpoint_lock_status
@@ -202,9 +207,7 @@ def test_a_cadence_checkpoint_skips_when_the_lock_stays_busy(tmp_path, event_log
 def test_a_killed_checkpointer_releases_the_lock(tmp_path, spawn, event_log):
     path = tmp_path / "state.db"
     make_store(path, event_log)
-    holder = spawn("ckpt_holder.py", path,
-                   env_extra={failpoints.ENV_VAR: "checkpoint.locked=sleep(600000)@1"})
-    first(holder, lambda r: r.get("event") == "failpoint")
+    holder = hold_checkpoint(spawn, path, ms=600000)  # the lock is held now
     assert [h.pid for h in lock_holders(path)] == [holder.pid]
     holder.kill()
     assert lock_holders(path) == []
@@ -219,9 +222,7 @@ def test_a_frozen_holder_is_named_by_doctor_and_by_the_writer_that_gives_up(tmp_
                                                                            capsys):
     path = tmp_path / "state.db"
     make_store(path)
-    holder = spawn("ckpt_holder.py", path,
-                   env_extra={failpoints.ENV_VAR: "checkpoint.locked=sleep(600000)@1"})
-    first(holder, lambda r: r.get("event") == "failpoint")
+    holder = hold_checkpoint(spawn, path, ms=600000)  # the lock is held now
     os.kill(holder.pid, signal.SIGSTOP)
     try:
         assert cli(["--home", str(tmp_path), "doctor", "--json"]) == 0

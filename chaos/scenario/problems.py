@@ -71,7 +71,8 @@ def sorted_problems(problems: list[Problem]) -> list[Problem]:
 
     def key(p: Problem) -> tuple:
         parts = re.split(r"(\d+)", p.field)
-        natural = tuple((0, int(x), "") if x.isdigit() else (1, 0, x) for x in parts)
+        natural = tuple((0, int(x), "") if x.isdecimal() and x.isascii() else (1, 0, x)
+                        for x in parts)
         return (p.line if p.line is not None else 0, natural)
 
     return sorted(dict.fromkeys(problems), key=key)
