@@ -758,14 +758,14 @@ class StoreConnection:
             while True:
                 attempt += 1
                 try:
-                    held = False
                     if wait_first:
-                        held = self._enter_shared(wait=True)
+                        self._wait_lock_free()
                         wait_first = False
-                    result, t_begin, t_commit, held = self._transaction(body, held=held)
+                    result, t_begin, t_commit, held = self._transaction(body)
                 except _CheckpointLockMet:
                     # Never wait for the lock while holding SQLite's write lock: rolled back,
-                    # the next attempt waits for it first, holding nothing (no cycle).
+                    # the next attempt waits for it to be free first, holding nothing (no
+                    # cycle; docs/decisions/0001-checkpoint-lock.md).
                     if attempt >= _WRITE_MAX_RETRIES:
                         raise self._gave_up(attempt, time.monotonic() - t0,
                                             self._lock_busy_error(), owner_run) from None
@@ -804,10 +804,11 @@ class StoreConnection:
                 self.checkpoint("PASSIVE", trigger="cadence")
             return result
 
-    def _transaction(self, fn: Callable[[sqlite3.Connection], T], *, held: bool
+    def _transaction(self, fn: Callable[[sqlite3.Connection], T]
                      ) -> tuple[T, float, float, bool]:
-        """``BEGIN IMMEDIATE``, the checkpoint lock SHARED (tried without waiting unless
-        ``held``), ``fn(conn)``, ``COMMIT``; rollback on any exception; the lock released.
+        """``BEGIN IMMEDIATE``, the checkpoint lock SHARED (tried, never waited for: this
+        connection holds SQLite's write lock now), ``fn(conn)``, ``COMMIT``; rollback on any
+        exception; the lock released.
 
         Returns:
             ``(fn's result, t_begin, t_commit, lock_was_held)`` (monotonic seconds).
@@ -816,11 +817,11 @@ class StoreConnection:
             Whatever ``BEGIN``/``fn``/``COMMIT`` raised.
         """
         conn = self.conn
+        held = False
         try:
             conn.execute("BEGIN IMMEDIATE")
             try:
-                if not held:
-                    held = self._enter_shared(wait=False)
+                held = self._enter_shared()
                 t_begin = time.monotonic()
                 result = fn(conn)
                 conn.execute("COMMIT")
@@ -833,28 +834,35 @@ class StoreConnection:
             if held:
                 self._guard.release()  # type: ignore[union-attr]
 
-    def _enter_shared(self, *, wait: bool) -> bool:
-        """Take the checkpoint lock SHARED for one write transaction (issue 12).
+    def _enter_shared(self) -> bool:
+        """Try the checkpoint lock SHARED for one write transaction, without waiting (issue 12).
 
         Returns:
             True when taken (the caller releases it); False when there is nothing to take (lock
             off or degraded, or this process holds it exclusively for maintenance).
         Raises:
-            _CheckpointLockMet: ``wait`` False and a checkpoint holds it now.
-            sqlite3.OperationalError: ``wait`` True and it stayed held for the busy timeout;
-                coded SQLITE_BUSY (a lock error of SPEC §4: jittered retry), with
-                ``checkpoint_lock = True``.
+            _CheckpointLockMet: a checkpoint (or maintenance) holds it now.
         """
         guard = self._guard
         if guard is None or guard.fd is None or checkpoint_lock.held_here(self.db_path):
             return False
-        if wait:
-            if guard.acquire_shared(BUSY_TIMEOUT_S):
-                return True
-            raise self._lock_busy_error()
         if guard.try_shared():
             return True
         raise _CheckpointLockMet()
+
+    def _wait_lock_free(self) -> None:
+        """Wait, holding nothing, until no checkpoint holds the lock (at most the busy timeout).
+
+        Raises:
+            sqlite3.OperationalError: still held; coded SQLITE_BUSY (a lock error of SPEC §4:
+                jittered retry) with ``checkpoint_lock = True``.
+        """
+        guard = self._guard
+        if guard is None or guard.fd is None:
+            return
+        if not guard.acquire_shared(BUSY_TIMEOUT_S):
+            raise self._lock_busy_error()
+        guard.release()
 
     def _lock_busy_error(self) -> sqlite3.OperationalError:
         found = checkpoint_lock.lock_holders(self.db_path)
@@ -938,7 +946,14 @@ class StoreConnection:
                       (f"{time.time():.0f} {exc}",))
 
         # A write transaction like any other: under the checkpoint lock (issue 12).
-        self._transaction(drop, held=self._enter_shared(wait=True))
+        for _ in range(_WRITE_MAX_RETRIES):
+            try:
+                self._transaction(drop)
+                break
+            except _CheckpointLockMet:
+                self._wait_lock_free()
+        else:
+            raise self._lock_busy_error()
         log.error("the search index of %s is corrupt (%s): switched off; messages are still "
                   "written; `doctor --fix` rebuilds it", self.db_path, exc)
         events.enabled() and events.emit("refusal", reason="fts_corrupt", detail=str(exc))
@@ -1080,7 +1095,27 @@ class StoreConnection:
         """
         if not self._lock_checkpoints or checkpoint_lock.held_here(self.db_path):
             return False
-        return True if self._guard.acquire_exclusive(wait) else None  # type: ignore[union-attr]
+        guard = self._guard
+        if guard.acquire_exclusive(0):  # type: ignore[union-attr]
+            return True
+        if wait <= 0:
+            return None
+        # Queue for SQLite's write lock like any writer (its busy timeout): while this
+        # connection holds it, no write transaction can start, and a writer holds the
+        # checkpoint lock only while it holds the write lock, so only writers finishing their
+        # COMMIT still hold it. Without this, writers chaining their shared holds under load
+        # starve the checkpoint. Nothing is written: the transaction is rolled back.
+        try:
+            self.conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            if is_lock_error(exc):
+                return None
+            raise
+        try:
+            ok = guard.acquire_exclusive(wait)  # type: ignore[union-attr]
+        finally:
+            self.conn.execute("ROLLBACK")
+        return True if ok else None
 
     def _unlocked_checkpoint_why(self) -> str:
         if checkpoint_lock.held_here(self.db_path):
