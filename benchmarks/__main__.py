@@ -7,7 +7,7 @@ Usage::
     python -m benchmarks --only search   # one row (comma-separated list allowed)
 
 Rows (``--only`` names): ``append``, ``writers8``, ``retry``, ``search``, ``migration``,
-``chaos``, ``peer``. Each row runs its workload and the reference alternately in the same
+``chaos``, ``peer``, ``faultyfs``. Each row runs its workload and the reference alternately in the same
 process tree, several times, and reports medians with min-max. The table shows what was
 measured, our figure, the reference, the ratio, the target and PASS/FAIL; the same figures plus
 the machine (CPU count, Python, SQLite, package versions) go to a JSON file
@@ -40,7 +40,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hermes_state.schema import SCHEMA_VERSION  # noqa: E402
 
-from . import bench_append, bench_chaos, bench_contention, bench_migration, bench_peer  # noqa
+from . import bench_append, bench_chaos, bench_contention, bench_fs, bench_migration  # noqa
+from . import bench_peer  # noqa: E402
 from . import bench_search  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -199,6 +200,20 @@ def row_peer(sz: Sizes, cache: Path) -> list[dict]:
                  statistics.median(ours) / statistics.median(peer), "none (info)", None)]
 
 
+def row_faultyfs(sz: Sizes, cache: Path) -> list[dict]:
+    n = max(200, sz.append_n // 2)
+    try:
+        res = bench_fs.measure(n, sz.append_runs)
+    except bench_fs.FsUnavailable as exc:
+        return [_row("faultyfs", "append_message on the faulty FUSE filesystem", "plain disk",
+                     "msg/s", [float("nan")], [float("nan")], float("nan"), "none", None,
+                     skipped=str(exc))]
+    ratio = statistics.median(res["fs"]) / statistics.median(res["plain"])
+    return [_row("faultyfs", f"append_message x{n} on the faulty FUSE filesystem (chaos.fs)",
+                 "the same on a plain directory of the same disk", "msg/s", res["fs"],
+                 res["plain"], ratio, "none (info: the FUSE tier's cost)", None)]
+
+
 ROWS: dict[str, tuple[str, Callable[[Sizes, Path], list[dict]]]] = {
     "append": ("append", row_append),
     "writers8": ("contention", row_contention),
@@ -207,6 +222,7 @@ ROWS: dict[str, tuple[str, Callable[[Sizes, Path], list[dict]]]] = {
     "migration": ("migration", row_migration),
     "chaos": ("chaos", row_chaos),
     "peer": ("peer", row_peer),
+    "faultyfs": ("faultyfs", row_faultyfs),
 }
 
 

@@ -36,6 +36,7 @@ from hermes_state import failpoints
 from hermes_state.connection import wal_reset_exposure
 
 from . import fixtures, store
+from .fs import FaultyMount, FsUnavailable, read_fs_log
 from . import history as hist
 from .checkers import CheckContext, run_checkers
 from .checkers.base import SKIPPED, Verdict, exit_code_of
@@ -195,6 +196,7 @@ class Runner:
         self.t0 = 0.0
         self.sampler: Sampler | None = None
         self.mount: fixtures.Mount | None = None
+        self.fs: FaultyMount | None = None
         self.writer: hist.HistoryWriter | None = None
         self.tail: HistoryTail | None = None
         self._numbers: dict[str, int] = {}  # role -> next process number for a restart
@@ -211,17 +213,28 @@ class Runner:
 
         Raises:
             fixtures.TmpfsUnavailable: the tmpfs cannot be mounted (the run is SKIPPED).
+            chaos.fs.FsUnavailable: the faulty filesystem cannot be mounted (SKIPPED too).
         """
         store = self.sc.store
         if store.get("tmpfs"):
             self.mount = fixtures.mount_tmpfs(self.home, fixtures.parse_size(store["tmpfs"]))
+        if self.sc.fs:
+            self.fs = FaultyMount(self.dirs.fs_backing, self.home, self.dirs.fs_log).start()
         need_backup = any(s.fault == "replace_db" and s.params.source == "backup"
                           for s in self.sc.nemesis)
-        return fixtures.prepare_store(store, self.db_path, seed=self.sc.seed,
-                                      need_backup=need_backup)
+        details = fixtures.prepare_store(store, self.db_path, seed=self.sc.seed,
+                                         need_backup=need_backup)
+        if self.fs is not None:  # the machine boots with the fixture on its disk
+            details = {**details, "fs": {"backing": str(self.fs.backing),
+                                         "log": str(self.fs.log_path), **self.fs.control.sync()}}
+        return details
 
     def release_store(self) -> None:
-        """Unmount the store's tmpfs (its files are copied into the run directory first)."""
+        """Unmount the store's tmpfs (its files are copied into the run directory first) or the
+        faulty filesystem (its backing directory stays in the run directory)."""
+        if self.fs is not None:
+            fs, self.fs = self.fs, None
+            fs.close()
         if self.mount is not None:
             mount, self.mount = self.mount, None
             mount.unmount()
@@ -252,6 +265,7 @@ class Runner:
             "history_dir": str(self.hist_dir), "log_path": str(self.dirs.log(inst.process)),
             "seed": self.sc.seed, "t0": self.t0, "deadline": self.t0 + end,
             "workload": as_dict(spec.workload), "failpoints": spec.failpoints or "",
+            "synchronous": self.sc.store.get("synchronous", "NORMAL"),
         }
         inst.proc = _MP.Process(target=role_main, args=(cfg,), name=inst.process, daemon=False)
         # The spawned interpreter inherits the environment: the arm file is named there.
@@ -332,11 +346,14 @@ class Runner:
             store_details = self._prepare_store()
         except fixtures.TmpfsUnavailable as exc:
             return self._skipped(f"the store's tmpfs is unavailable: {exc}")
+        except FsUnavailable as exc:
+            return self._skipped(f"the faulty filesystem is unavailable: {exc}")
         self.t0 = time.monotonic()
         writer = self.writer = hist.HistoryWriter(self.dirs.process_history(store.RUNNER_PROCESS),
                                                   store.RUNNER_PROCESS)
         tail = self.tail = HistoryTail(self.hist_dir)
-        env = NemesisEnv(self.db_path, lambda: list(self.instances), restart=self._restart)
+        env = NemesisEnv(self.db_path, lambda: list(self.instances), restart=self._restart,
+                         fs=self.fs)
         writer.record("phase", phase="warm-up", store=store_details)
         self.sampler = Sampler(self.db_path, self.hist_dir,
                                self._sampled_processes)
@@ -394,9 +411,29 @@ class Runner:
         self._stop_roles(writer)
         self.sampler.stop()
         tail.poll()
+        self._import_fs_log(writer)
         writer.record("phase", phase="recover")
         writer.close()
         return self._check()
+
+    def _import_fs_log(self, writer: hist.HistoryWriter) -> None:
+        """Copy the faulty filesystem's power cuts, fired faults and store-file fsyncs into the
+        history as ``event`` records (``fs_power_cut``, ``fs_<fault kind>``, ``fs_fsync``) on the
+        history clock, for ``must_observe`` and the durability checker."""
+        if self.fs is None:
+            return
+        for rec in read_fs_log(self.fs.log_path):
+            ev = rec.get("ev")
+            if ev == "fault":
+                name = f"fs_{rec.get('kind')}"
+            elif ev == "power_cut" or (ev == "fsync" and "state.db" in str(rec.get("path", ""))):
+                name = f"fs_{ev}"
+            else:
+                continue
+            fields = {k: v for k, v in rec.items() if k not in ("ev", "t", "mono", "kind")}
+            if ev == "fault":
+                fields["fault_kind"] = rec.get("kind")
+            writer.record("event", event=name, t=rec["mono"], wall=rec["t"], **fields)
 
     def _sampled_processes(self) -> list[tuple[str, int]]:
         """Role processes for the sampler thread (no waitpid from that thread: no reaping race)."""

@@ -43,6 +43,8 @@ HISTORY_FILE = "history.jsonl"
 RESULTS_FILE = "results.json"
 PREVIOUS_RESULTS_FILE = "results.previous.json"
 REPORT_FILE = "report.html"
+FS_BACKING_DIR = "fs-backing"     # the faulty filesystem's disk (chaos/fs), kept as evidence
+FS_LOG_FILE = "fs.jsonl"          # its log of every write, fsync, rename and fault
 INTERRUPTED_FILE = "INTERRUPTED.json"
 HOME_DIR = "home"
 FINAL_DIR = "final"
@@ -111,6 +113,14 @@ class RunDir:
     @property
     def logs(self) -> Path:
         return self.path / LOGS_DIR
+
+    @property
+    def fs_backing(self) -> Path:
+        return self.path / FS_BACKING_DIR
+
+    @property
+    def fs_log(self) -> Path:
+        return self.path / FS_LOG_FILE
 
     @property
     def failpoints(self) -> Path:

@@ -7,7 +7,6 @@ wall time.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sqlite3
@@ -320,3 +319,19 @@ def test_slow_fsync_delays_the_commit_and_is_logged(fsmount):
     assert done["mono"] - slow[0]["mono"] >= 0.3      # the fsync returned after the stall
     status = fsmount.status()
     assert status["faults"][0]["fired"] == 1
+
+
+def test_the_stores_atomic_writes_survive_a_power_cut_and_noreplace_holds(fsmount):
+    from hermes_state import atomic
+
+    home = fsmount.mountpoint
+    atomic.write_file(home / "manifest.json", b'{"ok": 1}')
+    with pytest.raises(FileExistsError):
+        atomic.rename_noreplace(home / "manifest.json", home / "manifest.json")
+    (home / "scratch").write_bytes(b"never synced")
+    fsmount.power_cut()
+    fsmount.power_on()
+    assert (home / "manifest.json").read_bytes() == b'{"ok": 1}'   # file and directory fsynced
+    assert not (home / "scratch").exists()
+    renames = [r for r in events(fsmount, "rename") if r["dest"] == "manifest.json"]
+    assert renames and events(fsmount, "fsyncdir")

@@ -35,11 +35,13 @@ class NemesisEnv:
 
     ``instances()`` lists every instance ever started (dead ones too); ``restart(role, index)``
     starts the next instance of a role's slot and returns it (``None``: restarts unavailable).
+    ``fs``: the run's :class:`chaos.fs.FaultyMount` when the scenario has ``fs: {kind: faulty}``.
     """
 
     db_path: Path
     instances: Callable[[], list]  # -> list[Instance]
     restart: Callable[[str, int], object] | None = None
+    fs: object | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -48,6 +48,9 @@ class RoleConfig:
         t0: the run's start on CLOCK_MONOTONIC; ``deadline``: monotonic time to stop by.
         workload: the kind's workload parameters (defaults filled by the scenario loader).
         failpoints: ``HERMES_STATE_FAILPOINTS`` value for this process ("" = none).
+        synchronous: the store's ``PRAGMA synchronous`` (scenario ``store.synchronous``); ``OFF``
+            is forced on the writer connection (the store refuses it) to prove the durability
+            checker.
     """
 
     role: str
@@ -63,6 +66,7 @@ class RoleConfig:
     deadline: float
     workload: dict = field(default_factory=dict)
     failpoints: str = ""
+    synchronous: str = "NORMAL"
 
 
 class RoleContext:
@@ -76,6 +80,17 @@ class RoleContext:
         self.history = HistoryWriter(Path(cfg.history_dir) / f"{cfg.process}.jsonl", cfg.process)
         self.stopping = False
         self._payload_seq = 0
+
+    # -- the store
+    def open_db(self):
+        """``SessionDB(db_path)`` at the scenario's synchronous level (raises what it raises)."""
+        from hermes_state import SessionDB
+
+        level = self.cfg.synchronous.upper()
+        db = SessionDB(self.cfg.db_path, synchronous="NORMAL" if level == "OFF" else level)
+        if level == "OFF":
+            db.connection.conn.execute("PRAGMA synchronous=OFF")
+        return db
 
     # -- lifecycle
     def should_stop(self) -> bool:

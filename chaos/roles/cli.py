@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hermes_state import SessionDB
 
 from ..params import Duration, param
 from .base import RoleContext
@@ -58,7 +57,7 @@ def run(ctx: RoleContext) -> None:
 def _one_run(ctx: RoleContext, w: Params, i: int) -> None:
     burst = w.burst
     rate = w.appends_per_s
-    ok, db = ctx.op("open", lambda: SessionDB(ctx.cfg.db_path), definite=(Exception,))
+    ok, db = ctx.op("open", ctx.open_db, definite=(Exception,))
     if not ok:
         return
     sid = f"{ctx.cfg.process}-s{i}"

@@ -75,7 +75,7 @@ SPOOLED_ERRORS = (StateDbReplacedError, WriteContentionError, StateDbCorruptErro
 def open_store(ctx: RoleContext) -> SessionDB | None:
     """Open the store, retrying every 0.5 s until it opens or the role must stop."""
     while not ctx.should_stop():
-        ok, value = ctx.op("open", lambda: SessionDB(ctx.cfg.db_path), definite=(Exception,))
+        ok, value = ctx.op("open", ctx.open_db, definite=(Exception,))
         if ok:
             return value
         ctx.sleep(0.5)

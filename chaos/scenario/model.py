@@ -88,6 +88,7 @@ class Scenario:
         sweep: ``{"failpoint", "role", "max"}`` (sweep mode, :mod:`chaos.sweep`) or ``None``.
         tags: selection labels (``ci``: collected by the default pytest run; ``exclusive``:
             the gate runs it alone).
+        fs: ``{"kind": "faulty"}`` when the home is on the faulty filesystem, else ``None``.
         source: the file path (or the ``source`` given to ``load_scenario_text``).
         raw: the document as parsed from YAML (no defaults).
     """
@@ -106,6 +107,7 @@ class Scenario:
     heal_at: float | None = None
     sweep: dict | None = None
     tags: list[str] = field(default_factory=list)
+    fs: dict | None = None
 
     def role(self, name: str) -> RoleSpec:
         """Return the role called ``name``.
@@ -166,6 +168,7 @@ class Scenario:
             "nemesis": steps,
             "expect": {name: as_dict(p) for name, p in self.expect.items()},
             "must_observe": list(self.must_observe),
+            **({"fs": dict(self.fs)} if self.fs else {}),
             **({"phases": {"heal_at": self.heal_at}} if self.heal_at is not None else {}),
             **({"sweep": copy.deepcopy(self.sweep)} if self.sweep is not None else {}),
             "tags": list(self.tags),
@@ -226,4 +229,4 @@ def build(data: dict, root: yaml.Node, source: str) -> Scenario:
                 for name, params in data["expect"].items()},
         must_observe=list(data.get("must_observe", [])), source=source, raw=data,
         heal_at=parse_duration(heal_at) if heal_at is not None else None, sweep=sweep,
-        tags=list(data.get("tags", [])))
+        tags=list(data.get("tags", [])), fs=dict(data["fs"]) if "fs" in data else None)

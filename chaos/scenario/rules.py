@@ -17,7 +17,7 @@ from hermes_state import failpoints
 
 from .. import fixtures
 from ..checkers import CHECKERS
-from ..nemesis import FAULTS, ROLE_FAULTS
+from ..nemesis import FAULTS, FS_FAULT_NAMES, ROLE_FAULTS
 from ..nemesis.commands import COMMANDS as MAINTENANCE_COMMANDS
 from ..nemesis.commands import DRY_RUN, GATED_COMMANDS, path_args
 from ..params import defaults
@@ -219,10 +219,17 @@ def store_rules(data: Any, emit_at) -> None:
         size = fixtures.parse_size(tmpfs)
         if not fixtures.TMPFS_MIN <= size <= fixtures.TMPFS_MAX:
             emit_at(["store", "tmpfs"], f"tmpfs {tmpfs} is outside 1M..1G")
+    if tmpfs is not None and isinstance(data.get("fs"), dict):
+        emit_at(["fs"], "fs and store.tmpfs both mount on the home: pick one", key=True)
     for i, step in enumerate(raw_steps if isinstance(raw_steps, list) else []):
         if not isinstance(step, dict):
             continue
         fault = step.get("fault")
+        if fault in FS_FAULT_NAMES and not isinstance(data.get("fs"), dict):
+            emit_at(["nemesis", i, "fault"], f"{fault} needs the faulty filesystem: add "
+                    "fs: {kind: faulty}")
+        if fault == "io_error" and "nth" in step and "probability" in step:
+            emit_at(["nemesis", i, "probability"], "give nth or probability, not both")
         if fault in ("fill_disk", "free_disk") and "tmpfs" not in store:
             emit_at(["nemesis", i, "fault"], f"{fault} needs the store on its own tmpfs: add "
                     "store: {tmpfs: 16M} (never fills the machine's disk)")

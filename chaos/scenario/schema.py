@@ -26,7 +26,11 @@ FAULT_NAMES = tuple(FAULTS)
 CHECKER_NAMES = tuple(CHECKERS)
 #: Store event kinds (``hermes_state.events``) a scenario may count or list in ``must_observe``.
 EVENT_KINDS = ("retry", "checkpoint", "refusal", "capture", "write_gave_up", "quarantine",
-               "foreign_open_close", "failpoint")
+               "foreign_open_close", "failpoint",
+               # the faulty filesystem's log, imported into the history by the runner
+               "fs_power_cut", "fs_torn_write", "fs_io_error", "fs_slow_io")
+#: ``store.synchronous`` levels (OFF only to prove the durability checker fails).
+SYNCHRONOUS_LEVELS = ("NORMAL", "FULL", "OFF")
 #: Operation outcomes an ``after`` trigger may count; the keys that choose a trigger.
 AFTER_OUTCOMES = ("ok", "fail", "info")
 AFTER_TRIGGERS = AFTER_OUTCOMES + ("event", "step")
@@ -81,6 +85,12 @@ def _store() -> dict:
             "bytes": {"type": "integer", "minimum": 1, "maximum": 64 * 1024 * 1024,
                       "description": "`zeroed` only: size of the all-zero state.db (default "
                       f"{fixtures.FIXTURE_DEFAULTS['zeroed']['bytes']})."},
+            "synchronous": {"enum": list(SYNCHRONOUS_LEVELS),
+                            "description": "`PRAGMA synchronous` of every role's store (SPEC "
+                            "§4), default NORMAL: on power loss the commits after the last WAL "
+                            "sync may roll back; FULL: none may. OFF is not a store option: it is "
+                            "forced in the role processes to prove the durability checker fails "
+                            "(quote it: 'OFF' is a YAML boolean)."},
             "tmpfs": {"type": "string", "pattern": "^[1-9][0-9]*[KMG]$",
                       "description": "Put the home on a tmpfs of this size (e.g. '16M', 1M..1G), "
                       "mounted by the runner (root only); needed by fill_disk/free_disk. When it "
@@ -208,6 +218,20 @@ def build_schema() -> dict:
                      "same seed replays the same run. `--seed` overrides it."},
             "duration": _dur("Length of the chaos phase (> 0)."),
             "store": _store(),
+            "fs": {
+                "title": "filesystem",
+                "description": "Put the home on the faulty FUSE filesystem (chaos/fs, issue 15), "
+                "mounted before the roles start, unmounted at the end (its backing directory "
+                "stays as fs-backing/, its log as fs.jsonl); needed by power_cut, torn_write, "
+                "io_error and slow_io. Where FUSE cannot be mounted every checker is SKIPPED "
+                "with the reason.",
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["kind"],
+                "properties": {"kind": {"enum": ["faulty"],
+                                        "description": "faulty: LazyFS-style (unsynced data in "
+                                        "its own cache)."}},
+            },
             "roles": {"type": "array", "minItems": 1, "items": {"$ref": "#/$defs/role"},
                       "description": "The processes of the run (at least one)."},
             "nemesis": {"type": "array", "default": [], "items": {"$ref": "#/$defs/step"},

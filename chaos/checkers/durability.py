@@ -1,0 +1,200 @@
+"""``durability``: after a power cut, every acknowledged write is present or inside the loss
+window the store's ``synchronous`` level allows (issue 15; SPEC §4, §16.3).
+
+Reads the history only: the appends (``ok`` with payload ids), the power cuts and WAL fsyncs the
+faulty filesystem logged (imported by the runner as ``event`` records ``fs_power_cut`` and
+``fs_fsync``, ``t`` on the history's CLOCK_MONOTONIC), the store's ``checkpoint`` events, and a
+copy of the final store.
+
+Each acknowledged append is judged against the first power cut after its ack:
+
+* ``FULL``: nothing acknowledged may be lost (each commit fsyncs the WAL before it returns).
+* ``NORMAL`` (WAL): a commit may roll back unless a **sync point** came between its ack and the
+  cut: a successful fsync of the ``-wal`` (everything written before it is on the disk), or a
+  complete checkpoint (``busy == 0``, ``log == checkpointed >= 0``, no error; SQLite syncs the WAL before copying and
+  the database after) that started after the ack (the start is the invoke of the operation that
+  ran it, so a commit racing the checkpoint is never counted as covered). After a *failed* WAL
+  fsync, a later successful WAL fsync no longer covers writes acknowledged before the failure
+  (Linux forgets the pages whose writeback failed: "fsyncgate"); a complete checkpoint still does.
+
+Rules (cases): ``lost_acknowledged`` (an acknowledged write lost outside the window),
+``acked_failed_fsync`` (FULL: a write acknowledged although its own commit's WAL fsync, the
+first one of its process during the operation, failed), ``lost_after_failed_fsync`` (a write the
+store reported durable after a failed fsync on the WAL was lost: the fsyncgate hazard), and
+``integrity`` (``PRAGMA integrity_check`` of the final store). Every lost write is listed with
+``allowed`` and why; the figures quantify what the level costs per power cut.
+
+Params: ``synchronous`` (default: the scenario's ``store.synchronous``, else NORMAL).
+INCONCLUSIVE when no power cut happened or nothing was acknowledged before one.
+"""
+
+from __future__ import annotations
+
+import bisect
+import sqlite3
+from dataclasses import dataclass
+from typing import Literal
+
+from ..history import brief, events_of, pair_ops
+from ..params import param
+from .base import CheckContext, Verdict, params_of, verdict_from
+from .no_lost_writes import APPEND_OPS, natural_key
+from .store import connect_copy, copied_store, payload_ids_in_db
+
+
+@dataclass(frozen=True, kw_only=True)
+class Params:
+    """After a power cut every acknowledged write is present or inside the loss window of the
+    store's synchronous level; never an acknowledgement after a failed fsync; integrity_check
+    ok."""
+
+    synchronous: Literal["NORMAL", "FULL", "OFF"] | None = param(
+        None, "Judge against this level (default: the scenario's store.synchronous, else NORMAL).")
+
+
+NAME = "durability"
+LEVELS = ("FULL", "NORMAL", "OFF")
+MAX_LISTED = 200
+
+
+def _wal_fsyncs(history: list) -> list[dict]:
+    return sorted((r for r in events_of(history, "fs_fsync") if str(r.get("path", "")).endswith("-wal")),
+                  key=lambda r: float(r["t"]))
+
+
+def sync_points(history: list, ops) -> tuple[list[float], list[float], list[tuple[float, float]]]:
+    """``(fsync_times, failed_fsync_times, checkpoint_starts)``: successful and failed WAL fsyncs
+    and complete checkpoints as ``(start, end)``, all on the history clock."""
+    fsyncs = _wal_fsyncs(history)
+    ok = [float(r["t"]) for r in fsyncs if not r.get("err")]
+    failed = [float(r["t"]) for r in fsyncs if r.get("err")]
+    by_proc: dict[str, list] = {}
+    for op in ops:
+        by_proc.setdefault(op.process, []).append(op)
+    ckpts = []
+    for ev in events_of(history, "checkpoint"):
+        log = ev.get("log")
+        if ev.get("error") or ev.get("busy") or not isinstance(log, int) or log < 0 \
+                or log != ev.get("checkpointed"):
+            continue
+        t = float(ev["t"])
+        enclosing = [o for o in by_proc.get(ev.get("process"), [])
+                     if o.t_invoke <= t and (o.t_done is None or o.t_done >= t)]
+        if enclosing:
+            ckpts.append((max(o.t_invoke for o in enclosing), t))
+    return ok, failed, sorted(ckpts)
+
+
+def _covered(ack: float, cut: float, ok: list[float], failed: list[float],
+             ckpts: list[tuple[float, float]]) -> str | None:
+    """Why a NORMAL commit acknowledged at ``ack`` had to survive a cut at ``cut``; None if it
+    was inside the loss window."""
+    for start, end in ckpts:
+        if ack < start and end < cut:
+            return f"a complete checkpoint ran from {start:.3f} to {end:.3f}"
+    i = bisect.bisect_right(ok, ack)
+    for t in ok[i:]:
+        if t >= cut:
+            break
+        if not any(ack < f < t for f in failed):
+            return f"the WAL was fsynced at {t:.3f}"
+    return None
+
+
+def acked_failed_fsync_cases(history: list, ops) -> list[dict]:
+    """FULL: ``ok`` appends whose process's first WAL fsync during the operation failed."""
+    fsyncs = _wal_fsyncs(history)
+    out = []
+    for op in ops:
+        if op.kind != "ok" or op.pid is None or op.t_done is None:
+            continue
+        mine = [r for r in fsyncs if r.get("pid") == op.pid and op.t_invoke <= float(r["t"]) <= op.t_done]
+        if mine and mine[0].get("err"):
+            out.append({"why": "a write was acknowledged although its WAL fsync failed",
+                        "payload_id": op.payload_id, "process": op.process,
+                        "fsync": brief(mine[0]), "ok": brief(op.done)})
+    return out
+
+
+def integrity_cases(store_path) -> tuple[list[dict], str]:
+    """``PRAGMA integrity_check`` of a copy of the final store; ``(cases, result)``."""
+    try:
+        with copied_store(store_path) as copy:
+            conn = connect_copy(copy)
+            try:
+                rows = [r[0] for r in conn.execute("PRAGMA integrity_check")]
+            finally:
+                conn.close()
+    except Exception as exc:  # noqa: BLE001 - an unreadable store is the finding
+        return [{"why": f"the store cannot be checked: {type(exc).__name__}: {exc}"}], "error"
+    if rows == ["ok"]:
+        return [], "ok"
+    return [{"why": "integrity_check is not ok", "integrity_check": rows[:10]}], "; ".join(rows[:3])
+
+
+def check(ctx: CheckContext, params: Params) -> Verdict:
+    """``check(ctx, params) -> Verdict`` as :mod:`chaos.checkers` defines it; the rules and the
+    ``params`` keys are in this module's docstring."""
+    params = params_of(Params, params)
+    level = str(params.synchronous or (ctx.scenario.get("store") or {}).get("synchronous")
+                or "NORMAL").upper()
+    if level not in LEVELS:
+        raise ValueError(f"durability: synchronous must be one of {LEVELS}, not {level!r}")
+    ops = pair_ops(ctx.history)
+    appends = [o for o in ops if o.op in APPEND_OPS and o.payload_id is not None]
+    cuts = sorted(float(r["t"]) for r in events_of(ctx.history, "fs_power_cut"))
+    ok_t, failed_t, ckpts = sync_points(ctx.history, ops)
+    try:
+        present = payload_ids_in_db(ctx.store_path)
+    except (OSError, sqlite3.DatabaseError):  # unreadable: every write counts as lost, and the
+        present = {}                          # integrity case below says why
+    lost, per_cut = [], {c: {"acked": 0, "lost": 0, "lost_allowed": 0} for c in cuts}
+    cases: dict[str, list] = {"lost_acknowledged": [], "lost_after_failed_fsync": [],
+                              "acked_failed_fsync": [], "integrity": []}
+    for op in appends:
+        if op.kind != "ok" or op.t_done is None:
+            continue
+        i = bisect.bisect_right(cuts, op.t_done)
+        if i == len(cuts):
+            continue
+        cut = cuts[i]
+        per_cut[cut]["acked"] += 1
+        if str(op.payload_id) in present:
+            continue
+        why = "FULL: every acknowledged commit was fsynced" if level == "FULL" else \
+            _covered(op.t_done, cut, ok_t, failed_t, ckpts)
+        item = {"payload_id": str(op.payload_id), "process": op.process,
+                "ack_t": round(op.t_done, 6), "cut_t": round(cut, 6), "allowed": why is None,
+                "reason": why or "acknowledged after the last sync point before the cut"}
+        lost.append(item)
+        per_cut[cut]["lost"] += 1
+        if why is None:
+            per_cut[cut]["lost_allowed"] += 1
+            continue
+        rule = ("lost_after_failed_fsync" if any(f < op.t_done for f in failed_t)
+                else "lost_acknowledged")
+        cases[rule].append({"why": "an acknowledged write was lost outside the loss window of "
+                                   f"synchronous={level}", **item})
+    if level == "FULL":
+        cases["acked_failed_fsync"] = acked_failed_fsync_cases(ctx.history, appends)
+    cases["integrity"], integrity = integrity_cases(ctx.store_path)
+    lost.sort(key=lambda x: natural_key(x["payload_id"]))
+    figures = {
+        "synchronous": level, "power_cuts": len(cuts),
+        "acked_before_cut": sum(c["acked"] for c in per_cut.values()),
+        "lost": len(lost), "lost_allowed": sum(1 for x in lost if x["allowed"]),
+        "lost_forbidden": sum(1 for x in lost if not x["allowed"]),
+        "lost_per_cut": [per_cut[c]["lost"] for c in cuts],
+        "wal_fsyncs": len(ok_t), "failed_wal_fsyncs": len(failed_t),
+        "complete_checkpoints": len(ckpts), "integrity_check": integrity,
+        "lost_writes": lost[:MAX_LISTED],
+    }
+    summary = (f"synchronous={level}: {figures['power_cuts']} power cut(s), "
+               f"{figures['acked_before_cut']} acknowledged before a cut, {figures['lost']} lost "
+               f"({figures['lost_allowed']} inside the window), integrity {integrity}")
+    inconclusive = None
+    if not cuts:
+        inconclusive = "no power cut in the history"
+    elif not figures["acked_before_cut"]:
+        inconclusive = "no write was acknowledged before a power cut"
+    return verdict_from(NAME, cases, figures, summary=summary, inconclusive=inconclusive)
