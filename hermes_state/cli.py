@@ -164,6 +164,10 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 def cmd_search(args: argparse.Namespace) -> int:
     """``sessions search QUERY`` (SPEC §6): never raises for any query text."""
+    if getattr(args, "by_id", False):
+        from .cli_manage import cmd_search_by_id
+
+        return cmd_search_by_id(args)
     with _open_ro(args) as db:
         hits = db.search_messages(args.query, source_filter=[args.source] if args.source else None,
                                   role_filter=[args.role] if args.role else None,
@@ -311,14 +315,16 @@ def cmd_prune(args: argparse.Namespace) -> int:
     decision = maintenance.check_gate(path, "prune", force=args.force, dry_run=args.dry_run,
                                       gateway_owner_pid=owner)
     with _open_ro(args) as ro:
-        preview = ro.prune_candidates(older_than_days=args.older_than, source=args.source)
+        rows = ro.list_prune_candidates(older_than_days=args.older_than, source=args.source)
+    preview = [r["id"] for r in rows]
     result: dict = {"older_than_days": args.older_than, "source": args.source,
-                    "candidates": list(preview), "action": decision.action}
+                    "candidates": preview, "candidate_rows": rows, "action": decision.action}
     say = (lambda *a: None) if args.json else print  # noqa: E731
     say(f"{len(preview)} ended session(s) older than {args.older_than:g} days"
         + (f" from {args.source}" if args.source else "") + " would be pruned")
-    for sid in preview[:20]:
-        say(f"  {sid}")
+    for r in rows[:20]:
+        say(f"  {r['id']}  {r['source']:<9} {r['message_count'] or 0:>5} msgs  "
+            f"{(r['title'] or '')[:40]}")
     if len(preview) > 20:
         say(f"  ... and {len(preview) - 20} more")
     if decision.action == "dry_run":
@@ -558,6 +564,8 @@ def build_parser() -> argparse.ArgumentParser:
     se.add_argument("--role")
     se.add_argument("--limit", type=_count, default=20)
     se.add_argument("--offset", type=_count, default=0)
+    se.add_argument("--id", action="store_true", dest="by_id",
+                    help="QUERY is (part of) a session id: list the matching sessions")
     se.add_argument("--json", action="store_true")
     se.set_defaults(fn=cmd_search)
     ex = ss.add_parser("export", help="export one session (or all) as json, jsonl or md")
@@ -593,6 +601,9 @@ def build_parser() -> argparse.ArgumentParser:
     rs.add_argument("--dry-run", action="store_true")
     rs.add_argument("--json", action="store_true")
     rs.set_defaults(fn=cmd_replay_spool)
+    from . import cli_manage
+
+    cli_manage.register(ss, _days)
     return p
 
 
