@@ -8,6 +8,13 @@ usage (SPEC §5 ``update_token_counts``). After every step the store must agree 
 sessions, parent links, end state, titles and their origin, counters, messages, token totals,
 usage rows, ``list_sessions``, lineage walks, and no FTS index may still find removed text.
 
+Upstream-parity methods (issue 17) are in the same machine: ``create_session`` filling NULL
+metadata, archiving a compression lineage (``set_session_archived``, ``list_sessions_rich``,
+``session_count``), rewinding and restoring (``rewind_to_message``, ``restore_rewound``, active
+rows in ``get_messages``/``search_messages``), rewriting (``replace_messages``,
+``archive_and_compact``), bulk ``delete_sessions``, ``update_session_cwd``, auxiliary usage and
+the compression lease.
+
 Also: property tests of :func:`sanitize_title` against an independent reference.
 Each state-machine example gets its own temporary directory (removed in ``teardown``).
 """
@@ -107,7 +114,12 @@ class MSession:
     auto: bool = False
     model: str | None = None
     messages: list = field(default_factory=list)
+    message_count: int = 0
     tool_call_count: int = 0
+    archived: bool = False
+    rewind_count: int = 0
+    cwd: str | None = None
+    git_branch: str | None = None
     tokens: dict = field(default_factory=lambda: dict.fromkeys(COUNT_KEYS, 0))
     cost: float | None = None
     usage: dict = field(default_factory=dict)
@@ -123,6 +135,7 @@ class StoreMachine(RuleBasedStateMachine):
         self.clock = 0.0
         self.removed_words: list[str] = []
         self.word_seq = 0
+        self.locks: dict[str, str] = {}
 
     def teardown(self):
         self.db.close()
@@ -151,6 +164,52 @@ class StoreMachine(RuleBasedStateMachine):
 
     def _forget(self, sid: str) -> None:
         self.removed_words += [m["word"] for m in self.model[sid].messages]
+
+    def _word(self) -> str:
+        self.word_seq += 1
+        return f"zq{self.word_seq}word"
+
+    def _remove_session(self, sid: str) -> None:
+        self._forget(sid)
+        del self.model[sid]
+        for other in self.model.values():
+            if other.parent == sid:
+                event("delete orphaned a child")
+                other.parent = None
+
+    def _compression_component(self, sid: str) -> set[str]:
+        """The session plus every session reached through parent→child edges whose parent
+        ended with compression (what archiving covers)."""
+        comp, frontier = {sid}, [sid]
+        while frontier:
+            cur = frontier.pop()
+            s = self.model[cur]
+            nxt = []
+            if s.parent in self.model and self.model[s.parent].end_reason == "compression":
+                nxt.append(s.parent)
+            if s.end_reason == "compression":
+                nxt += [k for k, v in self.model.items() if v.parent == cur]
+            for k in nxt:
+                if k not in comp:
+                    comp.add(k)
+                    frontier.append(k)
+        return comp
+
+    def _fetch_new_rows(self, sid: str, rows: list[dict]) -> None:
+        """Give model rows just written their ids (the last len(rows) ids of the session)."""
+        ids = [m["id"] for m in self.db.get_messages(sid, include_inactive=True)]
+        for row, mid in zip(rows, ids[len(ids) - len(rows):]):
+            row["id"] = mid
+
+    def _new_rows(self, spec: list[tuple[str, int]]) -> list[dict]:
+        rows = []
+        for role, n_calls in spec:
+            word = self._word()
+            self.clock += 1.0
+            calls = [{"id": f"c{i}"} for i in range(n_calls)] if n_calls else None
+            rows.append({"role": role, "content": f"{word} rewritten", "tool_calls": calls,
+                         "word": word, "timestamp": self.clock, "active": True})
+        return rows
 
     # -- rules
     @initialize(titled=st.booleans())
@@ -191,8 +250,7 @@ class StoreMachine(RuleBasedStateMachine):
     @rule(sid=st.sampled_from(IDS), role=st.sampled_from(ROLES),
           n_calls=st.integers(min_value=0, max_value=3), multiline=st.booleans())
     def append(self, sid, role, n_calls, multiline):
-        self.word_seq += 1
-        word = f"zq{self.word_seq}word"
+        word = self._word()
         content = f"{word}\nsecond line" if multiline else f"{word} text"
         calls = [{"id": f"c{i}", "type": "function"} for i in range(n_calls)] if n_calls else None
         self.clock += 1.0
@@ -201,10 +259,11 @@ class StoreMachine(RuleBasedStateMachine):
                 self.db.append_message(sid, role, content, tool_calls=calls, timestamp=self.clock)
             assert "FOREIGN KEY" in str(exc.value).upper()
             return
-        self.db.append_message(sid, role, content, tool_calls=calls, timestamp=self.clock)
+        mid = self.db.append_message(sid, role, content, tool_calls=calls, timestamp=self.clock)
         s = self.model[sid]
-        s.messages.append({"role": role, "content": content, "tool_calls": calls, "word": word,
-                           "timestamp": self.clock})
+        s.messages.append({"id": mid, "role": role, "content": content, "tool_calls": calls,
+                           "word": word, "timestamp": self.clock, "active": True})
+        s.message_count += 1
         s.tool_call_count += n_calls  # whatever the role (UPSTREAM_API §2.3)
 
     @rule(sid=st.sampled_from(IDS), reason=st.sampled_from(REASONS))
@@ -289,19 +348,14 @@ class StoreMachine(RuleBasedStateMachine):
         assert self.db.clear_messages(sid) is (s is not None)
         if s is not None:
             self._forget(sid)
-            s.messages, s.tool_call_count = [], 0
+            s.messages, s.message_count, s.tool_call_count = [], 0, 0
 
     @rule(sid=st.sampled_from(IDS))
     def delete(self, sid):
         s = self.model.get(sid)
         assert self.db.delete_session(sid) is (s is not None)
         if s is not None:
-            self._forget(sid)
-            del self.model[sid]
-            for other in self.model.values():
-                if other.parent == sid:
-                    event("delete orphaned a child")
-                    other.parent = None
+            self._remove_session(sid)
 
     @rule(sid=st.sampled_from(IDS), inp=st.integers(0, 1000), out=st.integers(0, 1000),
           calls=st.integers(0, 3), model=st.sampled_from([None, "m1", "m2"]),
@@ -331,6 +385,129 @@ class StoreMachine(RuleBasedStateMachine):
             row["counts"][k] += v
         row["cost"] += cost or 0.0
 
+    @rule(sid=st.sampled_from(IDS), flag=st.booleans())
+    def archive(self, sid, flag):
+        """set_session_archived covers the whole compression lineage (UPSTREAM_API §2.8)."""
+        got = self.db.set_session_archived(sid, flag)
+        if sid not in self.model:
+            assert got is False
+            return
+        assert got is True
+        comp = self._compression_component(sid)
+        if len(comp) > 1:
+            event("archive covered a lineage")
+        for k in comp:
+            self.model[k].archived = flag
+
+    @rule(sid=st.sampled_from(IDS), pick=st.integers(0, 10))
+    def rewind(self, sid, pick):
+        """Rewind to a user message: every active row from it on becomes inactive."""
+        s = self.model.get(sid)
+        users = [m for m in (s.messages if s else []) if m["role"] == "user"]
+        if not users:
+            return
+        target = users[pick % len(users)]
+        out = self.db.rewind_to_message(sid, target["id"])
+        hit = [m for m in s.messages if m["active"] and m["id"] >= target["id"]]
+        for m in hit:
+            m["active"] = False
+        s.rewind_count += 1
+        assert out["rewound_count"] == len(hit)
+        assert out["target_message"]["id"] == target["id"]
+        heads = [m["id"] for m in s.messages if m["active"]]
+        assert out["new_head_id"] == (max(heads) if heads else None)
+        if hit:
+            event("rewound rows")
+
+    @rule(sid=st.sampled_from(IDS), pick=st.integers(0, 10))
+    def restore(self, sid, pick):
+        s = self.model.get(sid)
+        if not s or not s.messages:
+            return
+        since = s.messages[pick % len(s.messages)]["id"]
+        back = [m for m in s.messages if not m["active"] and m["id"] >= since]
+        assert self.db.restore_rewound(sid, since) == len(back)
+        for m in back:
+            m["active"] = True
+
+    @rule(sid=st.sampled_from(IDS), spec=st.lists(
+        st.tuples(st.sampled_from(ROLES), st.integers(0, 2)), max_size=3))
+    def replace(self, sid, spec):
+        s = self.model.get(sid)
+        if s is None:
+            return
+        rows = self._new_rows(spec)
+        self.db.replace_messages(sid, [{k: r[k] for k in ("role", "content", "tool_calls",
+                                                           "timestamp")} for r in rows])
+        self._forget(sid)
+        self._fetch_new_rows(sid, rows)
+        s.messages = rows
+        s.message_count = len(rows)
+        s.tool_call_count = sum(len(r["tool_calls"] or []) for r in rows)
+
+    @rule(sid=st.sampled_from(IDS), spec=st.lists(
+        st.tuples(st.sampled_from(ROLES), st.integers(0, 2)), max_size=2))
+    def compact(self, sid, spec):
+        s = self.model.get(sid)
+        if s is None:
+            return
+        rows = self._new_rows(spec)
+        n = self.db.archive_and_compact(sid, [{k: r[k] for k in ("role", "content",
+                                                                  "tool_calls", "timestamp")}
+                                              for r in rows])
+        assert n == len(rows)
+        for m in s.messages:
+            if m["active"]:
+                m["active"] = False
+                m["compacted"] = True
+        self._fetch_new_rows(sid, rows)
+        s.messages += rows
+        s.message_count = len(rows)
+        s.tool_call_count = sum(len(r["tool_calls"] or []) for r in rows)
+
+    @rule(ids=st.lists(st.sampled_from(IDS + ["", "nope"]), max_size=3))
+    def delete_many(self, ids):
+        wanted = {i for i in ids if i}
+        existing = [i for i in wanted if i in self.model]
+        assert self.db.delete_sessions(ids, force=True) == len(existing)
+        for sid in existing:
+            self._remove_session(sid)
+
+    @rule(sid=st.sampled_from(IDS), cwd=st.sampled_from(["", "/w", "/w/sub"]),
+          branch=st.sampled_from([None, "", " main "]))
+    def set_cwd(self, sid, cwd, branch):
+        self.db.update_session_cwd(sid, cwd, git_branch=branch)
+        s = self.model.get(sid)
+        if s is None or not cwd:
+            return
+        s.cwd = cwd
+        if branch and branch.strip():
+            s.git_branch = branch.strip()
+
+    @rule(sid=st.sampled_from(IDS), inp=st.integers(0, 50), model=st.sampled_from([None, "aux"]))
+    def aux_usage(self, sid, inp, model):
+        self.db.record_auxiliary_usage(sid, "title", model=model, input_tokens=inp)
+        s = self.model.get(sid)
+        if s is None:
+            s = self.model[sid] = MSession(source="unknown", parent=None,
+                                           started_at=self.db.get_session(sid)["started_at"])
+        row = s.usage.setdefault((model or "unknown", "title"),
+                                 {"counts": dict.fromkeys(COUNT_KEYS, 0), "cost": 0.0})
+        row["counts"]["input_tokens"] += inp
+        row["counts"]["api_call_count"] += 1
+
+    @rule(sid=st.sampled_from(IDS), holder=st.sampled_from(["A", "B"]), take=st.booleans())
+    def lease(self, sid, holder, take):
+        if take:
+            expected = self.locks.get(sid, holder) == holder
+            assert self.db.try_acquire_compression_lock(sid, holder) is expected
+            if expected:
+                self.locks[sid] = holder
+        else:
+            self.db.release_compression_lock(sid, holder)
+            if self.locks.get(sid) == holder:
+                del self.locks[sid]
+
     # -- invariants
     @invariant()
     def sessions_agree(self):
@@ -346,8 +523,10 @@ class StoreMachine(RuleBasedStateMachine):
             assert r["title"] == s.title
             assert self.db.is_auto_title(sid) == s.auto
             assert r["model"] == s.model
-            assert r["message_count"] == len(s.messages)
+            assert r["message_count"] == s.message_count
             assert r["tool_call_count"] == s.tool_call_count
+            assert (r["archived"], r["rewind_count"]) == (int(s.archived), s.rewind_count)
+            assert (r["cwd"], r["git_branch"]) == (s.cwd, s.git_branch)
             assert {k: r[k] for k in COUNT_KEYS} == s.tokens
             assert r["estimated_cost_usd"] == s.cost
 
@@ -362,9 +541,44 @@ class StoreMachine(RuleBasedStateMachine):
 
     @invariant()
     def messages_agree(self):
+        def shape(rows):
+            return [(m["id"], m["role"], m["content"], m["tool_calls"]) for m in rows]
+
         for sid, s in self.model.items():
-            got = [(m["role"], m["content"], m["tool_calls"]) for m in self.db.get_messages(sid)]
-            assert got == [(m["role"], m["content"], m["tool_calls"]) for m in s.messages]
+            assert shape(self.db.get_messages(sid, include_inactive=True)) == shape(s.messages)
+            assert shape(self.db.get_messages(sid)) == shape(
+                [m for m in s.messages if m["active"]])
+            assert self.db.message_count(sid) == len(s.messages)
+
+    @invariant()
+    def search_sees_active_and_compacted_rows(self):
+        """Rewound rows are hidden from search, compacted ones found (UPSTREAM_API §2.5)."""
+        for s in self.model.values():
+            for m in s.messages[-2:]:
+                visible = m["active"] or m.get("compacted", False)
+                hits = {h["id"] for h in self.db.search_messages(m["word"])}
+                assert (m["id"] in hits) == visible
+                assert m["id"] in {h["id"] for h in self.db.search_messages(
+                    m["word"], include_inactive=True)}
+
+    @invariant()
+    def listing_hides_archived_and_children(self):
+        roots = {k for k, v in self.model.items() if v.parent is None and not v.archived}
+        rows = self.db.list_sessions_rich(limit=100)
+        assert {r.get("_lineage_root_id", r["id"]) for r in rows} == roots
+        for r in rows:
+            if "_lineage_root_id" in r:
+                event("listing projected a compression tip")
+                assert self.db.get_compression_tip(r["_lineage_root_id"]) == r["id"]
+        live = [v for v in self.model.values() if not v.archived]
+        assert self.db.session_count() == len(live)
+        assert self.db.session_count(exclude_children=True) == len(roots)
+        assert self.db.session_count(archived_only=True) == len(self.model) - len(live)
+
+    @invariant()
+    def leases_agree(self):
+        for sid in IDS:
+            assert self.db.get_compression_lock_holder(sid) == self.locks.get(sid)
 
     @invariant()
     def usage_rows_agree(self):
