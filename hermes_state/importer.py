@@ -50,6 +50,15 @@ def _number(value: Any, kind: type) -> Any:
     return kind(value)
 
 
+def _bytes_as_text(value: Any) -> str:
+    """``json.dumps`` fallback: BLOB columns (``display_identity`` of schema 31 stores) come
+    out of this store's own export as bytes; they count by their hex size, anything else is
+    not serializable."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).hex()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
 def _entry_error(entry: Any, seen_ids: set) -> tuple[str | None, str | None, int, int]:
     """``(error, session_id, size_bytes, messages)`` of one entry; error None when valid."""
     if not isinstance(entry, dict):
@@ -58,8 +67,8 @@ def _entry_error(entry: Any, seen_ids: set) -> tuple[str | None, str | None, int
     sid = str(raw_id).strip() if raw_id is not None else ""
     sid_out = sid or None
     try:
-        size = len(json.dumps(entry, separators=(",", ":"), ensure_ascii=False)
-                   .encode("utf-8", "surrogatepass"))
+        size = len(json.dumps(entry, separators=(",", ":"), ensure_ascii=False,
+                              default=_bytes_as_text).encode("utf-8", "surrogatepass"))
     except (TypeError, ValueError):
         return "session must be JSON serializable", sid_out, 0, 0
     if size > MAX_SESSION_BYTES:
