@@ -128,10 +128,33 @@ class Gate:
             if not chunk or not c:
                 continue
             vs = ",".join(map(str, sorted(chunk)))
-            argv = [sys.executable, "-m", "chaos.matrix", "--versions", vs,
+            argv = [sys.executable, "-m", "chaos.matrix", "--versions", vs, "--no-real",
                     "--modes", ",".join(modes), "--jsonl"] + (["--quick"] if quick else [])
             jobs.append(Job(f"matrix v{vs}", argv, "matrix", False,
                             {"versions": sorted(chunk), "cells": c}))
+        return jobs
+
+    def real_jobs(self, stores: list, modes: list[str], quick: bool, real: bool,
+                  roots: list[Path]) -> list[Job]:
+        """The matrix over real stores (:mod:`chaos.matrix_real`): one job per store.
+
+        Each child selects the same stores (``--no-real``/``--stores`` as given) and runs only
+        its own (``--only-store``), so cell names agree between the gate and the child.
+        """
+        from .matrix_real import label
+
+        select = ["--no-generated"] + ([] if real else ["--no-real"])
+        for root in roots:
+            select += ["--stores", str(Path(root).absolute())]
+        jobs = []
+        for store in stores:
+            lab = label(store)
+            argv = [sys.executable, "-m", "chaos.matrix", *select, "--only-store", lab,
+                    "--modes", ",".join(modes), "--jsonl"] + (["--quick"] if quick else [])
+            expected = [c.name for c in matrix.cells([], modes, quick=quick, stores=[store])]
+            jobs.append(Job(f"matrix {store.name}", argv, "matrix", False,
+                            {"versions": [], "cells": len(expected), "expected": expected}))
+        jobs.sort(key=lambda j: -j.meta["cells"])
         return jobs
 
     # ------------------------------------------------------------------ running
@@ -267,10 +290,11 @@ def _matrix_rows(job: Job, code: int, stdout: str, seconds: float, log: Path) ->
                             summary="; ".join(d["problems"][:3]) if d["problems"] else
                             ", ".join(f"{k} {v}" for k, v in d["figures"].items()),
                             details="\n".join(d["problems"]), seconds=d["seconds"]))
-    expected = matrix.cells(job.meta["versions"], _modes_of(job.argv), quick="--quick" in job.argv)
-    for cell in expected:
-        if cell.name not in seen:
-            version, _, name = cell.name.partition("/")
+    expected = job.meta.get("expected") or [c.name for c in matrix.cells(
+        job.meta["versions"], _modes_of(job.argv), quick="--quick" in job.argv)]
+    for cell_name in expected:
+        if cell_name not in seen:
+            version, _, name = cell_name.partition("/")
             rows.append(GateRow("matrix", f"matrix.{version}", name, ERROR,
                                 summary=f"no verdict: the matrix job exited {code} (log {log})",
                                 details=_tail(log), seconds=0.0))
@@ -295,19 +319,23 @@ def verdict_table(rows: list[GateRow]) -> Table:
     for r in sorted((r for r in rows if r.kind == "scenario"), key=lambda r: (r.suite, r.name)):
         t.add_row("scenario", f"{r.suite} {r.name}", styled(r.status), f"{r.seconds:.1f}s",
                   r.summary)
-    by_mode: dict[str, list[GateRow]] = {}
+    by_mode: dict[tuple[bool, str], list[GateRow]] = {}
     for r in rows:
         if r.kind == "matrix":
-            by_mode.setdefault(r.name.split("@")[0], []).append(r)
-    for mode in matrix.MODES:
-        group = by_mode.get(mode, [])
+            real = r.suite.startswith("matrix.real.")
+            by_mode.setdefault((real, r.name.split("@")[0]), []).append(r)
+    for real, mode in [(False, m) for m in matrix.MODES] + [(True, m) for m in matrix.MODES]:
+        group = by_mode.get((real, mode), [])
         if not group:
             continue
         ok = sum(1 for r in group if r.status == PASS)
         status = PASS if ok == len(group) else FAIL
-        versions = sorted({int(r.suite.split(".v")[1]) for r in group})
-        t.add_row("matrix", f"{mode} ({len(group)} cells, v{versions[0]}-v{versions[-1]})",
-                  styled(status), f"{sum(r.seconds for r in group):.1f}s",
+        if real:
+            what = f"real stores {mode} ({len(group)} cells, {len({r.suite for r in group})} stores)"
+        else:
+            versions = sorted({int(r.suite.split(".v")[1]) for r in group})
+            what = f"{mode} ({len(group)} cells, v{versions[0]}-v{versions[-1]})"
+        t.add_row("matrix", what, styled(status), f"{sum(r.seconds for r in group):.1f}s",
                   f"{ok}/{len(group)} PASS")
         for r in group:
             if r.status != PASS:
@@ -353,7 +381,8 @@ def write_junit(path: Path, rows: list[GateRow], total_s: float) -> None:
 def run_gate(scenarios: list, *, seeds: int = 1, quick: bool = False, with_matrix: bool = True,
              versions: list[int] | None = None, modes: list[str] | None = None,
              jobs: int | None = None, out: Path | None = None, junit: Path | None = None,
-             console: Console | None = None) -> int:
+             console: Console | None = None, real: bool = True,
+             stores: list[Path] | None = None) -> int:
     """Run the gate over ``scenarios`` (validated :class:`chaos.scenario.Scenario` objects).
 
     Args:
@@ -361,7 +390,10 @@ def run_gate(scenarios: list, *, seeds: int = 1, quick: bool = False, with_matri
         seeds: K >= 1.
         quick: the matrix's quick subset (:func:`chaos.matrix.cells`).
         with_matrix: include the schema-migration matrix.
-        versions, modes: matrix selection (default: all versions 1-22, every mode).
+        versions, modes: matrix selection (default: all versions 1-22, every mode; ``[]``
+            versions = no generated fixtures).
+        real: include the bundled stores written by real upstream code.
+        stores: directories of a user's own stores, each store in every mode.
         jobs: child processes at once (default: the core count).
         out: where ``runs/`` and ``logs/`` go (default ``runs/gate-<UTCSTAMP>``).
         junit: write JUnit XML there.
@@ -376,8 +408,15 @@ def run_gate(scenarios: list, *, seeds: int = 1, quick: bool = False, with_matri
     gate = Gate(out, jobs, console)
     plan = gate.scenario_jobs(scenarios, seeds)
     if with_matrix:
-        plan += gate.matrix_jobs(versions or list(matrix.OLD_VERSIONS),
-                                 modes or list(matrix.MODES), quick)
+        modes = modes or list(matrix.MODES)
+        plan += gate.matrix_jobs(list(matrix.OLD_VERSIONS) if versions is None else versions,
+                                 modes, quick)
+        from . import real_stores as rs
+
+        found = rs.fixture_stores() if real else []
+        for root in stores or ():
+            found += rs.discover(root, f"stores/{Path(root).name}/")
+        plan += gate.real_jobs(found, modes, quick, real, list(stores or ()))
     console.print(f"chaos gate: {len(scenarios)} scenario(s) × {seeds} seed(s)"
                   + (f" + schema-migration matrix{' (quick)' if quick else ''}" if with_matrix
                      else "") + f", {len(plan)} jobs, {jobs} at once; output {out}",
@@ -440,6 +479,13 @@ def cmd_gate(args, load_all, err: Console) -> int:
     scenarios, bad = load_all(files, err)
     if bad:
         return 2
+    if args.matrix:
+        try:
+            matrix.real_stores_of(args)
+        except Exception as exc:  # noqa: BLE001 - a bad --stores is a usage error
+            err.print(f"[red]chaos gate: {exc}[/]", highlight=False)
+            return 2
     return run_gate(scenarios, seeds=args.seeds, quick=args.quick, with_matrix=args.matrix,
-                    versions=args.versions, modes=args.modes, jobs=args.jobs, out=args.out,
-                    junit=args.junit)
+                    versions=args.versions if args.generated else [], modes=args.modes,
+                    jobs=args.jobs, out=args.out, junit=args.junit, real=args.real,
+                    stores=args.stores)

@@ -28,9 +28,16 @@ store, found by ``messages_fts`` and by the API, and that old-schema writes comm
 migration steps (seen at two versions or more while the migration ran; otherwise the cell tested
 nothing: INCONCLUSIVE).
 
-Command line (the gate runs one version per job)::
+The same three modes run over REAL stores (:mod:`chaos.matrix_real`): the stores written by
+real upstream code bundled in ``tests/fixtures/upstream`` (unless ``--no-real``) and every store
+under ``--stores DIR`` (a user's own stores), each on a copy, checked against its ``dump.json``
+(or a dump read before the open): the gate before a schema bump is "every store users really
+have still works".
 
-    python -m chaos.matrix [--versions 1-22] [--modes plain,writer,crash] [--quick] [--jsonl]
+Command line (the gate runs chunks of versions per job, and the real stores in one job)::
+
+    python -m chaos.matrix [--versions 1-22] [--no-generated] [--no-real] [--stores DIR]
+                           [--modes plain,writer,crash] [--quick] [--jsonl]
 """
 
 from __future__ import annotations
@@ -82,16 +89,22 @@ _OPEN_CHILD = (
 
 @dataclass(frozen=True)
 class Cell:
-    """One row of the matrix: ``version`` opened in ``mode`` (``step``: the crash point)."""
+    """One row of the matrix: ``version`` opened in ``mode`` (``step``: the crash point).
+
+    ``store`` names a real store (:mod:`chaos.matrix_real`) instead of the generated fixture of
+    ``version`` (then the store's own schema version).
+    """
 
     version: int
     mode: str
     step: int | None = None
+    store: str | None = None
 
     @property
     def name(self) -> str:
-        """``v7/plain``, ``v7/writer`` or ``v7/crash@v11``."""
-        return f"v{self.version}/{self.mode}" + (f"@v{self.step}" if self.step else "")
+        """``v7/plain``, ``v7/writer``, ``v7/crash@v11`` or ``real.upstream.v2/plain``."""
+        head = self.store if self.store else f"v{self.version}"
+        return f"{head}/{self.mode}" + (f"@v{self.step}" if self.step else "")
 
 
 @dataclass
@@ -120,14 +133,17 @@ class MatrixRow:
         return ", ".join(f"{k} {v}" for k, v in self.figures.items())
 
 
-def cells(versions=OLD_VERSIONS, modes=MODES, *, quick: bool = False) -> list[Cell]:
+def cells(versions=OLD_VERSIONS, modes=MODES, *, quick: bool = False,
+          stores=()) -> list[Cell]:
     """The cells of the matrix, most expensive first.
 
     Args:
-        versions: start versions (each in 1..22).
+        versions: start versions of the generated fixtures (each in 1..22; may be empty).
         modes: any of :data:`MODES`.
         quick: writer cells only for :data:`QUICK_WRITER_VERSIONS` and crash cells only for
-            :data:`QUICK_CRASH_VERSIONS` (plain cells for every version).
+            :data:`QUICK_CRASH_VERSIONS` (plain cells for every version); real stores get a
+            crash subset (:func:`chaos.matrix_real.crash_steps`).
+        stores: real stores (:class:`chaos.real_stores.RealStore`), each in every mode.
     Returns:
         ``[Cell, ...]``; crash cells cover every step ``v+1 .. 23``.
     Raises:
@@ -147,6 +163,15 @@ def cells(versions=OLD_VERSIONS, modes=MODES, *, quick: bool = False) -> list[Ce
             out.append(Cell(v, "writer"))
         if "crash" in modes and (not quick or v in QUICK_CRASH_VERSIONS):
             out.extend(Cell(v, "crash", n) for n in range(v + 1, h.CURRENT_VERSION + 1))
+    if stores:
+        from . import matrix_real
+
+        for store in stores:
+            lab, ver = matrix_real.label(store), matrix_real.store_version(store)
+            out.extend(Cell(ver, m, None, lab) for m in ("plain", "writer") if m in modes)
+            if "crash" in modes:
+                out.extend(Cell(ver, "crash", n, lab)
+                           for n in matrix_real.crash_steps(store, quick))
     return out
 
 
@@ -403,12 +428,21 @@ def _writer_rows_problems(path: Path, manifest: dict, writes: list[dict]) -> lis
     return out
 
 
-def run_cell(cell: Cell, fx: Fixtures) -> MatrixRow:
-    """Run one cell and return its verdict row (never raises: an exception is a FAIL row)."""
+def run_cell(cell: Cell, fx: Fixtures, stores: dict | None = None) -> MatrixRow:
+    """Run one cell and return its verdict row (never raises: an exception is a FAIL row).
+
+    ``stores``: ``{label: RealStore}`` for real-store cells.
+    """
     t0 = time.monotonic()
     status = None
     try:
-        if cell.mode == "plain":
+        if cell.store:
+            from .matrix_real import run_real_cell
+
+            fx._n += 1
+            problems, figures, status = run_real_cell(
+                (stores or {})[cell.store], cell.mode, cell.step, fx.root / f"real-{fx._n}")
+        elif cell.mode == "plain":
             problems, figures = run_plain(fx, cell.version)
         elif cell.mode == "crash":
             problems, figures = run_crash(fx, cell.version, cell.step)
@@ -422,16 +456,21 @@ def run_cell(cell: Cell, fx: Fixtures) -> MatrixRow:
                      round(time.monotonic() - t0, 3))
 
 
-def run_matrix(todo: list[Cell], work: Path | None = None, on_row=None) -> list[MatrixRow]:
+def run_matrix(todo: list[Cell], work: Path | None = None, on_row=None,
+               stores=()) -> list[MatrixRow]:
     """Run ``todo`` in order in this process; ``on_row(row)`` after each cell.
 
     Args:
         todo: from :func:`cells`.
         work: where fixtures and copies go (a temporary directory, removed, when ``None``).
         on_row: optional callback.
+        stores: the real stores the cells name (:class:`chaos.real_stores.RealStore`).
     Returns:
         One :class:`MatrixRow` per cell.
     """
+    from .matrix_real import label
+
+    by_label = {label(s): s for s in stores}
     tmp = None
     if work is None:
         tmp = tempfile.TemporaryDirectory(prefix="chaos-matrix-")
@@ -440,7 +479,7 @@ def run_matrix(todo: list[Cell], work: Path | None = None, on_row=None) -> list[
         fx = Fixtures(Path(work))
         rows = []
         for cell in todo:
-            row = run_cell(cell, fx)
+            row = run_cell(cell, fx, by_label)
             rows.append(row)
             if on_row:
                 on_row(row)
@@ -479,10 +518,39 @@ def parse_modes(text: str) -> list[str]:
     return modes
 
 
+def real_stores_of(args: argparse.Namespace) -> list:
+    """The real stores the flags select: the bundled upstream ones unless ``--no-real``, plus
+    every store under each ``--stores DIR``.
+
+    Raises:
+        argparse.ArgumentTypeError: a ``--stores`` directory that does not exist or holds none.
+    """
+    from . import real_stores as rs
+
+    out = [] if not args.real else rs.fixture_stores()
+    for root in args.stores or ():
+        try:
+            found = rs.discover(root, f"stores/{Path(root).name}/")
+        except FileNotFoundError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from exc
+        if not found:
+            raise argparse.ArgumentTypeError(f"no store (*.db) under {root}")
+        out.extend(found)
+    return out
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The matrix selection flags (shared by ``chaos matrix`` and ``chaos gate``)."""
     p.add_argument("--versions", type=parse_versions, default=list(OLD_VERSIONS),
                    help="start versions, e.g. 1-22 or 1,5,9 (default: all of 1-22)")
+    p.add_argument("--no-generated", dest="generated", action="store_false",
+                   help="no generated fixture stores (real stores only)")
+    p.add_argument("--no-real", dest="real", action="store_false",
+                   help="leave out the bundled stores written by real upstream code "
+                        "(tests/fixtures/upstream)")
+    p.add_argument("--stores", type=Path, action="append", default=None, metavar="DIR",
+                   help="also every store (state.db, *.db; a dump.json beside it is the "
+                        "ground truth) under DIR, on copies; repeatable")
     p.add_argument("--modes", type=parse_modes, default=list(MODES),
                    help="plain,writer,crash (default: all)")
     p.add_argument("--quick", action="store_true",
@@ -496,16 +564,28 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m chaos matrix", description=__doc__.splitlines()[0])
     add_arguments(p)
     p.add_argument("--jsonl", action="store_true", help="one JSON object per row on stdout")
+    p.add_argument("--only-store", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    todo = cells(args.versions, args.modes, quick=args.quick)
+    try:
+        stores = real_stores_of(args)
+    except argparse.ArgumentTypeError as exc:
+        p.error(str(exc))
+    if args.only_store:
+        from .matrix_real import label
+
+        stores = [s for s in stores if label(s) == args.only_store]
+    todo = cells(args.versions if args.generated else [], args.modes, quick=args.quick,
+                 stores=stores)
+    if not todo:
+        p.error("nothing to run (no generated versions and no real store)")
 
     def emit(row: MatrixRow) -> None:
         if args.jsonl:
             print(json.dumps(row.to_dict()), flush=True)
         else:
-            print(f"{row.status:12} {row.name:16} {row.seconds:7.2f}s  {row.summary}", flush=True)
+            print(f"{row.status:12} {row.name:28} {row.seconds:7.2f}s  {row.summary}", flush=True)
 
-    rows = run_matrix(todo, on_row=emit)
+    rows = run_matrix(todo, on_row=emit, stores=stores)
     return 0 if all(r.status == PASS for r in rows) else 1
 
 

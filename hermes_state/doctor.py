@@ -248,6 +248,7 @@ def _health(conn: sqlite3.Connection, report: DoctorReport) -> None:
         fts = [t for t in FTS_TABLES if t in names]
         report.stats["fts_tables"] = fts
         report.add(OK if "messages_fts" in fts else ISSUE, f"FTS tables: {', '.join(fts) or 'none'}")
+        _layout(conn, report)
         meta = dict(conn.execute("SELECT key, value FROM state_meta WHERE key IN "
                                  "('fts_rebuild_high_water', 'fts_rebuild_progress', 'fts_stale')")
                     .fetchall()) if "state_meta" in names else {}
@@ -288,6 +289,46 @@ def _health(conn: sqlite3.Connection, report: DoctorReport) -> None:
         report.add(ISSUE, f"reading the store failed: {exc}",
                    f"fix: `sessions recover --source {report.db_path} --inspect-only` shows what "
                    "is readable")
+
+
+_PLAN_TEXT = {
+    "ok": "as this code keeps it",
+    "legacy": "a legacy layout kept until `sessions optimize-storage` converts it",
+    "create": "the next writable open creates the missing FTS tables",
+    "replace": "the next writable open replaces the whole FTS layout (every trigger that writes "
+               "into an FTS table, whatever its name) and re-indexes",
+    "keep": "written by a newer release: left as it is",
+}
+
+
+def _layout(conn: sqlite3.Connection, report: DoctorReport) -> None:
+    """FTS layout, foreign triggers/indexes and what an upgrade would do (issue 10 item 8)."""
+    from .store_shape import describe
+
+    try:
+        shape = describe(conn)
+    except sqlite3.Error as exc:
+        report.add(WARN, f"could not read the store's FTS layout: {exc}")
+        return
+    report.stats["store"] = shape
+    report.stats.update(fts_layout=shape["fts_layout"],
+                        foreign_triggers=shape["foreign_triggers"],
+                        foreign_indexes=sorted(shape["duplicate_indexes"]),
+                        upgrade=shape["pending"])
+    report.add(OK if shape["fts_plan"] in ("ok", "legacy", "keep") else WARN,
+               f"FTS layout {shape['fts_layout']}: {_PLAN_TEXT[shape['fts_plan']]}")
+    if shape["foreign_triggers"] or shape["fts_problems"]:
+        report.add(WARN, "FTS triggers a release did not create as one set: "
+                         f"{', '.join(shape['foreign_triggers']) or 'see below'}",
+                   *shape["fts_problems"][:10])
+    if shape["duplicate_indexes"]:
+        report.add(WARN, "indexes duplicated under another name: " + ", ".join(
+            f"{a} = {b}" for a, b in shape["duplicate_indexes"].items()),
+                   "harmless but each costs space and write time; this code creates no third one")
+    if shape["pending"]:
+        report.add(OK, "the next writable open will: " + "; ".join(shape["pending"]))
+    else:
+        report.add(OK, "settled: the next open writes nothing")
 
 
 SQLITE_READONLY_ROLLBACK = 776  # a mode=ro open met a hot journal it may not roll back

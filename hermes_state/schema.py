@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 import sqlite3
 
 log = logging.getLogger("hermes_state.schema")
@@ -270,7 +271,18 @@ def create_tables(conn: sqlite3.Connection) -> None:
     :func:`hermes_state.migrations.ensure_title_index`.
     """
     for stmt in _split(TABLES_SQL):
+        m = _INDEX_RE.match(stmt)
+        if m and not _exists(conn, m["name"]) and _exists(conn, m["table"]):
+            from .store_shape import equivalent_index
+
+            cols = tuple((c.split()[0], int(c.upper().endswith(" DESC")))
+                         for c in (p.strip() for p in m["cols"].split(",")))
+            if equivalent_index(conn, m["name"], m["table"], cols):
+                continue  # the same index exists under another name (issue 10)
         conn.execute(stmt)
+
+
+_INDEX_RE = re.compile(r"CREATE INDEX IF NOT EXISTS (?P<name>\w+) ON (?P<table>\w+)\((?P<cols>[^)]*)\)$")
 
 
 def create_fts(conn: sqlite3.Connection) -> list[str]:

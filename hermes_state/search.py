@@ -326,6 +326,8 @@ def _search(conn: sqlite3.Connection, q: _Query) -> list[dict]:
         "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN (?, ?, ?)",
         (FTS_TABLE, TRIGRAM_TABLE, CJK_TABLE))}
     pending = _pending_range(conn)
+    if TRIGRAM_TABLE in tables and _partial_trigram(conn):
+        tables.discard(TRIGRAM_TABLE)  # a v31 index leaves whole sessions out: scan instead
     if _fts_stale(conn):
         # The index was found corrupt and switched off (SPEC §12): scan until it is rebuilt.
         return _substring_route(conn, q, set(), pending)
@@ -500,6 +502,19 @@ def _attach_context(conn: sqlite3.Connection, hits: list[dict]) -> None:
         prev_id, next_id = neighbours.get(h["id"], (None, None))
         h["context"] = [dict(texts[i]) for i in (prev_id, h["id"], next_id)
                         if i is not None and i in texts]
+
+
+def _partial_trigram(conn: sqlite3.Connection) -> bool:
+    """True for the trigram index of schema 31 stores (UPSTREAM_API.md §4.2, §4.5).
+
+    That index has no ``tool_calls`` column and reads a view that also leaves out cron and
+    sub-agent sessions, so a substring query it serves would miss their messages; LIKE finds
+    them. The v23 trigram index (this code's, and upstream's up to 25) only leaves out tool rows,
+    which the route already handles.
+    """
+    sql = conn.execute("SELECT sql FROM sqlite_master WHERE name = ?", (TRIGRAM_TABLE,)).fetchone()
+    text = "".join((sql[0] or "").split()).lower() if sql else ""
+    return "content=" in text and "tool_calls" not in text
 
 
 def _fts_stale(conn: sqlite3.Connection) -> bool:

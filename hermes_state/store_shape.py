@@ -214,3 +214,87 @@ def newer_schema_error(conn: sqlite3.Connection, exc: BaseException, op: str):
         f"code does not write ({text}). Nothing was written. Run this operation with the release "
         f"that wrote the store (schema {version}) or a newer hermes-state; reading keeps working.",
         f"{type(exc).__name__}: {text}", schema_version=version, operation=op)
+
+
+#: Views the releases create for their external-content FTS tables (UPSTREAM_API.md §4.2).
+KNOWN_VIEWS = frozenset({"messages_fts_src", "messages_fts_trigram_src", "messages_fts_cjk_src"})
+
+
+#: Index names upstream releases 25 and 31 add (UPSTREAM_API.md §4.3).
+_NEWER_INDEXES = frozenset({
+    "idx_messages_session_id", "idx_messages_assistant_calls_by_session",
+    "idx_sessions_system_prompt_hash", "idx_messages_display_page",
+    "idx_messages_display_backfill", "idx_messages_display_identity", "idx_messages_session_uid",
+    "idx_sessions_effective_activity", "idx_sessions_tool_names",
+    "idx_session_turn_leases_expires"})
+
+
+def known_index_names() -> frozenset:
+    """Every index name a release (2..31) or this code creates."""
+    from .schema_history import VERSIONS
+
+    return _NEWER_INDEXES | {n for vs in VERSIONS.values() for n, _ in vs.indexes}
+
+
+def _index_shape(conn: sqlite3.Connection, name: str) -> tuple:
+    """``(table, ((column, desc), ...), unique, partial)`` of one index."""
+    row = conn.execute("SELECT tbl_name, sql FROM sqlite_master WHERE type = 'index' AND "
+                       "name = ?", (name,)).fetchone()
+    cols = tuple((r[2], r[3]) for r in conn.execute(f'PRAGMA index_xinfo("{name}")') if r[5])
+    sql = (row[1] or "") if row else ""
+    return (row[0] if row else None, cols, " UNIQUE " in f" {sql.upper()} ",
+            " WHERE " in f" {sql.upper()} ")
+
+
+def equivalent_index(conn: sqlite3.Connection, name: str, table: str,
+                     columns: tuple) -> str | None:
+    """An index other than ``name`` on ``table`` with exactly ``columns`` (plain, full), if any.
+
+    ``columns``: ``((column, desc), ...)``. Used so an index a release created under another
+    name is not created a second time under ours.
+    """
+    for (other,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index' AND "
+                                 "tbl_name = ? AND name != ? AND sql IS NOT NULL", (table, name)):
+        tbl, cols, unique, partial = _index_shape(conn, other)
+        if cols == columns and not unique and not partial:
+            return other
+    return None
+
+
+def describe(conn: sqlite3.Connection) -> dict:
+    """What the store is and what a writable open of this code would do to it (read-only).
+
+    Returns:
+        ``{"schema_version", "code_version", "newer", "fts_layout", "fts_plan", "fts_tables",
+        "fts_triggers", "foreign_triggers", "fts_problems", "duplicate_indexes",
+        "other_views", "pending"}``; ``duplicate_indexes`` maps an index under a name no
+        release uses to the known index it duplicates; ``pending`` is :func:`pending_work`
+        (``[]`` = the next open writes nothing).
+    """
+    from .fts_layout import assess
+
+    version, _rows = stored_version(conn)
+    inv = inventory(conn)
+    duplicates = {}
+    known = known_index_names()
+    for (name, table) in conn.execute("SELECT name, tbl_name FROM sqlite_master WHERE type = "
+                                      "'index' AND sql IS NOT NULL ORDER BY name").fetchall():
+        tbl, cols, unique, partial = _index_shape(conn, name)
+        if unique or partial or name in known:
+            continue
+        twin = equivalent_index(conn, name, table, cols)
+        if twin is not None:
+            duplicates[name] = twin  # a foreign name for an index a release already has
+    summary = inv.as_dict()
+    return {
+        "schema_version": version, "code_version": SCHEMA_VERSION,
+        "newer": version is not None and version > SCHEMA_VERSION,
+        "fts_layout": inv.kind,
+        "fts_plan": assess(conn, inv) if version is not None and version <= SCHEMA_VERSION
+        else "keep",
+        "fts_tables": summary["tables"], "fts_triggers": summary["triggers"],
+        "foreign_triggers": inv.foreign, "fts_problems": list(inv.problems),
+        "duplicate_indexes": duplicates,
+        "other_views": sorted(set(inv.views) - KNOWN_VIEWS),
+        "pending": pending_work(conn),
+    }

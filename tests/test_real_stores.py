@@ -456,3 +456,131 @@ def test_no_bundled_store_was_opened_in_place():
     for store in FIXTURES.values():
         for suffix in ("-wal", "-shm", "-journal"):
             assert not os.path.exists(f"{store.path}{suffix}"), f"{store.path}{suffix}"
+
+
+def test_search_reaches_sessions_a_v31_trigram_index_leaves_out(tmp_path):
+    """v31's trigram view skips cron and sub-agent sessions: substring search scans them."""
+    path = copy("v31", tmp_path)
+    with SessionDB(path) as db:
+        db.create_session("cron1", "cron")
+        mid = db.append_message("cron1", "user", "定期実行の記録です")
+        assert mid in {h["id"] for h in db.search_messages("定期実行")}
+        assert {h["session_id"] for h in db.search_messages("記忆断裂")} <= {"s_cli", "s_tg",
+                                                                          "c_root", "c_mid",
+                                                                          "c_tip"}
+
+
+# ------------------------------------------------------------------ item 8: doctor --json
+
+def test_doctor_json_reports_version_layout_foreign_objects_and_the_upgrade(tmp_path, capsys):
+    from hermes_state.cli import main
+
+    path = copy("v2", tmp_path)
+    conn = raw(path)
+    conn.execute("CREATE TRIGGER my_own_fts_feed AFTER INSERT ON messages BEGIN INSERT INTO "
+                 "messages_fts(rowid, content) VALUES (new.id, new.content); END")
+    conn.execute("CREATE INDEX my_sources ON sessions(source)")
+    conn.close()
+    code = main(["--home", str(path.parent), "doctor", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    stats = out["stats"]
+    assert stats["schema_version"] == 2 and stats["fts_layout"] == "external-v1"
+    assert stats["foreign_triggers"] == ["my_own_fts_feed"]
+    assert stats["foreign_indexes"] == ["my_sources"]
+    assert stats["store"]["duplicate_indexes"] == {"my_sources": "idx_sessions_source"}
+    assert stats["upgrade"] == ["migrate schema 2 -> 23"]
+    assert stats["store"]["fts_plan"] == "replace" and code in (0, 1)
+    with SessionDB(path) as db:  # the upgrade does what doctor announced
+        assert db.connection.migration_report.stats["fts_triggers_replaced"] == 4
+    conn = raw(path)
+    try:
+        inv = inventory(conn)
+        assert inv.foreign == [] and "my_own_fts_feed" not in _triggers(conn)
+        names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='index'")}
+        assert "my_sources" in names  # a user's own index stays
+    finally:
+        conn.close()
+    main(["--home", str(path.parent), "doctor", "--json"])
+    after = json.loads(capsys.readouterr().out)["stats"]
+    assert after["upgrade"] == [] and after["fts_layout"] == "external-v23"
+
+
+def test_an_index_a_store_has_under_another_name_is_not_created_twice(tmp_path):
+    path = copy("v22", tmp_path)
+    conn = raw(path)
+    conn.execute("CREATE INDEX msgs_by_session_and_id ON messages(session_id, id)")
+    conn.close()
+    with SessionDB(path) as db:
+        assert db.connection.migration_report.to_version == 23
+    conn = raw(path)
+    try:
+        names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='index'")}
+        assert "msgs_by_session_and_id" in names and "idx_messages_session_id" not in names
+    finally:
+        conn.close()
+    with SessionDB(path) as db:
+        assert db.connection.writes == 0
+
+
+# ------------------------------------------------------------- item 7: matrix and gate
+
+def _matrix(*args, timeout=900) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "chaos.matrix", *map(str, args)], cwd=REPO,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_matrix_runs_every_mode_over_the_bundled_real_stores():
+    proc = _matrix("--no-generated", "--quick", "--jsonl")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    rows = [json.loads(line) for line in proc.stdout.splitlines()]
+    names = {r["name"] for r in rows}
+    for v in ("v2", "v11", "v22", "v31"):
+        assert {f"real.upstream.{v}/plain", f"real.upstream.{v}/writer"} <= names
+    assert {"real.upstream.v2/crash@v3", "real.upstream.v2/crash@v11",
+            "real.upstream.v11/crash@v12", "real.upstream.v22/crash@v23"} <= names
+    assert {r["status"] for r in rows} == {"PASS"}
+    assert not any(n.startswith("v") for n in names)  # --no-generated
+
+
+def test_matrix_checks_a_directory_of_user_stores_and_fails_a_broken_promise(tmp_path):
+    """``--stores DIR``: each store in every mode, on copies; a dump.json is the ground truth,
+    so a store that does not hold what its dump says fails (the check can fail)."""
+    mine = tmp_path / "mine"
+    rs.copy_store(FIXTURES["v22"].path, mine / "laptop")
+    (mine / "laptop" / "dump.json").write_text(FIXTURES["v22"].dump_path.read_text("utf-8"))
+    h.build_fixture(mine / "server" / "state.db", 15, sessions=3, messages_per_session=4,
+                    write_sessions_json=False)
+    bad = json.loads(FIXTURES["v11"].dump_path.read_text("utf-8"))
+    bad["tables"]["sessions"]["rows"][0]["title"] = "a title the store never had"
+    rs.copy_store(FIXTURES["v11"].path, mine / "broken")
+    (mine / "broken" / "dump.json").write_text(json.dumps(bad))
+    before = {p: p.read_bytes() for p in mine.rglob("*") if p.is_file()}
+    proc = _matrix("--no-generated", "--no-real", "--stores", mine, "--modes", "plain,crash",
+                   "--quick", "--jsonl")
+    rows = {r["name"]: r for r in map(json.loads, proc.stdout.splitlines())}
+    assert proc.returncode == 1
+    assert rows["real.stores.mine.laptop/plain"]["status"] == "PASS"
+    assert rows["real.stores.mine.laptop/crash@v23"]["status"] == "PASS"
+    assert rows["real.stores.mine.server/plain"]["status"] == "PASS"
+    assert rows["real.stores.mine.server/crash@v16"]["status"] == "PASS"
+    broken = rows["real.stores.mine.broken/plain"]
+    assert broken["status"] == "FAIL" and any("a title the store never had" in p
+                                              for p in broken["problems"])
+    assert {p: p.read_bytes() for p in mine.rglob("*") if p.is_file()} == before  # copies only
+    missing = _matrix("--no-generated", "--stores", tmp_path / "nowhere", timeout=60)
+    assert missing.returncode == 2 and "no such store directory" in missing.stderr
+
+
+def test_gate_runs_the_real_stores_and_a_user_directory(tmp_path):
+    mine = tmp_path / "mine"
+    rs.copy_store(FIXTURES["v22"].path, mine / "desk")
+    proc = subprocess.run([sys.executable, "-m", "chaos", "gate", "--no-scenarios",
+                           "--no-generated", "--stores", mine, "--modes", "plain", "--jobs", "2",
+                           "--out", tmp_path / "out"], cwd=REPO, capture_output=True,
+                          text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert "real stores plain (5 cells, 5 stores)" in proc.stdout
+    bad = subprocess.run([sys.executable, "-m", "chaos", "gate", "--no-scenarios",
+                          "--stores", tmp_path / "nowhere"], cwd=REPO, capture_output=True,
+                         text=True, timeout=120)
+    assert bad.returncode == 2 and "no such store directory" in bad.stderr
