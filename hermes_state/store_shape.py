@@ -64,13 +64,17 @@ def keeps_journal_mode(conn: sqlite3.Connection, mode: str, db_path: os.PathLike
 
 
 def stored_version(conn: sqlite3.Connection) -> tuple[int | None, int]:
-    """``(version, rows)`` of ``schema_version`` (version None when unreadable or empty)."""
+    """``(version, rows)`` of ``schema_version`` (version None when unreadable or empty).
+
+    Rows that are not numbers (a damaged or foreign row) are ignored for the version but
+    counted, so the open normalises the table.
+    """
     try:
         rows = conn.execute("SELECT version FROM schema_version").fetchall()
     except sqlite3.OperationalError:
         return None, 0
-    values = [r[0] for r in rows if r[0] is not None]
-    return (int(max(values)) if values else None), len(rows)
+    values = [int(r[0]) for r in rows if isinstance(r[0], (int, float))]
+    return (max(values) if values else None), len(rows)
 
 
 def active_nulls(conn: sqlite3.Connection) -> bool:
