@@ -962,30 +962,32 @@ class StoreConnection:
         """Rebuild the FTS index after corruption and clear ``fts_stale`` (SPEC §12).
 
         A corrupt FTS5 table cannot even be dropped (its constructor fails), so each table's
-        shadow data is reset to that of a freshly created, empty table with the same
-        arguments (built in the ``temp`` schema), refilled from ``messages``, and the v23
-        triggers are recreated. Supported on the v23 external-content layout; a legacy inline
-        layout raises :class:`ValueError` naming ``optimize-storage``.
+        shadow data is first reset to that of a freshly created, empty table with the same
+        arguments (built in the ``temp`` schema). On the v23 layout the tables are then refilled
+        from ``messages`` and the triggers recreated; any other layout (a legacy one kept since
+        a migration) is replaced whole by the v23 layout built from ``messages``
+        (:func:`hermes_state.fts_layout.replace_layout`), so rows written while the index was
+        switched off are indexed too. One write transaction.
 
         Returns:
-            Messages indexed into ``messages_fts``.
+            Messages in the store (every one is indexed afterwards).
         """
-        from .schema import FTS_TABLES, create_fts
-        from .schema_history import INLINE_LAYOUTS, live_fts_layout
+        from .fts_inventory import EXTERNAL_V23, inventory
+        from .fts_layout import replace_layout
+        from .schema import create_fts
 
         def fn(conn: sqlite3.Connection) -> int:
-            if live_fts_layout(conn) in INLINE_LAYOUTS:
-                raise ValueError("this store still has the legacy inline FTS layout: run "
-                                 "`hermes-state sessions optimize-storage` to rebuild it")
-            present = [r[0] for r in conn.execute(
-                "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN (?, ?, ?)",
-                FTS_TABLES)]
+            inv = inventory(conn)
+            present = [t for t in ("messages_fts", "messages_fts_trigram") if t in inv.tables]
             for table in present:
                 _reset_fts_shadow(conn, table)
+            if inv.kind != EXTERNAL_V23:
+                replace_layout(conn, backfill=True)
+                return conn.execute("SELECT count(*) FROM messages").fetchone()[0]
             conn.execute("DELETE FROM state_meta WHERE key IN ('fts_stale', "
                          "'fts_rebuild_high_water', 'fts_rebuild_progress')")
             for table in present:
-                extra = "AND role != 'tool'" if table == "messages_fts_trigram" else ""
+                extra = "AND role <> 'tool'" if table == "messages_fts_trigram" else ""
                 conn.execute(f"INSERT INTO {table}(rowid, content, tool_name, tool_calls) "
                              f"SELECT id, content, tool_name, tool_calls FROM messages "
                              f"WHERE 1 {extra}")

@@ -57,22 +57,13 @@ class HousekeepingMixin:
 
     def rebuild_fts(self) -> int:
         """Rebuild every FTS index from ``messages`` (after corruption, SPEC §12: the index is
-        switched back on and ``fts_stale`` cleared). A legacy inline index is rebuilt from its
-        own copy of the text (FTS5 ``'rebuild'``).
+        switched back on and ``fts_stale`` cleared). A legacy layout is replaced by the v23 one
+        built from ``messages`` (its own copy of the text would miss rows written while the
+        index was off): :meth:`hermes_state.connection.StoreConnection.rebuild_fts`.
 
         Returns:
             How many FTS tables were rebuilt.
         """
-        from .schema_history import INLINE_LAYOUTS, live_fts_layout
-
-        if self._read(live_fts_layout) in INLINE_LAYOUTS:
-            def fn(c: sqlite3.Connection) -> int:
-                tables = _present(c)
-                for t in tables:
-                    c.execute(f"INSERT INTO {t}({t}) VALUES ('rebuild')")
-                return len(tables)
-
-            return self._write(fn, op="rebuild_fts")
         self.connection.rebuild_fts()
         return len(self._read(_present))
 

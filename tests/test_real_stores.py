@@ -584,3 +584,27 @@ def test_gate_runs_the_real_stores_and_a_user_directory(tmp_path):
                           "--stores", tmp_path / "nowhere"], cwd=REPO, capture_output=True,
                          text=True, timeout=120)
     assert bad.returncode == 2 and "no such store directory" in bad.stderr
+
+
+def test_rebuilding_a_switched_off_legacy_index_indexes_what_was_written_meanwhile(tmp_path):
+    """SPEC §12 on a store that kept upstream's inline layout: rows written while the index was
+    off are found after ``rebuild_fts`` (the layout becomes v23, built from messages)."""
+    path = copy("v22", tmp_path)
+    SessionDB(path).close()
+    conn = raw(path)
+    for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type='trigger'").fetchall():
+        conn.execute(f"DROP TRIGGER {name}")
+    conn.execute("INSERT INTO state_meta(key, value) VALUES ('fts_stale', 'test')")
+    conn.close()
+    with SessionDB(path) as db:
+        mid = db.append_message("s_cli", "user", "writtenwhilestale 停止中")
+        assert db.rebuild_fts() == 2
+        assert mid in {h["id"] for h in db.search_messages("writtenwhilestale")}
+        assert mid in {h["id"] for h in db.search_messages("停止中")}
+        assert db.get_meta("fts_stale") is None
+    conn = raw(path)
+    try:
+        assert inventory(conn).kind == "external-v23" and inventory(conn).problems == []
+        assert set(verify_fts(conn).values()) == {"ok"}
+    finally:
+        conn.close()
