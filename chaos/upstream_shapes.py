@@ -139,8 +139,12 @@ def _upgrade(conn: sqlite3.Connection, release: int) -> None:
     _move_prompts(conn)
     for sql in _V25_INDEXES:
         conn.execute(sql)
+    from hermes_state.fts_inventory import LEGACY_KINDS, inventory
+
     inline_or_v1 = [r[0] for r in conn.execute(
         "SELECT name FROM sqlite_master WHERE name IN ('messages_fts', 'messages_fts_trigram')")]
+    if inventory(conn).kind not in LEGACY_KINDS:
+        inline_or_v1 = []  # an external layout keeps its triggers (only legacy bodies change)
     for table in inline_or_v1:
         conn.execute(f"DROP TRIGGER IF EXISTS {table}_update")
         conn.execute(_update_trigger(table, release))
@@ -262,6 +266,20 @@ def _add_unloadable_cjk(path: Path) -> None:
                            "old.tool_name, old.tool_calls);")):
             conn.execute(f"CREATE TRIGGER messages_fts_cjk_{event.lower()} AFTER {event} ON "
                          f"messages BEGIN {body} END")
+    finally:
+        conn.close()
+
+
+def upgrade_in_place(path: Path | str, release: int) -> None:
+    """Apply what an open by release ``release`` (25 or 31) does to the store at ``path``.
+
+    Used to check that a store this code migrated still takes a newer release's upgrade.
+    """
+    conn = sqlite3.connect(str(path), isolation_level=None)
+    try:
+        conn.execute("BEGIN")
+        _upgrade(conn, release)
+        conn.execute("COMMIT")
     finally:
         conn.close()
 

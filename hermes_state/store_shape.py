@@ -173,6 +173,10 @@ def pending_work(conn: sqlite3.Connection) -> list[str]:
             out.append(f"flag the legacy FTS layout ({OPTIMIZE_KEY})")
         if "idx_sessions_title_unique" not in names:
             out.append("create the unique title index")
+        from .migrations import routing_key_ok
+
+        if not routing_key_ok(conn):
+            out.append("key gateway_routing on (scope, session_key)")
     else:
         cjk = unusable_cjk_triggers(conn)
         if cjk:

@@ -608,3 +608,42 @@ def test_rebuilding_a_switched_off_legacy_index_indexes_what_was_written_meanwhi
         assert set(verify_fts(conn).values()) == {"ok"}
     finally:
         conn.close()
+
+
+@pytest.mark.parametrize("name,release", [("v2", 25), ("v2", 31), ("v22", 31)])
+def test_a_store_this_code_migrated_takes_a_newer_upstream_upgrade(tmp_path, name, release):
+    """Item 5: what we leave is a v23 store a newer release upgrades as its own (the facts'
+    v25/v31 open applied to it), and this code then reads and writes it as a newer store."""
+    path = copy(name, tmp_path / "a")
+    SessionDB(path).close()
+    upstream_shapes.upgrade_in_place(path, release)
+    conn = raw(path)
+    try:
+        inv = inventory(conn)
+        assert inv.problems == [] and inv.foreign == []  # one trigger set, upstream's names
+        assert set(verify_fts(conn).values()) == {"ok"}
+        conn.execute("INSERT INTO messages(session_id, role, content, timestamp) "
+                     "VALUES ('s_cli', 'user', 'upstreamwrote this', 3.0)")
+        assert len(conn.execute("SELECT rowid FROM messages_fts WHERE messages_fts MATCH "
+                                "'upstreamwrote'").fetchall()) == 1
+    finally:
+        conn.close()
+    problems, _ = rs.check_store(rs.RealStore(f"{name}-then-{release}", path), tmp_path / "w")
+    assert problems == [], problems
+
+
+def test_an_early_gateway_routing_keyed_on_session_key_alone_is_rekeyed(tmp_path):
+    path = copy("v11", tmp_path)
+    conn = raw(path)
+    conn.execute("CREATE TABLE gateway_routing (session_key TEXT PRIMARY KEY, entry_json TEXT "
+                 "NOT NULL, updated_at REAL NOT NULL)")
+    conn.execute("INSERT INTO gateway_routing VALUES ('k1', '{\"a\": 1}', 5.0)")
+    conn.close()
+    with SessionDB(path) as db:
+        assert db.connection.migration_report.stats["routing_rekeyed"] == 1
+        db.save_gateway_routing_entry("k1", '{"a": 2}', scope="agent:main")
+        db.save_gateway_routing_entry("k1", '{"a": 3}')
+        assert db.load_gateway_routing_entries() == {"k1": '{"a": 3}'}
+        assert db.load_gateway_routing_entries(scope="agent:main") == {"k1": '{"a": 2}'}
+    with SessionDB(path) as db:
+        assert db.connection.writes == 0
