@@ -147,12 +147,13 @@ class Gate:
         for root in roots:
             select += ["--stores", str(Path(root).absolute())]
         jobs = []
-        for store in stores:
-            lab = label(store)
+        for real_store in stores:
+            lab = label(real_store)
             argv = [sys.executable, "-m", "chaos.matrix", *select, "--only-store", lab,
                     "--modes", ",".join(modes), "--jsonl"] + (["--quick"] if quick else [])
-            expected = [c.name for c in matrix.cells([], modes, quick=quick, stores=[store])]
-            jobs.append(Job(f"matrix {store.name}", argv, "matrix", False,
+            expected = [c.name for c in matrix.cells([], modes, quick=quick,
+                                                      stores=[real_store])]
+            jobs.append(Job(f"matrix {real_store.name}", argv, "matrix", False,
                             {"versions": [], "cells": len(expected), "expected": expected}))
         jobs.sort(key=lambda j: -j.meta["cells"])
         return jobs

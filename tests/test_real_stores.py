@@ -30,8 +30,15 @@ def raw(path) -> sqlite3.Connection:
     return sqlite3.connect(str(path), isolation_level=None)
 
 
-def copy(name: str, tmp_path: Path) -> Path:
-    return rs.copy_store(FIXTURES[name].path, tmp_path / name)
+def copy(name: str, tmp_path: Path, *statements: str) -> Path:
+    """A private copy of a bundled store, with ``statements`` run on it by plain sqlite3."""
+    path = rs.copy_store(FIXTURES[name].path, tmp_path / name)
+    if statements:
+        conn = raw(path)
+        for sql in statements:
+            conn.execute(sql)
+        conn.close()
+    return path
 
 
 def test_the_four_upstream_stores_are_bundled():
@@ -475,12 +482,10 @@ def test_search_reaches_sessions_a_v31_trigram_index_leaves_out(tmp_path):
 def test_doctor_json_reports_version_layout_foreign_objects_and_the_upgrade(tmp_path, capsys):
     from hermes_state.cli import main
 
-    path = copy("v2", tmp_path)
-    conn = raw(path)
-    conn.execute("CREATE TRIGGER my_own_fts_feed AFTER INSERT ON messages BEGIN INSERT INTO "
-                 "messages_fts(rowid, content) VALUES (new.id, new.content); END")
-    conn.execute("CREATE INDEX my_sources ON sessions(source)")
-    conn.close()
+    path = copy("v2", tmp_path,
+                "CREATE TRIGGER my_own_fts_feed AFTER INSERT ON messages BEGIN INSERT INTO "
+                "messages_fts(rowid, content) VALUES (new.id, new.content); END",
+                "CREATE INDEX my_sources ON sessions(source)")
     code = main(["--home", str(path.parent), "doctor", "--json"])
     out = json.loads(capsys.readouterr().out)
     stats = out["stats"]
@@ -506,10 +511,7 @@ def test_doctor_json_reports_version_layout_foreign_objects_and_the_upgrade(tmp_
 
 
 def test_an_index_a_store_has_under_another_name_is_not_created_twice(tmp_path):
-    path = copy("v22", tmp_path)
-    conn = raw(path)
-    conn.execute("CREATE INDEX msgs_by_session_and_id ON messages(session_id, id)")
-    conn.close()
+    path = copy("v22", tmp_path, "CREATE INDEX msgs_by_session_and_id ON messages(session_id, id)")
     with SessionDB(path) as db:
         assert db.connection.migration_report.to_version == 23
     conn = raw(path)
@@ -633,12 +635,10 @@ def test_a_store_this_code_migrated_takes_a_newer_upstream_upgrade(tmp_path, nam
 
 
 def test_an_early_gateway_routing_keyed_on_session_key_alone_is_rekeyed(tmp_path):
-    path = copy("v11", tmp_path)
-    conn = raw(path)
-    conn.execute("CREATE TABLE gateway_routing (session_key TEXT PRIMARY KEY, entry_json TEXT "
-                 "NOT NULL, updated_at REAL NOT NULL)")
-    conn.execute("INSERT INTO gateway_routing VALUES ('k1', '{\"a\": 1}', 5.0)")
-    conn.close()
+    path = copy("v11", tmp_path,
+                "CREATE TABLE gateway_routing (session_key TEXT PRIMARY KEY, entry_json TEXT "
+                "NOT NULL, updated_at REAL NOT NULL)",
+                "INSERT INTO gateway_routing VALUES ('k1', '{\"a\": 1}', 5.0)")
     with SessionDB(path) as db:
         assert db.connection.migration_report.stats["routing_rekeyed"] == 1
         db.save_gateway_routing_entry("k1", '{"a": 2}', scope="agent:main")
