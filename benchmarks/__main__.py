@@ -7,7 +7,9 @@ Usage::
     python -m benchmarks --only search   # one row (comma-separated list allowed)
 
 Rows (``--only`` names): ``append``, ``writers8``, ``retry``, ``search``, ``migration``,
-``chaos``, ``peer``, ``faultyfs``. Each row runs its workload and the reference alternately in the same
+``chaos``, ``peer``, ``faultyfs``, and the checkpoint lock's cost (issue 12: the same workload
+with the lock and with ``HERMES_STATE_CHECKPOINT_LOCK=off``): ``lock-append``,
+``lock-writers8``, ``lock-stall``. Each row runs its workload and the reference alternately in the same
 process tree, several times, and reports medians with min-max. The table shows what was
 measured, our figure, the reference, the ratio, the target and PASS/FAIL; the same figures plus
 the machine (CPU count, Python, SQLite, package versions) go to a JSON file
@@ -42,7 +44,7 @@ from hermes_state.schema import SCHEMA_VERSION  # noqa: E402
 
 from . import bench_append, bench_chaos, bench_contention, bench_fs, bench_migration  # noqa
 from . import bench_peer  # noqa: E402
-from . import bench_search  # noqa: E402
+from . import bench_lock, bench_search  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -214,6 +216,36 @@ def row_faultyfs(sz: Sizes, cache: Path) -> list[dict]:
                  res["plain"], ratio, "none (info: the FUSE tier's cost)", None)]
 
 
+def row_lock(sz: Sizes, cache: Path) -> list[dict]:
+    """Rows ``lock-append``, ``lock-writers8``, ``lock-stall``: with the checkpoint lock vs
+    without it (issue 12), alternating on fresh stores."""
+    a = bench_lock.measure_append(sz.append_n, sz.append_runs)
+    w = bench_lock.measure_writers(sz.per_writer, sz.contention_runs)
+    st = bench_lock.measure_writers(sz.per_writer, sz.contention_runs,
+                                    bench_lock.STALL_WRITERS, stall=True)
+    tp = {m: [r["throughput"] for r in w[m]] for m in w}
+    p99 = {m: [r["p99"] * 1e3 for r in w[m]] for m in w}
+    sp99 = {m: [r["p99"] * 1e3 for r in st[m]] for m in st}
+    stp = {m: [r["throughput"] for r in st[m]] for m in st}
+    off = "the same, HERMES_STATE_CHECKPOINT_LOCK=off"
+    return [
+        _row("lock-append", f"append_message x{sz.append_n}, one process, with the lock", off,
+             "s", a["on"], a["off"], bench_lock.ratio(a["on"], a["off"]), "none (cost)", None),
+        _row("lock-writers8", f"8 writer processes, {sz.per_writer} msgs each, with the lock",
+             off, "msg/s", tp["on"], tp["off"], bench_lock.ratio(tp["on"], tp["off"]),
+             "none (cost)", None, p99_on_ms=statistics.median(p99["on"]),
+             p99_off_ms=statistics.median(p99["off"]),
+             errors=sum(r["errors"] for m in w for r in w[m])),
+        _row("lock-stall", f"{bench_lock.STALL_WRITERS} writers beside a BEGIN IMMEDIATE "
+             f"holder ({bench_lock.STALL_HOLD_S:g} s every {bench_lock.STALL_EVERY_S:g} s), "
+             "p99, with the lock", off, "ms p99", sp99["on"], sp99["off"],
+             bench_lock.ratio(sp99["on"], sp99["off"]), "none (cost)", None,
+             throughput_on=statistics.median(stp["on"]),
+             throughput_off=statistics.median(stp["off"]),
+             errors=sum(r["errors"] for m in st for r in st[m])),
+    ]
+
+
 ROWS: dict[str, tuple[str, Callable[[Sizes, Path], list[dict]]]] = {
     "append": ("append", row_append),
     "writers8": ("contention", row_contention),
@@ -223,6 +255,9 @@ ROWS: dict[str, tuple[str, Callable[[Sizes, Path], list[dict]]]] = {
     "chaos": ("chaos", row_chaos),
     "peer": ("peer", row_peer),
     "faultyfs": ("faultyfs", row_faultyfs),
+    "lock-append": ("lock", row_lock),
+    "lock-writers8": ("lock", row_lock),
+    "lock-stall": ("lock", row_lock),
 }
 
 
@@ -276,6 +311,12 @@ def _note(r: dict) -> str:
     if r["id"] == "migration" and e.get("fts_backfill_to_complete_s") is not None:
         return (f"{e['stats'].get('fts_deferred', 0):,} rows left to the background FTS "
                 f"back-fill, complete {e['fts_backfill_to_complete_s']:.1f} s later")
+    if r["id"] == "lock-writers8":
+        return (f"p99 {e['p99_on_ms']:.1f} ms with, {e['p99_off_ms']:.1f} ms without; "
+                f"{e['errors']} errors")
+    if r["id"] == "lock-stall":
+        return (f"{e['throughput_on']:.0f} msg/s with, {e['throughput_off']:.0f} without; "
+                f"{e['errors']} errors")
     if r["id"] == "chaos":
         return f"overhead {e['overhead_s']:.2f} s, exits {e['exits']}"
     if r["id"] == "search":

@@ -455,14 +455,15 @@ class Samples:
 
 
 #: States of the store the sampler can witness, for a scenario's ``must_observe``.
-SAMPLED_STATES = ("retired_wal_held", "write_lock_held", "lock_wait")
+SAMPLED_STATES = ("retired_wal_held", "write_lock_held", "lock_wait", "checkpoint_lock_held")
 
 
 def observed_states(history: Iterable[dict]) -> dict[str, dict]:
     """``{state: first sample showing it}`` for :data:`SAMPLED_STATES`: ``retired_wal_held`` (a
     role process holds a ``-wal`` that is not the one at the path), ``write_lock_held`` (someone
     owns the WAL write lock), ``lock_wait`` (a process waits: a blocked lock request, or a write
-    in flight while another process owns the write lock)."""
+    in flight while another process owns the write lock), ``checkpoint_lock_held`` (a process
+    holds the checkpoint lock exclusively: a checkpoint or a maintenance command, issue 12)."""
     out: dict[str, dict] = {}
     for s in Samples(history).records:
         if "retired_wal_held" not in out and any(
@@ -472,6 +473,9 @@ def observed_states(history: Iterable[dict]) -> dict[str, dict]:
             out["write_lock_held"] = s
         if "lock_wait" not in out and s.get("waiting"):
             out["lock_wait"] = s
+        if "checkpoint_lock_held" not in out and any(
+                h.get("mode") == "exclusive" for h in s.get("checkpoint_lock") or []):
+            out["checkpoint_lock_held"] = s
     return out
 
 

@@ -33,6 +33,7 @@ from pathlib import Path
 from rich.console import Console
 
 from hermes_state import failpoints
+from hermes_state import checkpoint_lock
 from hermes_state.connection import wal_reset_exposure
 
 from . import fixtures, store
@@ -336,11 +337,9 @@ class Runner:
         for d in (self.home, self.hist_dir, self.log_dir):
             d.mkdir(parents=True, exist_ok=True)
         store.write_json(self.dirs.scenario, self.sc.to_dict())
-        exposure = wal_reset_exposure()
         self.console.print(f"[bold]{self.sc.name}[/] seed {self.sc.seed}, {self.sc.duration:g}s: "
                            f"{self.sc.description}")
-        self.console.print(f"SQLite {sqlite3.sqlite_version}: "
-                           + (f"[yellow]{exposure}[/]" if exposure else "WAL-reset race fixed"))
+        self._say_exposure(self.wal_reset())
         self.console.print(f"run directory {self.run_dir}")
         try:
             store_details = self._prepare_store()
@@ -526,15 +525,36 @@ class Runner:
         results = {
             "scenario": self.sc.name, "seed": self.sc.seed, "run_dir": str(self.run_dir),
             "duration_s": self.sc.duration, "sqlite": sqlite3.sqlite_version,
-            "wal_reset_exposure": wal_reset_exposure(), "exit_code": code,
+            "wal_reset_exposure": wal_reset_exposure(), "wal_reset": self.wal_reset(records),
+            "exit_code": code,
             "verdicts": [v.to_dict() for v in verdicts],
             "processes": [{"process": i.process, "pid": i.pid,
                            "exitcode": i.proc.exitcode if i.proc else None}
                           for i in self.instances],
         }
         store.write_results(self.dirs.results, results)
+        self._say_exposure(results["wal_reset"])
         self._write_report()
         return RunResult(self.run_dir, verdicts, code, results)
+
+    def wal_reset(self, records: list[dict] | None = None) -> dict:
+        """Issue 12's line for this run: ``exposed, mitigated by the checkpoint lock``,
+        ``exposed, NOT mitigated (reason)`` (a role that logged the degraded mode counts), or
+        not exposed; ``{"line", "mitigated", "reason"}``."""
+        exposure = wal_reset_exposure()
+        line, reason = checkpoint_lock.exposure_line(self.db_path, exposure)
+        degraded = [r for r in records or [] if r.get("type") == "event"
+                    and r.get("event") == "checkpoint_lock" and r.get("status") == "degraded"]
+        if exposure and degraded and reason is None:
+            reason = f"{degraded[0].get('reason')} in {degraded[0].get('process')}"
+            line = f"exposed, NOT mitigated ({reason})"
+        return {"line": line, "mitigated": exposure is not None and reason is None,
+                "reason": reason, "exposure": exposure}
+
+    def _say_exposure(self, info: dict) -> None:
+        colour = "yellow" if info["reason"] else "green"
+        self.console.print(f"SQLite {sqlite3.sqlite_version}: [{colour}]{info['line']}[/]"
+                           + (f" [dim]({info['exposure']})[/]" if info["exposure"] else ""))
 
     def _write_report(self) -> None:
         """``report.html`` from the files just written (rebuildable: ``python -m chaos report``)."""

@@ -29,6 +29,10 @@ A ``sample`` record (besides ``t``, ``wall``, ``process``, ``pid``, ``type``):
                  history files: ``[{"process", "op", "op_id", "since" (monotonic s)}]``
 ``waiting``      the processes that wait on the store: a blocked request in ``/proc/locks`` or a
                  write op in flight while another process owns the write lock (sorted names)
+``checkpoint_lock`` the ``flock`` holders of ``state.db.checkpoint.lock`` (issue 12): ``[{"pid",
+                 "process", "mode" (exclusive: a checkpoint or a maintenance command; shared: a
+                 write transaction), "status" (``stopped`` for a frozen holder), "command"}]``;
+                 one sample per tick gives the lock intervals of every process
 
 Linux only (``/proc``); elsewhere the sampler records nothing and says so once in a ``sample``
 record with ``unavailable`` set. The sampler never opens a store file: it reads links, ``stat``s
@@ -42,7 +46,7 @@ import threading
 from pathlib import Path
 from typing import Callable, Iterable
 
-from hermes_state import holders
+from hermes_state import checkpoint_lock, holders
 
 from .history import WRITE_OPS, HistoryWriter, JsonlTail
 from .store import RUNNER_PROCESS, SAMPLER_PROCESS, history_file
@@ -287,9 +291,12 @@ class Sampler:
             waiting |= {o["process"] for o in in_flight
                         if o["op"] in WRITE_OPS and o["process"] != owner["process"]}
         wal = at_path.get("wal")
+        ckpt = [{"pid": h.pid, "process": name_of.get(h.pid), "mode": h.mode,
+                 "status": h.status, "command": h.command}
+                for h in checkpoint_lock.lock_holders(self.db_path) if not h.waiting]
         rec = self.writer.record(
             "sample", seq=self.seq, path=at_path, wal_bytes=wal["bytes"] if wal else 0,
             write_lock=owner, locks=locks, procs=entries, in_flight=in_flight,
-            waiting=sorted(w for w in waiting if w))
+            waiting=sorted(w for w in waiting if w), checkpoint_lock=ckpt)
         self.seq += 1
         return rec

@@ -28,6 +28,9 @@ History records written here (besides the sampler's ``sample`` records), type ``
 ``what`` = ``holder`` (``phase`` appear/gone, ``holder_pid``, ``command``, ``files``),
 ``write_lock`` (``holder_pid`` or null, ``command``: the owner changed), ``lock_held``
 (``holder_pid``, ``held_s``: the same owner kept the write lock past :data:`LONG_HOLD_S`),
+``checkpoint_lock`` (``holder_pid`` or null, ``command``, ``status``: the exclusive holder of
+``state.db.checkpoint.lock`` changed, issue 12), ``checkpoint_lock_held`` (``holder_pid``,
+``held_s``, ``status``: it kept it past :data:`LONG_HOLD_S`, or holds it while stopped),
 ``checkpoint`` (``reasons``: list of strings, ``wal``/``shm`` header fields) and ``wal_header``
 (the header at start and whenever it changes).
 """
@@ -141,6 +144,10 @@ class Watcher:
         self.owner_since = 0.0
         self.owner_reported = False
         self.longest: dict[int, float] = {}
+        self.ckpt: dict | None = None  # the exclusive holder of the checkpoint lock now
+        self.ckpt_since = 0.0
+        self.ckpt_reported = False
+        self.ckpt_seen: dict[int, dict] = {}
         self.waiting: dict[tuple, dict] = {}
         self.retired: dict[int, dict] = {}
         self.checkpoints: list[dict] = []
@@ -205,6 +212,7 @@ class Watcher:
                 self.writer.record("observed", what="lock_held", holder_pid=pid,
                                    command=owner["command"], held_s=round(held, 3))
                 self.say(f"[yellow]{line}[/]")
+        self._checkpoint_lock(rec, now)
         for lk in rec.get("locks") or []:
             if lk.get("waiting"):
                 key = (lk["pid"], lk["file"], lk["lock"])
@@ -226,6 +234,32 @@ class Watcher:
                                    reason="; ".join(reasons), wal=cur["wal"], shm=cur["shm"],
                                    wal_bytes=wal_bytes)
         self.prev = cur
+
+    def _checkpoint_lock(self, rec: dict, now: float) -> None:
+        """Follow the exclusive holder of the checkpoint lock (issue 12): a checkpoint or a
+        maintenance command; one that keeps it, or is frozen with it, stalls every writer."""
+        ex = next((h for h in rec.get("checkpoint_lock") or [] if h.get("mode") == "exclusive"),
+                  None)
+        pid = ex["pid"] if ex else None
+        if pid != (self.ckpt or {}).get("pid"):
+            self.ckpt, self.ckpt_since, self.ckpt_reported = ex, now, False
+            self.writer.record("observed", what="checkpoint_lock", holder_pid=pid,
+                               command=ex["command"] if ex else None,
+                               status=ex["status"] if ex else None)
+        if ex is None:
+            return
+        held = now - self.ckpt_since
+        seen = self.ckpt_seen.setdefault(pid, {"pid": pid, "command": ex["command"],
+                                               "longest_hold_s": 0.0, "stopped": False})
+        seen["longest_hold_s"] = round(max(seen["longest_hold_s"], held), 3)
+        seen["stopped"] = seen["stopped"] or ex["status"] == "stopped"
+        if not self.ckpt_reported and (held >= LONG_HOLD_S or ex["status"] == "stopped"):
+            self.ckpt_reported = True
+            self.writer.record("observed", what="checkpoint_lock_held", holder_pid=pid,
+                               command=ex["command"], held_s=round(held, 3), status=ex["status"])
+            self.say(f"[yellow]checkpoint lock held exclusively by PID {pid} ({ex['command']})"
+                     + (", stopped" if ex["status"] == "stopped" else "")
+                     + f" for {held:.1f}s: every write of the store waits for it[/]")
 
     def status_line(self) -> str:
         present = [p for p, i in self.seen.items() if i.get("present")]
@@ -263,6 +297,14 @@ class Watcher:
             "waiting on a lock": "; ".join(f"PID {w['pid']} ({w['command']}) for the {w['lock']} "
                                            f"on {w['file']}" for w in self.waiting.values())
                                  or "no blocked lock request seen",
+            "checkpoint lock": "; ".join(
+                f"PID {c['pid']} ({c['command']}) exclusive, longest hold "
+                f"{c['longest_hold_s']:.1f}s" + (", stopped" if c["stopped"] else "")
+                for c in self.ckpt_seen.values()) or "no exclusive holder seen",
+            "checkpoint lock at the end": (
+                f"held exclusively by PID {self.ckpt['pid']} ({self.ckpt['command']})"
+                + (", stopped" if self.ckpt["status"] == "stopped" else "")
+                if self.ckpt else "free"),
             "retired WAL generation": "; ".join(f"PID {r['pid']} ({r['command']}): "
                                                 f"{', '.join(r['files'])}"
                                                 for r in self.retired.values()) or "none",
@@ -277,6 +319,7 @@ class Watcher:
                                                            "last": sizes[-1]},
             "checkpoints_seen": len(self.checkpoints), "checkpoints": self.checkpoints[:100],
             "waiting": list(self.waiting.values()), "retired_holders": list(self.retired.values()),
+            "checkpoint_lock_holders": list(self.ckpt_seen.values()),
         }
 
 

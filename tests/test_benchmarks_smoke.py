@@ -38,3 +38,20 @@ def test_unknown_row_is_a_usage_error(tmp_path):
     res = subprocess.run([sys.executable, "-m", "benchmarks", "--only", "nope"], cwd=REPO,
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 2 and "nope" in res.stderr
+
+
+def test_lock_rows_compare_with_and_without_the_checkpoint_lock(tmp_path):
+    """Issue 12: the lock's cost rows run on tiny sizes, each with its 'off' reference."""
+    out = tmp_path / "r.json"
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    res = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--quick", "--scale", "0.1", "--only",
+         "lock-append,lock-writers8,lock-stall", "--out", str(out)],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["id"] for r in rows] == ["lock-append", "lock-writers8", "lock-stall"]
+    for row in rows:
+        assert "HERMES_STATE_CHECKPOINT_LOCK=off" in row["reference"] and row["pass"] is None
+        assert row["ours"]["median"] > 0 and row["ref"]["median"] > 0
+    assert rows[1]["extra"]["errors"] == 0 and rows[2]["extra"]["errors"] == 0

@@ -138,3 +138,31 @@ def test_watch_names_a_holder_of_a_deleted_wal_generation(tmp_path, spawn):
     page = Tags()
     page.feed((run_dir / "report.html").read_text())
     assert any(t.get("data-kind") == "retired" for t in page.tags)
+
+
+def test_watch_names_a_frozen_holder_of_the_checkpoint_lock(tmp_path, spawn):
+    """Issue 12: a process stopped inside a checkpoint, holding the lock every writer waits for."""
+    import signal
+
+    from hermes_state import failpoints
+
+    home = tmp_path / "home"
+    db = make_store(home)
+    holder = spawn("ckpt_holder.py", str(db),
+                   env_extra={failpoints.ENV_VAR: "checkpoint.locked=sleep(600000)@1"})
+    while (line := holder.readline()) is not None and '"failpoint"' not in line:
+        pass
+    os.kill(holder.pid, signal.SIGSTOP)
+    try:
+        out = tmp_path / "runs"
+        proc = run_chaos("watch", "--home", str(home), "--duration", "0.6", "--out", str(out))
+    finally:
+        os.kill(holder.pid, signal.SIGCONT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"checkpoint lock held exclusively by PID {holder.pid}" in proc.stdout
+    (run_dir,) = list(out.iterdir())
+    results = json.loads((run_dir / "results.json").read_text())
+    (seen,) = results["checkpoint_lock_holders"]
+    assert seen["pid"] == holder.pid and seen["stopped"] is True
+    end = results["observations"]["checkpoint lock at the end"]
+    assert end.startswith(f"held exclusively by PID {holder.pid} (") and end.endswith(", stopped")

@@ -20,6 +20,7 @@ from typing import Callable
 
 from . import (
     checkpoint_cadence,
+    checkpoint_isolation,
     durability,
     error_taxonomy,
     fixture_preserved,
@@ -61,7 +62,8 @@ class Checker:
 CHECKERS: dict[str, Checker] = {m.NAME: Checker(m.NAME, m.Params, m.check) for m in (
     no_lost_writes, stale_wal_refusal, integrity, retry_jitter, checkpoint_cadence, recovery,
     maintenance_refusal, no_lockup, latency, single_wal_generation, liveness_after_heal,
-    error_taxonomy, fixture_preserved, durability)}
+    error_taxonomy, fixture_preserved, durability,
+    checkpoint_isolation)}
 
 
 def run_checkers(ctx: CheckContext, expect: dict[str, dict]) -> list[Verdict]:

@@ -445,6 +445,8 @@ def _header_html(tl: Timeline, results: dict, scenario: dict, title: str) -> str
              ("run directory", results.get("run_dir", title))]
     if results.get("wal_reset_exposure"):
         facts.append(("WAL-reset exposure", results["wal_reset_exposure"]))
+    if (results.get("wal_reset") or {}).get("line"):
+        facts.append(("WAL-reset race", results["wal_reset"]["line"]))
     if "exit_code" in results:
         facts.append(("exit code", results["exit_code"]))
     rows = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in facts)

@@ -281,7 +281,9 @@ def build_schema() -> dict:
                 "description": "Faults (used by this scenario's nemesis), store events, or "
                 "states the sampler must witness (`retired_wal_held`: a role holds a -wal that "
                 "is not the one at the path; `write_lock_held`: some process owns the WAL write "
-                "lock; `lock_wait`: a process waits on a lock another owns) that must happen, "
+                "lock; `lock_wait`: a process waits on a lock another owns; "
+                "`checkpoint_lock_held`: a process holds the checkpoint lock exclusively) that "
+                "must happen, "
                 "else the verdict is INCONCLUSIVE (the run never reached the state it targets).",
             },
         },

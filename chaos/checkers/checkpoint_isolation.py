@@ -1,0 +1,137 @@
+"""``checkpoint_isolation``: no checkpoint overlapped a write transaction, in any process
+(issue 12; SPEC §4, the WAL-reset race of SQLite before 3.51.3).
+
+From the store events of every role process, on CLOCK_MONOTONIC (one clock for the whole
+machine on Linux, so intervals of different processes compare):
+
+* a write transaction is a ``write`` event's ``[t_begin, t_commit]``: from right after
+  ``BEGIN IMMEDIATE`` (and the checkpoint lock's shared hold) to ``COMMIT`` returned;
+* a checkpoint is a ``checkpoint`` event's ``[t_start, t_end]``: from right after the lock's
+  exclusive hold (before the ``checkpoint.locked`` failpoint, which can hold it open) to the
+  return of ``PRAGMA wal_checkpoint``. Skipped checkpoints (lock busy) have no interval.
+
+One case function per rule:
+
+* :func:`overlap_cases`: a write interval and a checkpoint interval intersect (two connections of
+  one process exclude each other through the lock too, so the same process counts).
+
+Figures: writes and checkpoints judged, by the ``lock`` each event reports (``shared`` /
+``exclusive``, or ``off`` / ``not needed``: taken without the lock); ``contended``: checkpoints
+during which a write operation of another process was in flight (what the lock had to hold
+back); the sampled holders of the lock (the sampler's ``checkpoint_lock`` field).
+INCONCLUSIVE when no checkpoint was contended: the run never put a checkpoint beside a writer.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import Counter
+from dataclasses import dataclass
+
+from ..history import WRITE_OPS, Samples, brief, events_of, pair_ops
+from ..params import param
+from .base import CheckContext, Verdict, params_of, verdict_from
+
+NAME = "checkpoint_isolation"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Params:
+    """No checkpoint overlapped a write transaction of the store in any process (issue 12)."""
+
+    min_contended: int = param(1, "Checkpoints that must have had a write of another process in "
+                               "flight (fewer: INCONCLUSIVE, nothing was tested).", minimum=0)
+
+
+@dataclass(frozen=True)
+class Interval:
+    """One write transaction or checkpoint of one process, with the event that reported it."""
+
+    process: str
+    start: float
+    end: float
+    record: dict
+
+
+def write_intervals(history: list[dict]) -> list[Interval]:
+    """Committed write transactions (``write`` events carrying ``t_begin``/``t_commit``)."""
+    return [Interval(r.get("process") or "?", float(r["t_begin"]), float(r["t_commit"]), r)
+            for r in events_of(history, "write")
+            if r.get("t_begin") is not None and r.get("t_commit") is not None]
+
+
+def checkpoint_intervals(history: list[dict]) -> list[Interval]:
+    """Checkpoints that ran (``checkpoint`` events carrying ``t_start``/``t_end``)."""
+    return [Interval(r.get("process") or "?", float(r["t_start"]), float(r["t_end"]), r)
+            for r in events_of(history, "checkpoint")
+            if r.get("t_start") is not None and r.get("t_end") is not None]
+
+
+# ------------------------------------------------------------------------------ cases
+def overlap_cases(writes: list[Interval], ckpts: list[Interval]) -> list[dict]:
+    """Every (checkpoint, write transaction) pair whose open intervals intersect."""
+    writes = sorted(writes, key=lambda w: w.start)
+    starts = [w.start for w in writes]
+    out = []
+    for c in sorted(ckpts, key=lambda c: c.start):
+        for w in writes[:bisect.bisect_left(starts, c.end)]:
+            if w.end > c.start:
+                out.append({
+                    "violation": "overlap", "checkpoint": brief(c.record), "write": brief(w.record),
+                    "overlap_s": round(min(w.end, c.end) - max(w.start, c.start), 6),
+                    "why": f"{w.process} committed a write transaction "
+                           f"[{w.start:.4f}, {w.end:.4f}] while {c.process} checkpointed "
+                           f"[{c.start:.4f}, {c.end:.4f}] (lock: {c.record.get('lock')}/"
+                           f"{w.record.get('lock')})"})
+    return out
+
+
+def contended(history: list[dict], ckpts: list[Interval]) -> list[Interval]:
+    """Checkpoints during which a write op of another process was in flight (invoked, not yet
+    completed): the writers the lock had to hold back."""
+    ops = [(o.process, o.t_invoke, o.t_done) for o in pair_ops(history)
+           if o.op in WRITE_OPS and o.t_done is not None]
+    return [c for c in ckpts if any(p != c.process and t0 < c.end and t1 > c.start
+                                    for p, t0, t1 in ops)]
+
+
+# ------------------------------------------------------------------------------ verdict
+def check(ctx: CheckContext, params) -> Verdict:
+    """``check(ctx, params) -> Verdict`` as :mod:`chaos.checkers` defines it; the rules are in
+    this module's docstring, the parameters in :class:`Params`."""
+    p = params_of(Params, params)
+    writes, ckpts = write_intervals(ctx.history), checkpoint_intervals(ctx.history)
+    cases = {"overlap": overlap_cases(writes, ckpts)}
+    held = contended(ctx.history, ckpts)
+    fig = {"writes": len(writes), "checkpoints": len(ckpts), "contended": len(held),
+           "write_locks": dict(Counter(str(w.record.get("lock")) for w in writes)),
+           "checkpoint_locks": dict(Counter(str(c.record.get("lock")) for c in ckpts)),
+           "skipped_checkpoints": sum(1 for r in events_of(ctx.history, "checkpoint")
+                                      if r.get("skipped")),
+           "longest_checkpoint_s": round(max((c.end - c.start for c in ckpts), default=0.0), 4),
+           **sampled_holders(ctx.history)}
+    summary = (f"{len(writes)} write transactions, {len(ckpts)} checkpoints "
+               f"({len(held)} with a write of another process in flight), "
+               f"{len(cases['overlap'])} overlap(s)")
+    why = (None if len(held) >= p.min_contended else
+           f"only {len(held)} checkpoint(s) had a write of another process in flight "
+           f"(min_contended {p.min_contended})")
+    return verdict_from(NAME, cases, fig, summary=summary, inconclusive=why)
+
+
+def sampled_holders(history: list[dict]) -> dict:
+    """What the sampler saw of the lock: samples with an exclusive / shared holder, and who held
+    it exclusively (``{process or pid: samples}``, frozen ones marked)."""
+    ex = sh = 0
+    who: Counter = Counter()
+    for s in Samples(history).records:
+        holders = s.get("checkpoint_lock") or []
+        if any(h.get("mode") == "exclusive" for h in holders):
+            ex += 1
+        if any(h.get("mode") == "shared" for h in holders):
+            sh += 1
+        for h in holders:
+            if h.get("mode") == "exclusive":
+                name = h.get("process") or f"PID {h.get('pid')}"
+                who[name + (" (stopped)" if h.get("status") == "stopped" else "")] += 1
+    return {"samples_exclusive": ex, "samples_shared": sh, "exclusive_holders": dict(who)}
