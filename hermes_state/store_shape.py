@@ -173,8 +173,6 @@ def pending_work(conn: sqlite3.Connection) -> list[str]:
             out.append(f"flag the legacy FTS layout ({OPTIMIZE_KEY})")
         if "idx_sessions_title_unique" not in names:
             out.append("create the unique title index")
-        from .migrations import routing_key_ok
-
         if not routing_key_ok(conn):
             out.append("key gateway_routing on (scope, session_key)")
     else:
@@ -222,6 +220,38 @@ def newer_schema_error(conn: sqlite3.Connection, exc: BaseException, op: str):
         f"code does not write ({text}). Nothing was written. Run this operation with the release "
         f"that wrote the store (schema {version}) or a newer hermes-state; reading keeps working.",
         f"{type(exc).__name__}: {text}", schema_version=version, operation=op)
+
+
+_ROUTING_KEY = ["scope", "session_key"]
+
+
+def routing_key_ok(conn: sqlite3.Connection) -> bool:
+    """``gateway_routing`` is keyed ``(scope, session_key)`` (or absent)."""
+    info = conn.execute("PRAGMA table_info(gateway_routing)").fetchall()
+    pk = [r[1] for r in sorted((r for r in info if r[5]), key=lambda r: r[5])]
+    return not info or pk == _ROUTING_KEY
+
+
+def fix_routing_key(conn: sqlite3.Connection) -> int:
+    """Rebuild a ``gateway_routing`` keyed on ``session_key`` alone (early builds) with the
+    ``(scope, session_key)`` key every later release and this code use (UPSTREAM_API.md §4.3;
+    upstream 25+ do the same). Rows keep their values, a NULL scope becomes ``''``; on a
+    collision the newest ``updated_at`` wins. Returns the rows copied (0: nothing to do)."""
+    if routing_key_ok(conn):
+        return 0
+    live = {r[1] for r in conn.execute("PRAGMA table_info(gateway_routing)")}
+    tmp = "gateway_routing__key"
+    conn.execute(f"DROP TABLE IF EXISTS {tmp}")
+    conn.execute(f"CREATE TABLE {tmp} (scope TEXT NOT NULL DEFAULT '', session_key TEXT NOT "
+                 "NULL, entry_json TEXT NOT NULL, updated_at REAL NOT NULL, "
+                 "PRIMARY KEY (scope, session_key))")
+    scope = "COALESCE(scope, '')" if "scope" in live else "''"
+    cur = conn.execute(f"INSERT OR REPLACE INTO {tmp}(scope, session_key, entry_json, "
+                       f"updated_at) SELECT {scope}, session_key, entry_json, updated_at FROM "
+                       "gateway_routing ORDER BY updated_at")
+    conn.execute("DROP TABLE gateway_routing")
+    conn.execute(f"ALTER TABLE {tmp} RENAME TO gateway_routing")
+    return max(cur.rowcount, 0)
 
 
 #: Views the releases create for their external-content FTS tables (UPSTREAM_API.md §4.2).
