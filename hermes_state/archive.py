@@ -48,10 +48,11 @@ def _set_archived(c: sqlite3.Connection, session_id: str, archived: bool) -> int
                          [(1 if archived else 0, i) for i in ids]).rowcount
 
 
-def _gate(db_path: Any, command: str, force: bool) -> None:
-    from .maintenance import check_gate
+def _gate(db_path: Any, command: str, force: bool):
+    """The live-writer gate holding the store's write lock through the action (SPEC §11)."""
+    from .maintenance import gate_held
 
-    check_gate(db_path, command, force=force)
+    return gate_held(db_path, command, force=force)
 
 
 class ArchiveMixin:
@@ -124,7 +125,6 @@ class ArchiveMixin:
                                  if isinstance(s, str) and s))
         if not ids:
             return 0
-        _gate(self.db_path, "delete", force)
 
         def fn(c: sqlite3.Connection) -> tuple[int, list[str]]:
             marks = ",".join("?" * len(ids))
@@ -136,7 +136,8 @@ class ArchiveMixin:
             remove_sessions(c, doomed)
             return len(found), doomed
 
-        count, doomed = self._write(fn, op="delete_sessions")
+        with _gate(self.db_path, "delete", force):
+            count, doomed = self._write(fn, op="delete_sessions")
         remove_transcripts(sessions_dir, doomed)
         return count
 

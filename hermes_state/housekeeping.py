@@ -24,10 +24,12 @@ def _present(c: sqlite3.Connection) -> list[str]:
     return [t for t in FTS_OPTIMIZE_TABLES if t in names]
 
 
-def _gate(db, command: str, force: bool) -> None:
-    from .maintenance import check_gate
+def _gate(db, command: str, force: bool):
+    """The live-writer gate, holding the store's write lock through the action (SPEC §11,
+    issue 11: no writer starts between the decision and the rewrite)."""
+    from .maintenance import gate_held
 
-    check_gate(db.db_path, command, force=force)
+    return gate_held(db.db_path, command, force=force)
 
 
 class HousekeepingMixin:
@@ -43,8 +45,8 @@ class HousekeepingMixin:
         Raises:
             MaintenanceRefused: another process holds the store (without ``force``).
         """
-        _gate(self, "optimize-fts", force)
-        return self._optimize_fts()
+        with _gate(self, "optimize-fts", force):
+            return self._optimize_fts()
 
     def _optimize_fts(self) -> int:
         def fn(c: sqlite3.Connection) -> int:
@@ -77,17 +79,22 @@ class HousekeepingMixin:
         Raises:
             MaintenanceRefused: another process holds the store (without ``force``).
         """
-        _gate(self, "vacuum", force)
-        return self._vacuum()
+        with _gate(self, "vacuum", force):
+            return self._vacuum()
 
     def _vacuum(self) -> int:
-        optimized = self._optimize_fts()
-        conn = self.connection
-        conn.checkpoint("PASSIVE", trigger="vacuum")
-        self._read(lambda c: c.execute("VACUUM"))
-        conn.checkpoint("TRUNCATE", trigger="vacuum")
-        conn.rerecord_generation()
-        return optimized
+        """VACUUM and the TRUNCATE checkpoint overlap no write transaction of the store
+        (issue 12): the store's write lock is held exclusively (re-entrant under the gate)."""
+        from . import checkpoint_lock
+
+        with checkpoint_lock.exclusive_unless_unusable(self.db_path, purpose="vacuum"):
+            optimized = self._optimize_fts()
+            conn = self.connection
+            conn.checkpoint("PASSIVE", trigger="vacuum")
+            self._read(lambda c: c.execute("VACUUM"))
+            conn.checkpoint("TRUNCATE", trigger="vacuum")
+            conn.rerecord_generation()
+            return optimized
 
     def maybe_auto_prune_and_vacuum(self, retention_days: float = 90,
                                     min_interval_hours: float = 24, vacuum: bool = True,
@@ -116,16 +123,15 @@ class HousekeepingMixin:
                 out["skipped"] = True
                 return out
             try:
-                _gate(self, "auto-prune", force)
-            except MaintenanceRefused as exc:
+                with _gate(self, "auto-prune", force):
+                    out["pruned"] = self.prune_sessions(older_than_days=retention_days,
+                                                        sessions_dir=sessions_dir)
+                    self.set_meta(AUTO_PRUNE_META_KEY, str(now))
+                    if vacuum and out["pruned"] > 0:
+                        self._vacuum()
+                        out["vacuumed"] = True
+            except MaintenanceRefused as exc:  # raised by the gate, before anything ran
                 out.update(skipped=True, error=str(exc))
-                return out
-            out["pruned"] = self.prune_sessions(older_than_days=retention_days,
-                                                sessions_dir=sessions_dir)
-            self.set_meta(AUTO_PRUNE_META_KEY, str(now))
-            if vacuum and out["pruned"] > 0:
-                self._vacuum()
-                out["vacuumed"] = True
         except Exception as exc:  # noqa: BLE001 - a start-up chore must never stop the caller
             out["error"] = f"{type(exc).__name__}: {exc}"
         return out

@@ -272,8 +272,9 @@ class ImportMixin:
         if not sessions:
             return {"ok": True, "imported": 0, "skipped": 0, "detached": 0, "imported_ids": [],
                     "skipped_ids": [], "errors": []}
-        from .maintenance import check_gate
+        from .maintenance import gate_held
 
-        check_gate(self.db_path, "import", force=force)
         clean_ids = [clean_text(i) for i in ids]
-        return self._write(lambda c: write_batch(c, sessions, clean_ids), op="import_sessions")
+        with gate_held(self.db_path, "import", force=force):
+            return self._write(lambda c: write_batch(c, sessions, clean_ids),
+                               op="import_sessions")

@@ -119,3 +119,30 @@ def test_gate_refuses_rewrites_under_a_live_writer(db, spawn):
     assert out["skipped"] is True and "another process is using" in out["error"]
     assert db.get_session("old") is not None and db.get_meta("last_auto_prune") is None
     assert db.vacuum(force=True) == 2
+
+
+def test_rewrites_run_holding_the_stores_write_lock(db, monkeypatch):
+    """Decision and action under one exclusive hold of the store's write lock (SPEC §11,
+    issue 11): observed from inside each action."""
+    from hermes_state import checkpoint_lock
+
+    fill(db, 3)
+    make_old(db, "old", 200)
+    seen = []
+    real_write = db._write
+
+    def spy(fn, op="write"):
+        seen.append((op, checkpoint_lock.held_here(db.db_path)))
+        return real_write(fn, op=op)
+
+    monkeypatch.setattr(db, "_write", spy)
+    db.optimize_fts()
+    db.vacuum()
+    db.delete_sessions(["s"])
+    db.import_sessions([{"id": "new"}])
+    db.maybe_auto_prune_and_vacuum()
+    held = {op: h for op, h in seen}
+    for op in ("optimize_fts", "delete_sessions", "import_sessions", "prune_sessions"):
+        assert held[op] is True, op
+    db.append_message("new", "user", "after")  # outside: no exclusive hold left behind
+    assert checkpoint_lock.held_here(db.db_path) is False
