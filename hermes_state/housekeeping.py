@@ -24,6 +24,17 @@ def _present(c: sqlite3.Connection) -> list[str]:
     return [t for t in FTS_OPTIMIZE_TABLES if t in names]
 
 
+def _each_fts(command: str):
+    """``fn(conn) -> int`` running the FTS5 ``command`` on each existing FTS table."""
+    def fn(c: sqlite3.Connection) -> int:
+        tables = _present(c)
+        for t in tables:
+            c.execute(f"INSERT INTO {t}({t}) VALUES ('{command}')")
+        return len(tables)
+
+    return fn
+
+
 def _gate(db, command: str, force: bool):
     """The live-writer gate, holding the store's write lock through the action (SPEC §11,
     issue 11: no writer starts between the decision and the rewrite)."""
@@ -49,13 +60,7 @@ class HousekeepingMixin:
             return self._optimize_fts()
 
     def _optimize_fts(self) -> int:
-        def fn(c: sqlite3.Connection) -> int:
-            tables = _present(c)
-            for t in tables:
-                c.execute(f"INSERT INTO {t}({t}) VALUES ('optimize')")
-            return len(tables)
-
-        return self._write(fn, op="optimize_fts")
+        return self._write(_each_fts("optimize"), op="optimize_fts")
 
     def rebuild_fts(self) -> int:
         """Rebuild every FTS index from ``messages`` (after corruption, SPEC §12: the index is

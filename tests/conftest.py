@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from hermes_state import events, failpoints
+from hermes_state import SessionDB, events, failpoints
 
 HELPERS = Path(__file__).resolve().parent / "helpers"
 REPO = Path(__file__).resolve().parent.parent
@@ -137,3 +137,11 @@ def armed(monkeypatch):
     yield _arm
     os.environ.pop(failpoints.ENV_VAR, None)
     failpoints.reload()
+
+
+@pytest.fixture
+def db(tmp_path):
+    """A :class:`SessionDB` on a fresh temporary store, closed at teardown (a module may
+    override it, also by requesting it: ``def db(db): ...``)."""
+    with SessionDB(tmp_path / "state.db") as store:
+        yield store

@@ -9,14 +9,12 @@ import time
 
 import pytest
 
-from hermes_state import SessionDB
 
 
 @pytest.fixture
-def db(tmp_path):
-    with SessionDB(tmp_path / "state.db") as store:
-        store.create_session("s", "cli")
-        yield store
+def db(db):
+    db.create_session("s", "cli")
+    return db
 
 
 def expire(db, sid="s"):

@@ -6,13 +6,6 @@ import sqlite3
 
 import pytest
 
-from hermes_state import SessionDB
-
-
-@pytest.fixture
-def db(tmp_path):
-    with SessionDB(tmp_path / "state.db") as store:
-        yield store
 
 
 def sql(db, statement, *args):

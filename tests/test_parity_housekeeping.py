@@ -7,16 +7,9 @@ import time
 
 import pytest
 
-from hermes_state import SessionDB
 from hermes_state.maintenance import MaintenanceRefused
 
 DAY = 86400.0
-
-
-@pytest.fixture
-def db(tmp_path):
-    with SessionDB(tmp_path / "state.db") as store:
-        yield store
 
 
 def fts_tables(db):

@@ -9,12 +9,6 @@ from hermes_state import SessionDB, importer
 from hermes_state.maintenance import MaintenanceRefused
 
 
-@pytest.fixture
-def db(tmp_path):
-    with SessionDB(tmp_path / "state.db") as store:
-        yield store
-
-
 def count(db, table="sessions"):
     return db._read(lambda c: c.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
 

@@ -7,13 +7,6 @@ import json
 
 import pytest
 
-from hermes_state import SessionDB
-
-
-@pytest.fixture
-def db(tmp_path):
-    with SessionDB(tmp_path / "state.db") as store:
-        yield store
 
 
 def sql(db, statement, *args):

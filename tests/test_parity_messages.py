@@ -13,10 +13,9 @@ from hermes_state.text import CONTENT_JSON_PREFIX
 
 
 @pytest.fixture
-def db(tmp_path):
-    with SessionDB(tmp_path / "state.db") as store:
-        store.create_session("s", "cli")
-        yield store
+def db(db):
+    db.create_session("s", "cli")
+    return db
 
 
 def raw(db, statement, *args):

@@ -7,14 +7,12 @@ import sqlite3
 
 import pytest
 
-from hermes_state import SessionDB
 
 
 @pytest.fixture
-def db(tmp_path):
-    with SessionDB(tmp_path / "state.db") as store:
-        store.create_session("s", "cli")
-        yield store
+def db(db):
+    db.create_session("s", "cli")
+    return db
 
 
 def counters(db, sid="s"):

@@ -201,6 +201,17 @@ class StoreMachine(RuleBasedStateMachine):
         for row, mid in zip(rows, ids[len(ids) - len(rows):]):
             row["id"] = mid
 
+    @staticmethod
+    def _payload(rows: list[dict]) -> list[dict]:
+        return [{k: r[k] for k in ("role", "content", "tool_calls", "timestamp")} for r in rows]
+
+    def _took(self, sid: str, s: MSession, rows: list[dict]) -> None:
+        """The rows a rewrite inserted became the session's active transcript and counters."""
+        self._fetch_new_rows(sid, rows)
+        s.messages += rows
+        s.message_count = len(rows)
+        s.tool_call_count = sum(len(r["tool_calls"] or []) for r in rows)
+
     def _new_rows(self, spec: list[tuple[str, int]]) -> list[dict]:
         rows = []
         for role, n_calls in spec:
@@ -430,40 +441,25 @@ class StoreMachine(RuleBasedStateMachine):
         for m in back:
             m["active"] = True
 
-    @rule(sid=st.sampled_from(IDS), spec=st.lists(
+    @rule(sid=st.sampled_from(IDS), compact=st.booleans(), spec=st.lists(
         st.tuples(st.sampled_from(ROLES), st.integers(0, 2)), max_size=3))
-    def replace(self, sid, spec):
+    def rewrite(self, sid, compact, spec):
+        """replace_messages (old rows deleted) or archive_and_compact (old active rows kept as
+        compacted, inactive); the new rows are the active transcript and set the counters."""
         s = self.model.get(sid)
         if s is None:
             return
         rows = self._new_rows(spec)
-        self.db.replace_messages(sid, [{k: r[k] for k in ("role", "content", "tool_calls",
-                                                           "timestamp")} for r in rows])
-        self._forget(sid)
-        self._fetch_new_rows(sid, rows)
-        s.messages = rows
-        s.message_count = len(rows)
-        s.tool_call_count = sum(len(r["tool_calls"] or []) for r in rows)
-
-    @rule(sid=st.sampled_from(IDS), spec=st.lists(
-        st.tuples(st.sampled_from(ROLES), st.integers(0, 2)), max_size=2))
-    def compact(self, sid, spec):
-        s = self.model.get(sid)
-        if s is None:
-            return
-        rows = self._new_rows(spec)
-        n = self.db.archive_and_compact(sid, [{k: r[k] for k in ("role", "content",
-                                                                  "tool_calls", "timestamp")}
-                                              for r in rows])
-        assert n == len(rows)
-        for m in s.messages:
-            if m["active"]:
-                m["active"] = False
-                m["compacted"] = True
-        self._fetch_new_rows(sid, rows)
-        s.messages += rows
-        s.message_count = len(rows)
-        s.tool_call_count = sum(len(r["tool_calls"] or []) for r in rows)
+        if compact:
+            assert self.db.archive_and_compact(sid, self._payload(rows)) == len(rows)
+            for m in s.messages:
+                if m["active"]:
+                    m["active"], m["compacted"] = False, True
+        else:
+            self.db.replace_messages(sid, self._payload(rows))
+            self._forget(sid)
+            s.messages = []
+        self._took(sid, s, rows)
 
     @rule(ids=st.lists(st.sampled_from(IDS + ["", "nope"]), max_size=3))
     def delete_many(self, ids):
