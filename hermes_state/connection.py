@@ -165,8 +165,11 @@ def quarantine_if_not_sqlite(db_path: Path) -> Path | None:
                 return None
             held = holders.scan(db_path).holders
             if held:
-                if os.lstat(db_path).st_size == 0:
-                    return None  # an empty file another process holds: a store being created
+                if (os.lstat(db_path).st_size == 0
+                        or not _looks_damaged(db_path, locked=True)):
+                    # An empty file another process holds is a store being created; one that
+                    # became a database while we scanned was being created too.
+                    return None
                 raise _damaged_and_held(db_path, held)
             name_for = atomic.numbered(f"{db_path}.corrupt.{utc_stamp()}.bak", before=".bak")
             for n in range(1, 100_000):  # the backup and both sidecar names must be free
