@@ -15,71 +15,21 @@ import re
 import sqlite3
 import sys
 from pathlib import Path
-from typing import Any
 
-from . import atomic
+from . import atomic, cli_manage
+
+from .cli_common import (
+    EXIT_FAIL,
+    EXIT_OK,
+    CliError,
+    _db_path,
+    _open_ro,
+    _open_rw,
+    _print_json,
+    _require_store,
+)
 from .errors import HermesStateError
-from .paths import default_db_path
 
-EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
-
-
-class CliError(Exception):
-    """A failure to print as ``error: <message>`` (+ a ``next:`` line) with exit code 1."""
-
-    def __init__(self, message: str, next_step: str = "") -> None:
-        super().__init__(message)
-        self.next_step = next_step
-
-
-def _print_json(obj: Any) -> None:
-    print(json.dumps(obj, indent=2, ensure_ascii=False, default=str))
-
-
-def _db_path(args: argparse.Namespace) -> Path:
-    return default_db_path(args.home, args.profile)
-
-
-def _open_ro(args: argparse.Namespace):
-    from .db import SessionDB
-
-    path = _db_path(args)
-    if not path.exists():
-        raise CliError(f"no session store at {path}",
-                       "check --home/--profile (or HERMES_HOME); the store is created on first use")
-    _warn_if_retired(path)
-    return SessionDB(path, read_only=True)
-
-
-def _warn_if_retired(path: Path) -> None:
-    """Read commands still work under a retired-WAL holder (SPEC §10.4), but what they show
-    misses that holder's last writes: say so on stderr, naming the holders and ``doctor``."""
-    from . import holders
-
-    retired = holders.scan(path).retired_holders
-    if retired:
-        names = ", ".join(f"PID {h.pid} ({h.command})" for h in retired)
-        print(f"warning: {names} still hold(s) a retired WAL generation of {path}: what is shown "
-              "here lacks what they wrote since; nothing is lost. Stop them, then run "
-              "`hermes-state doctor`.", file=sys.stderr)
-
-
-def _require_store(args: argparse.Namespace, why: str) -> Path:
-    """The store path; CliError when it does not exist (a mistyped --home must not mint one)."""
-    path = _db_path(args)
-    if not path.exists():
-        raise CliError(f"no session store at {path}: {why}",
-                       "check --home/--profile (or HERMES_HOME)")
-    return path
-
-
-def _open_rw(args: argparse.Namespace):
-    from .db import SessionDB
-
-    return SessionDB(_db_path(args))
-
-
-# --------------------------------------------------------------------------- doctor / backup
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     """``doctor [--fix] [--json]`` (SPEC §9); returns 1 when something needs action."""
@@ -165,9 +115,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 def cmd_search(args: argparse.Namespace) -> int:
     """``sessions search QUERY`` (SPEC §6): never raises for any query text."""
     if getattr(args, "by_id", False):
-        from .cli_manage import cmd_search_by_id
-
-        return cmd_search_by_id(args)
+        return cli_manage.cmd_search_by_id(args)
     with _open_ro(args) as db:
         hits = db.search_messages(args.query, source_filter=[args.source] if args.source else None,
                                   role_filter=[args.role] if args.role else None,
@@ -601,8 +549,6 @@ def build_parser() -> argparse.ArgumentParser:
     rs.add_argument("--dry-run", action="store_true")
     rs.add_argument("--json", action="store_true")
     rs.set_defaults(fn=cmd_replay_spool)
-    from . import cli_manage
-
     cli_manage.register(ss, _days)
     return p
 

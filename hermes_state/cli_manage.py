@@ -11,18 +11,13 @@ import json
 import sys
 from typing import Any
 
+from . import cli_common as cli
+
 #: ``sessions import`` reads at most this much (the import's own total limit is 25 MiB).
 IMPORT_FILE_LIMIT = 32 * 1024 * 1024
 
 
-def _cli():
-    from . import cli  # the parent module: its helpers (lazy: cli imports this module)
-
-    return cli
-
-
 def _resolve(db, given: str) -> str:
-    cli = _cli()
     sid = db.resolve_session_id(given)
     if sid is None:
         raise cli.CliError(f"no single session matches {given!r}",
@@ -33,7 +28,6 @@ def _resolve(db, given: str) -> str:
 def cmd_archive(args: argparse.Namespace) -> int:
     """``sessions archive [ID] [--older-than D] [--source S] [--dry-run]``: hide a session (and
     its compression lineage) from the default listing, or every ended session older than D."""
-    cli = _cli()
     archived = args.sub == "archive"
     if args.id is None:
         if not archived:
@@ -62,7 +56,6 @@ def cmd_archive(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace, obj: dict, line: str) -> int:
-    cli = _cli()
     cli._print_json(obj) if getattr(args, "json", False) else print(line)
     return cli.EXIT_OK
 
@@ -72,7 +65,6 @@ def _load_sessions(path: str) -> list:
     jsonl``)."""
     from . import atomic
 
-    cli = _cli()
     try:
         raw = atomic.read_regular(path, limit=IMPORT_FILE_LIMIT).decode("utf-8")
     except (OSError, ValueError) as exc:
@@ -93,7 +85,6 @@ def _load_sessions(path: str) -> list:
 def cmd_import(args: argparse.Namespace) -> int:
     """``sessions import FILE [--force] [--json]``: import exported sessions (validated first:
     an invalid file writes nothing); behind the live-writer gate."""
-    cli = _cli()
     sessions = _load_sessions(args.file)
     if not isinstance(sessions, list):
         raise cli.CliError(f"{args.file} holds no session list", "give an export file")
@@ -118,7 +109,6 @@ def cmd_import(args: argparse.Namespace) -> int:
 def cmd_search_by_id(args: argparse.Namespace) -> int:
     """``sessions search --id QUERY``: sessions whose id (or lineage root id) contains QUERY,
     exact matches first, then prefixes."""
-    cli = _cli()
     with cli._open_ro(args) as db:
         rows = db.search_sessions_by_id(args.query, limit=args.limit or 20)
     if args.json:
