@@ -17,7 +17,6 @@ import sys
 from pathlib import Path
 
 from . import atomic, cli_manage
-
 from .cli_common import (
     EXIT_FAIL,
     EXIT_OK,
