@@ -22,6 +22,9 @@ from typing import Callable, TypeVar
 from . import atomic, checkpoint_lock, events, failpoints, holders
 from .checkpoint_lock import CheckpointLock
 from .errors import (
+    HOLDER_OTHER,
+    HOLDER_SELF,
+    HOLDER_SELF_AND_OTHERS,
     DeletedWalGenerationError,
     StateDbCorruptError,
     StateDbReplacedError,
@@ -481,7 +484,11 @@ class StoreConnection:
                   f"{self.db_path}:\n{lines}")
         events.enabled() and events.emit("refusal", reason="open_scan", detail=detail,
                                          holders=[h.as_tuple() for h in found])
-        raise DeletedWalGenerationError(detail, holders=[h.as_tuple() for h in found])
+        mine = [h for h in found if h.pid == os.getpid()]
+        held_by = (HOLDER_OTHER if not mine else HOLDER_SELF if len(mine) == len(found)
+                   else HOLDER_SELF_AND_OTHERS)
+        raise DeletedWalGenerationError(detail, holders=[h.as_tuple() for h in found],
+                                        held_by=held_by)
 
     def _connect_rw(self, synchronous: str) -> sqlite3.Connection:
         parent = self.db_path.parent
@@ -692,7 +699,9 @@ class StoreConnection:
             detail += f"; evidence captured in {capture}"
             events.enabled() and events.emit("capture", dir=capture, trigger=trigger, reason=kind)
         if kind == "retired_wal":
-            err: StateDbReplacedError = DeletedWalGenerationError(detail, capture_dir=capture)
+            # This handle holds the retired generation itself (issue 16 item 4).
+            err: StateDbReplacedError = DeletedWalGenerationError(detail, capture_dir=capture,
+                                                                  held_by=HOLDER_SELF)
         else:
             err = StateDbReplacedError(detail)
         self._sticky = err
@@ -1063,8 +1072,10 @@ class StoreConnection:
                           f"this writer waited {waited:.1f}s over {attempts} attempts")
         seen_holders = holders.scan(self.db_path).holders
         lines = "\n".join("  " + h.line() for h in seen_holders) or "  (no other holder visible)"
+        who = ("this process (another connection it has open)"
+               if owner and owner[0] == os.getpid() else "another process")
         user = (f"session storage could not write after {attempts} attempts over {waited:.1f}s "
-                "because another process kept the write lock. Nothing was written by this call; "
+                f"because {who} kept the write lock. Nothing was written by this call; "
                 "retry it, and if it keeps happening run `doctor` to see who holds the store.")
         detail = (owner_line + "\n" if owner_line else "") + f"holders:\n{lines}\nlast error: {exc}"
         events.enabled() and events.emit("write_gave_up", attempts=attempts, waited_s=waited,

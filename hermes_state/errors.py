@@ -27,6 +27,38 @@ RETIRED_WAL_USER_MESSAGE = (
     "names them), then start again. Do not delete the WAL yourself."
 )
 
+#: Who holds the retired generation, as the refused caller reads it (issue 16 item 4): the
+#: writer whose own WAL was deleted must not be told that "another process" holds it.
+HOLDER_OTHER, HOLDER_SELF, HOLDER_SELF_AND_OTHERS = "other", "self", "self+others"
+
+
+def retired_wal_user_message(held_by: str = HOLDER_OTHER) -> str:
+    """The user layer of :class:`DeletedWalGenerationError` for who holds the retired files.
+
+    Args:
+        held_by: :data:`HOLDER_OTHER` (the SPEC §10.1 text, verbatim), :data:`HOLDER_SELF` (the
+            refused process itself holds the deleted WAL: its own sidecars were deleted or
+            replaced while it was writing) or :data:`HOLDER_SELF_AND_OTHERS`.
+    Returns:
+        The message; the fingerprint words "deleted state.db-wal or state.db-shm" are in all.
+    """
+    if held_by == HOLDER_SELF:
+        return RETIRED_WAL_USER_MESSAGE.replace(
+            "because another process still holds",
+            "because this process still holds").replace(
+            "(an old copy of the write-ahead log).",
+            "(an old copy of the write-ahead log): they were deleted or replaced while it was "
+            "writing.").replace(
+            "stop every process using this profile (",
+            "stop every process using this profile, this one included (")
+    if held_by == HOLDER_SELF_AND_OTHERS:
+        return RETIRED_WAL_USER_MESSAGE.replace(
+            "because another process still holds",
+            "because this process and another process still hold").replace(
+            "stop every process using this profile (",
+            "stop every process using this profile, this one included (")
+    return RETIRED_WAL_USER_MESSAGE
+
 REPLACED_DB_USER_MESSAGE = (
     "session storage stopped writing because state.db was replaced on disk while this process "
     "had it open (moved or copied over). Nothing this process wrote is lost: stop every process "
@@ -68,6 +100,8 @@ class DeletedWalGenerationError(StateDbReplacedError):
     open while any process still holds a deleted sidecar of the store. ``holders`` lists
     ``(pid, command, files)`` of the processes seen holding the retired generation, and
     ``capture_dir`` names the evidence directory written by this process (§10.3), if any.
+    ``held_by`` says whether the refused process itself holds the retired files (its user
+    message then says "this process", :func:`retired_wal_user_message`).
     """
 
     def __init__(
@@ -76,10 +110,12 @@ class DeletedWalGenerationError(StateDbReplacedError):
         *,
         holders: list | None = None,
         capture_dir: str | None = None,
+        held_by: str = HOLDER_OTHER,
     ) -> None:
         self.holders = list(holders or [])
         self.capture_dir = capture_dir
-        super().__init__(operator_detail, user_message=RETIRED_WAL_USER_MESSAGE)
+        self.held_by = held_by
+        super().__init__(operator_detail, user_message=retired_wal_user_message(held_by))
 
 
 class StateDbCorruptError(HermesStateError, sqlite3.DatabaseError):

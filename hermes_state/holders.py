@@ -51,8 +51,10 @@ class Holder:
     retired: tuple[str, ...] = ()
 
     def line(self) -> str:
-        """``PID 41230 (hermes gateway run): state.db, state.db-shm, state.db-wal`` (SPEC §10.2)."""
-        return f"PID {self.pid} ({self.command}): {', '.join(self.files)}"
+        """``PID 41230 (hermes gateway run): state.db, state.db-shm, state.db-wal`` (SPEC §10.2);
+        `` (this process)`` is appended when the holder is the process formatting the line."""
+        mine = " (this process)" if self.pid == os.getpid() else ""
+        return f"PID {self.pid} ({self.command}): {', '.join(self.files)}{mine}"
 
     def as_tuple(self) -> tuple[int, str, list[str]]:
         return (self.pid, self.command, list(self.files))
