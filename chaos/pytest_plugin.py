@@ -3,15 +3,18 @@
 Registered through the ``pytest11`` entry point ``chaos.pytest_plugin`` (pyproject.toml), so any
 pytest run in an environment where hermes-state is installed has it.
 
-Collection: every ``*.yaml`` file in a directory named ``scenarios`` that pytest visits (the
-project lists ``scenarios`` in ``testpaths``) becomes one item per seed, named
-``<file>::<scenario name>[seed<N>]``; ``pytest -n auto`` spreads them over xdist workers. By
-default only scenarios tagged ``ci`` are collected (CI runs on 2 cores and must stay under
-15 min); ``--chaos-all`` collects every scenario and ``--chaos-seeds K`` runs seeds
-``seed .. seed+K-1`` of each. An invalid scenario file is a failing item that lists every
-problem. An item runs the scenario in its own temporary directory and fails unless every checker
-passed (exit code 0), showing the verdict table, the failed verdicts' evidence and the run
-directory.
+Collection: a ``*.yaml``/``*.yml`` file becomes one item per seed, named
+``<file>::<scenario name>[seed<N>]``, when it is named on the command line (any path: ``pytest
+my/repro.yaml``), lies in a directory named ``scenarios`` that pytest visits (the project lists
+``scenarios`` in ``testpaths``), or lies in a directory named on the command line and has a
+top-level ``roles:`` key (other YAML there is left alone). ``pytest -n auto`` spreads the items
+over xdist workers. Found by a directory walk, only scenarios tagged ``ci`` are collected (CI runs
+on 2 cores and must stay under 15 min): the others are reported as skipped, in one summary line
+naming them and how to include them (``tags: [ci]`` in the file, or ``--chaos-all``); a file named
+on the command line always runs. ``--chaos-seeds K`` runs seeds ``seed .. seed+K-1`` of each. An
+invalid scenario file is a failing item that lists every problem. An item runs the scenario in
+its own temporary directory and fails unless every checker passed (exit code 0), showing the
+verdict table, the failed verdicts' evidence and the run directory.
 
 After a run whose checkers all passed the hook ``pytest_chaos_scenario_result(item, result)`` is
 called (implement it in a
@@ -63,20 +66,98 @@ def pytest_addoption(parser):
                     help="run seeds seed..seed+K-1 of each scenario (default 1)")
 
 
+def pytest_terminal_summary(terminalreporter):
+    """One line for every untagged scenario file that was not run, instead of one line each:
+    which files, and how to include them (``tags: [ci]``, ``--chaos-all``). They still count
+    in the final line ("N untagged scenarios not run"), so a run of untagged files alone does not
+    end in a bare "no tests ran"."""
+    skipped = terminalreporter.stats.get("skipped") or []
+    mine = [r for r in skipped if _untagged_report(r)]
+    if not mine:
+        return
+    terminalreporter.stats["skipped"] = [r for r in skipped if not _untagged_report(r)]
+    if not terminalreporter.stats["skipped"]:
+        del terminalreporter.stats["skipped"]
+    terminalreporter.stats.setdefault("untagged scenarios not run", []).extend(mine)
+    names = sorted({Path(str(getattr(r, "nodeid", "") or r.fspath)).name for r in mine})
+    shown = ", ".join(names[:12]) + (f", ... ({len(names) - 12} more)" if len(names) > 12 else "")
+    terminalreporter.write_line(
+        f"chaos: {len(names)} scenario file(s) not run because they are not tagged 'ci': "
+        f"{shown}. Include one with `tags: [ci]` in the file or by naming it on the command "
+        "line; all of them with --chaos-all.")
+
+
+def _untagged_report(report) -> bool:
+    longrepr = getattr(report, "longrepr", None)
+    return (getattr(report, "when", None) == "collect" or not hasattr(report, "when")) and \
+        isinstance(longrepr, tuple) and len(longrepr) == 3 and UNTAGGED_REASON in str(longrepr[2])
+
+
 def pytest_configure(config):
     """Register the ``chaos`` marker (every scenario item carries it, and ``slow``)."""
     config.addinivalue_line("markers", "chaos: a chaos scenario run (real processes, seconds)")
 
 
+#: The reason of the collection skip of an untagged scenario (found again in the summary).
+UNTAGGED_REASON = "chaos scenario not tagged 'ci'"
+_SCENARIO_SUFFIXES = (".yaml", ".yml")
+#: Only this much of a YAML file outside ``scenarios/`` is read to see if it is a scenario.
+_SNIFF_BYTES = 64 * 1024
+
+
+def _named_on_command_line(file_path: Path, parent) -> bool:
+    return parent.session.isinitpath(file_path)
+
+
+def _under_named_directory(file_path: Path, config) -> bool:
+    """True when a directory given on the command line (not ``testpaths``) contains
+    ``file_path``."""
+    if config.args_source != pytest.Config.ArgsSource.ARGS:
+        return False
+    for arg in config.args:
+        base = Path(str(arg).split("::", 1)[0])
+        base = base if base.is_absolute() else Path(config.invocation_params.dir, base)
+        try:
+            if base.is_dir() and file_path.resolve().is_relative_to(base.resolve()):
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def _looks_like_scenario(file_path: Path) -> bool:
+    """A top-level ``roles:`` key in the first 64 KiB (a cheap look, never a full parse)."""
+    import re
+
+    try:
+        with open(file_path, "rb") as fh:
+            head = fh.read(_SNIFF_BYTES).decode("utf-8", "replace")
+    except OSError:
+        return False
+    return re.search(r"(?m)^roles\s*:", head) is not None
+
+
 def pytest_collect_file(file_path: Path, parent):
-    """``scenarios/*.yaml`` (and ``.yml``) -> :class:`ScenarioFile`."""
-    if file_path.suffix in (".yaml", ".yml") and file_path.parent.name == "scenarios":
+    """A scenario file -> :class:`ScenarioFile` (see the module docstring for which files)."""
+    if file_path.suffix not in _SCENARIO_SUFFIXES:
+        return None
+    if _named_on_command_line(file_path, parent):
+        return ScenarioFile.from_parent(parent, path=file_path, explicit=True)
+    if file_path.parent.name == "scenarios" or (
+            _under_named_directory(file_path, parent.config) and _looks_like_scenario(file_path)):
         return ScenarioFile.from_parent(parent, path=file_path)
     return None
 
 
 class ScenarioFile(pytest.File):
-    """A scenario file: one :class:`ScenarioItem` per seed, or one failing item if invalid."""
+    """A scenario file: one :class:`ScenarioItem` per seed, or one failing item if invalid.
+
+    ``explicit``: the file was named on the command line (it runs whatever its tags).
+    """
+
+    def __init__(self, *, explicit: bool = False, **kw):
+        super().__init__(**kw)
+        self.explicit = explicit
 
     def collect(self):
         from .scenario import ScenarioError, load_scenario
@@ -86,8 +167,10 @@ class ScenarioFile(pytest.File):
         except ScenarioError as exc:
             yield InvalidScenarioItem.from_parent(self, name="invalid", problems=exc.problems)
             return
-        if CI_TAG not in sc.tags and not self.config.getoption("chaos_all"):
-            return
+        if CI_TAG not in sc.tags and not self.config.getoption("chaos_all") and not self.explicit:
+            # The file is in the reason: xdist merges the workers' skip reports by their text.
+            pytest.skip(f"{UNTAGGED_REASON}: {self.path.name}: add `tags: [ci]` to it, run "
+                        "pytest with --chaos-all, or name the file on the command line")
         for k in range(max(1, self.config.getoption("chaos_seeds"))):
             seed = sc.seed + k
             yield ScenarioItem.from_parent(self, name=f"{sc.name}[seed{seed}]",

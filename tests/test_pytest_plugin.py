@@ -58,12 +58,13 @@ def _project(tmp_path: Path, files: dict[str, str]) -> Path:
     return tmp_path
 
 
-def _pytest(root: Path, *args: str) -> subprocess.CompletedProcess:
+def _pytest(root: Path, *args: str, paths: tuple[str, ...] = ("scenarios",)
+            ) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
                            "--rootdir", str(root), "-c", str(root / "pytest.ini"),
                            "--basetemp", str(root / "basetemp"), *args,
-                           "scenarios"], cwd=root, capture_output=True, text=True, timeout=300,
+                           *paths], cwd=root, capture_output=True, text=True, timeout=300,
                           env=env)
 
 
@@ -83,6 +84,45 @@ def test_collects_ci_scenarios_by_default_and_all_with_chaos_all(tmp_path):
     assert ids == ["scenarios/bad.yaml::invalid", "scenarios/tiny.yaml::tiny[seed1]",
                    "scenarios/tiny.yaml::tiny[seed2]", "scenarios/untagged.yaml::untagged[seed1]",
                    "scenarios/untagged.yaml::untagged[seed2]"], every.stdout
+
+
+def test_untagged_scenarios_are_named_with_how_to_include_them(tmp_path):
+    untagged = TINY.replace("tags: [ci]\n", "")
+    root = _project(tmp_path, {"u1.yaml": untagged.replace("name: tiny", "name: u-one"),
+                               "u2.yml": untagged.replace("name: tiny", "name: u-two")})
+    proc = _pytest(root, "--collect-only", "-q")
+    out = proc.stdout
+    assert "no tests ran" not in out, out
+    assert ("chaos: 2 scenario file(s) not run because they are not tagged 'ci': u1.yaml, u2.yml"
+            in out), out
+    assert "`tags: [ci]`" in out and "--chaos-all" in out
+    # Under xdist the workers' collection reports reach the same summary line, and the final
+    # line counts them instead of a bare "no tests ran".
+    proc = _pytest(root, "-n", "2")
+    assert "chaos: 2 scenario file(s) not run because they are not tagged 'ci'" in proc.stdout, \
+        proc.stdout
+    assert "2 untagged scenarios not run" in proc.stdout.splitlines()[-1], proc.stdout
+    assert proc.returncode == 5  # nothing ran: CI (.ci/run) still treats this as a failure
+
+
+def test_a_scenario_file_named_on_the_command_line_is_collected_at_any_path(tmp_path):
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    repro = tmp_path / "bug-reports" / "lockup"
+    repro.mkdir(parents=True)
+    untagged = TINY.replace("tags: [ci]\n", "").replace("name: tiny", "name: lockup-repro")
+    (repro / "repro.yaml").write_text(untagged)
+    (repro / "other.yaml").write_text(TINY.replace("name: tiny", "name: other"))
+    (repro / "compose.yaml").write_text("services:\n  web: {image: nginx}\n")
+    named = _pytest(tmp_path, "--collect-only", "-q", paths=("bug-reports/lockup/repro.yaml",))
+    ids = [line for line in named.stdout.splitlines() if "::" in line]
+    # Named explicitly: collected even untagged, outside any `scenarios` folder.
+    assert ids == ["bug-reports/lockup/repro.yaml::lockup-repro[seed1]"], named.stdout
+    # A directory named on the command line: its scenario files (ci-tagged), not other YAML.
+    walked = _pytest(tmp_path, "--collect-only", "-q", paths=("bug-reports",))
+    ids = [line for line in walked.stdout.splitlines() if "::" in line]
+    assert ids == ["bug-reports/lockup/other.yaml::other[seed1]"], walked.stdout
+    assert "compose.yaml" not in walked.stdout
+    assert "not tagged 'ci': repro.yaml" in walked.stdout
 
 
 @pytest.mark.slow

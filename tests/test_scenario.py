@@ -271,6 +271,21 @@ def test_unknown_role_key(tmp_path):
     assert "did you mean 'workload'" in p.message
 
 
+def test_a_step_level_delay_is_told_it_belongs_inside_after(tmp_path):
+    text = VALID.replace("{after: {role: gateway, ok: 100}, fault: kill,",
+                         "{after: {role: gateway, ok: 100}, delay: 1s, fault: kill,")
+    p = only(problems_of(tmp_path, text), "nemesis[2].delay")
+    assert p.line == line_of(text, "delay: 1s")
+    assert "`delay` belongs inside `after:`" in p.message, p.message
+    assert "after: {role: gateway, ok: 60, delay: 1s}" in p.message
+    # Inside `after:` it is valid.
+    ok = VALID.replace("{after: {role: gateway, ok: 100}", "{after: {role: gateway, ok: 100, "
+                       "delay: 1s}")
+    path = tmp_path / "ok.yaml"
+    path.write_text(ok)
+    assert load_scenario(path).nemesis[2].after["delay"] == 1.0
+
+
 def test_unknown_workload_key_depends_on_kind(tmp_path):
     text = VALID.replace("workload: {appends_per_s: 50}", "workload: {burst: 5}")
     p = only(problems_of(tmp_path, text), "roles[0].workload.burst")

@@ -91,6 +91,20 @@ _UNKNOWN_KEY_NOUN = {"expect": "checker"}
 _PLAIN_TITLES = {"chaos scenario", "role", "nemesis step"}
 
 
+#: Keys that belong one level down in a nemesis step: ``{key: the hint}`` (issue 16 item 5).
+_STEP_MISPLACED = {
+    "delay": " - `delay` belongs inside `after:` (it waits that long after the trigger), e.g. "
+             "`after: {role: gateway, ok: 60, delay: 1s}`; for a fixed time use `at: 2s`",
+}
+
+
+def _misplaced(key: Any, title: str | None) -> str:
+    """The hint for a key written at the step level that belongs inside ``after:``."""
+    if isinstance(key, str) and key in _STEP_MISPLACED and (title or "").endswith("step"):
+        return _STEP_MISPLACED[key]
+    return ""
+
+
 def hint(value: Any, options: Iterable[Any]) -> str:
     """`` - did you mean 'x'?`` for a near miss among ``options``, else ``""``."""
     if not isinstance(value, str):
@@ -146,7 +160,8 @@ def schema_problems(err: jsonschema.ValidationError) -> list[tuple[list, int | N
             (
                 path + [k],
                 None,
-                f"unknown {noun} {k!r}{where} (allowed: {allowed_s}){hint(k, allowed)}",
+                f"unknown {noun} {k!r}{where} (allowed: {allowed_s})"
+                f"{_misplaced(k, title) or hint(k, allowed)}",
                 True,
             )
             for k in inst
