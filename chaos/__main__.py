@@ -30,9 +30,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--out", type=Path, default=Path("runs"), help="where run directories go")
     run.add_argument("--json", action="store_true", help="print results.json objects on stdout")
     val = sub.add_parser("validate", help="validate scenario files; exit 2 on any problem")
-    val.add_argument("files", nargs="+", type=Path)
+    val.add_argument("files", nargs="+", type=Path, help="scenario YAML files")
     lst = sub.add_parser("list", help="list the scenarios in a directory")
-    lst.add_argument("directory", nargs="?", type=Path, default=Path("scenarios"))
+    lst.add_argument("directory", nargs="?", type=Path, default=Path("scenarios"),
+                     help="a directory of *.yaml scenarios (default: scenarios)")
     sub.add_parser("matrix", add_help=False,
                    help="the schema-migration matrix of SPEC §16.6 alone (see `matrix --help`)")
     from . import cli_report, gate, shrink

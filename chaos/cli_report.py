@@ -27,7 +27,7 @@ def add_parsers(sub) -> None:
                      help="run the checkers again on the saved history and final store")
     rep.add_argument("--json", action="store_true", help="print results.json on stdout")
     rpl = sub.add_parser("replay", help="run a saved run's scenario again with the same seed")
-    rpl.add_argument("run_dir", type=Path)
+    rpl.add_argument("run_dir", type=Path, help="a run directory whose scenario and seed to run")
     rpl.add_argument("--out", type=Path, default=None,
                      help="where the new run directory goes (default: beside the original)")
     rpl.add_argument("--json", action="store_true", help="print the new results.json on stdout")

@@ -558,13 +558,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    f"from v{QUICK_CRASH_VERSIONS}")
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m chaos.matrix``: run cells, print one JSON line per row (``--jsonl``) or a
-    table; exit 0 when every row passed, 1 otherwise."""
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of ``python -m chaos matrix``."""
     p = argparse.ArgumentParser(prog="python -m chaos matrix", description=__doc__.splitlines()[0])
     add_arguments(p)
     p.add_argument("--jsonl", action="store_true", help="one JSON object per row on stdout")
     p.add_argument("--only-store", default=None, help=argparse.SUPPRESS)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m chaos.matrix``: run cells, print one JSON line per row (``--jsonl``) or a
+    table; exit 0 when every row passed, 1 otherwise."""
+    p = build_parser()
     args = p.parse_args(argv)
     try:
         stores = real_stores_of(args)

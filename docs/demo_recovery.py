@@ -174,7 +174,7 @@ def section_a(demo: Demo, home: Path) -> None:
     captures = sorted(home.glob("state.db.retired-wal-*"))
     if captures:
         demo.say("# what the capture holds (changes no byte):")
-        demo.cli(None, "sessions", "recover", "--source", str(captures[0] / "state.db"),
+        demo.cli(None, "sessions", "recover", str(captures[0] / "state.db"),
                  "--inspect-only")
 
 
@@ -235,7 +235,7 @@ def section_c(demo: Demo, home: Path) -> None:
     for name, sha in before.items():
         demo.say(f"{sha}  {name}")
     demo.say()
-    code, out, _ = demo.cli(None, "sessions", "recover", "--source", str(db), "--inspect-only")
+    code, out, _ = demo.cli(None, "sessions", "recover", str(db), "--inspect-only")
     after = digest(home)
     demo.say("$ sha256sum state.db*   # after recover --inspect-only")
     for name, sha in after.items():
@@ -245,7 +245,7 @@ def section_c(demo: Demo, home: Path) -> None:
     demo.expect('"operation": "inspect"' in out and '"source_unchanged": true' in out,
                 "the JSON report says inspect and source_unchanged")
     salvaged = home.parent / f"{home.name}-salvaged.db"
-    code, _, _ = demo.cli(None, "sessions", "recover", "--source", str(db), "--output",
+    code, _, _ = demo.cli(None, "sessions", "recover", str(db), "--output",
                           str(salvaged), "--allow-partial", "--report",
                           str(home.parent / f"{home.name}-report.json"))
     demo.expect(code == 0, "--output --allow-partial salvages the readable rows")

@@ -367,14 +367,30 @@ def cmd_recover(args: argparse.Namespace) -> int:
     """``sessions recover`` (SPEC §14): --inspect-only changes no byte; 0 when recoverable."""
     from .recover import recover
 
+    source = _recover_source(args)
     if not args.inspect_only and not args.output:
         raise CliError("recover needs --inspect-only or --output NEW.db",
                        "start with --inspect-only: it changes no file")
-    report = recover(args.source, output=args.output, inspect_only=args.inspect_only,
+    report = recover(source, output=args.output, inspect_only=args.inspect_only,
                      allow_partial=args.allow_partial, report=args.report)
     _print_json(report)
     print(_recover_summary(report), file=sys.stderr)
     return EXIT_OK if report.get("recoverable") and not report.get("failed") else EXIT_FAIL
+
+
+def _recover_source(args: argparse.Namespace) -> str:
+    """The one FILE of ``recover``: positional, ``--from``, or the deprecated ``--source`` (which
+    warns: everywhere else ``--source`` is a session's platform)."""
+    given = [v for v in (args.file, args.from_file, args.source_file) if v is not None]
+    if args.source_file is not None:
+        print("warning: `sessions recover --source FILE` is deprecated (--source means a "
+              "session source elsewhere); write `sessions recover FILE`", file=sys.stderr)
+    if not given:
+        raise CliError("recover needs the FILE to work on",
+                       "`sessions recover STATE.DB --inspect-only` (it changes no file)")
+    if len(set(given)) > 1:
+        raise CliError(f"recover got two files: {' and '.join(given)}", "give one FILE")
+    return given[0]
 
 
 def _recover_summary(report: dict) -> str:
@@ -466,6 +482,11 @@ def _version() -> str:
         return "(not installed)"
 
 
+JSON_HELP = "print JSON on stdout instead of text"
+DRY_RUN_HELP = "show what would be done; change nothing (never refused)"
+SOURCE_HELP = "only sessions of this platform (cli, telegram, discord, ...)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``hermes-state`` argument parser (SPEC §15): --home/-p before or after the subcommand."""
     p = argparse.ArgumentParser(prog="hermes-state", description="Operate a hermes session store.")
@@ -483,70 +504,83 @@ def build_parser() -> argparse.ArgumentParser:
 
     doc = sub.add_parser("doctor", help="check the store; exit 1 when something needs action")
     doc.add_argument("--fix", action="store_true", help="do the safe repairs when nothing holds it")
-    doc.add_argument("--json", action="store_true")
+    doc.add_argument("--json", action="store_true", help=JSON_HELP)
     doc.set_defaults(fn=cmd_doctor)
 
     bk = sub.add_parser("backup", help="snapshot the store (or list / restore snapshots)")
-    bk.add_argument("action", nargs="?", choices=("create", "list", "restore"), default="create")
+    bk.add_argument("action", nargs="?", choices=("create", "list", "restore"), default="create",
+                    help="create a snapshot (default), list them, or restore one by id")
     bk.add_argument("id", nargs="?", help="snapshot id for restore")
     bk.add_argument("--reason", default="manual", help="snapshot reason (pre-update: emergency copy)")
-    bk.add_argument("--json", action="store_true")
+    bk.add_argument("--json", action="store_true", help=JSON_HELP)
     bk.set_defaults(fn=cmd_backup)
 
     ses = sub.add_parser("sessions", help="list, show, search, export, prune, optimize, recover")
     ss = _Subparsers(ses.add_subparsers(dest="sub", required=True), common)
     ls = ss.add_parser("list", help="sessions, newest first, with a preview")
-    ls.add_argument("--source")
-    ls.add_argument("--limit", type=_count, default=20)
-    ls.add_argument("--offset", type=_count, default=0)
-    ls.add_argument("--json", action="store_true")
+    ls.add_argument("--source", help=SOURCE_HELP)
+    ls.add_argument("--limit", type=_count, default=20, help="at most this many (default 20)")
+    ls.add_argument("--offset", type=_count, default=0, help="skip this many first (default 0)")
+    ls.add_argument("--json", action="store_true", help=JSON_HELP)
     ls.set_defaults(fn=cmd_list)
     sh = ss.add_parser("show", help="one session and its messages")
-    sh.add_argument("id")
-    sh.add_argument("--json", action="store_true")
+    sh.add_argument("id", help="the session id (see `sessions list`)")
+    sh.add_argument("--json", action="store_true", help=JSON_HELP)
     sh.set_defaults(fn=cmd_show)
     se = ss.add_parser("search", help="full-text search (FTS5 syntax is sanitised)")
-    se.add_argument("query")
-    se.add_argument("--source")
-    se.add_argument("--role")
-    se.add_argument("--limit", type=_count, default=20)
-    se.add_argument("--offset", type=_count, default=0)
+    se.add_argument("query", help="words to find; any text is accepted (FTS5 syntax is "
+                    "sanitised, never an error)")
+    se.add_argument("--source", help=SOURCE_HELP)
+    se.add_argument("--role", help="only messages of this role (user, assistant, tool, system)")
+    se.add_argument("--limit", type=_count, default=20, help="at most this many hits (default 20)")
+    se.add_argument("--offset", type=_count, default=0, help="skip this many first (default 0)")
     se.add_argument("--id", action="store_true", dest="by_id",
                     help="QUERY is (part of) a session id: list the matching sessions")
-    se.add_argument("--json", action="store_true")
+    se.add_argument("--json", action="store_true", help=JSON_HELP)
     se.set_defaults(fn=cmd_search)
     ex = ss.add_parser("export", help="export one session (or all) as json, jsonl or md")
-    ex.add_argument("id", nargs="?")
-    ex.add_argument("--source")
-    ex.add_argument("--format", choices=("json", "jsonl", "md"), default="json")
-    ex.add_argument("--output", "-o")
+    ex.add_argument("id", nargs="?", help="the session to export (default: every session)")
+    ex.add_argument("--source", help=SOURCE_HELP)
+    ex.add_argument("--format", choices=("json", "jsonl", "md"), default="json",
+                    help="json (one array, default), jsonl (one session per line) or md")
+    ex.add_argument("--output", "-o", help="file to write (a new or replaced regular file, or a "
+                    "FIFO); `-` or nothing: stdout. Never one of the store's files")
     ex.set_defaults(fn=cmd_export)
     pr = ss.add_parser("prune", help="delete ended sessions older than --older-than days")
-    pr.add_argument("--older-than", type=_days, default=90.0, metavar="DAYS")
-    pr.add_argument("--source")
-    pr.add_argument("--dry-run", action="store_true")
-    pr.add_argument("--yes", action="store_true")
+    pr.add_argument("--older-than", type=_days, default=90.0, metavar="DAYS",
+                    help="ended more than this many days ago (default 90)")
+    pr.add_argument("--source", help=SOURCE_HELP)
+    pr.add_argument("--dry-run", action="store_true", help=DRY_RUN_HELP)
+    pr.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     pr.add_argument("--force", action="store_true", help="skip the live-writer gate")
-    pr.add_argument("--json", action="store_true")
+    pr.add_argument("--json", action="store_true", help=JSON_HELP)
     pr.set_defaults(fn=cmd_prune)
     for name, fn in (("optimize", cmd_optimize), ("optimize-storage", cmd_optimize_storage)):
         op = ss.add_parser(name, help=(
             "FTS optimize, VACUUM, TRUNCATE checkpoint (gated)" if name == "optimize"
             else "move the FTS index to the external-content layout (gated, resumable)"))
-        op.add_argument("--dry-run", action="store_true")
+        op.add_argument("--dry-run", action="store_true", help=DRY_RUN_HELP)
         op.add_argument("--force", action="store_true", help="skip the live-writer gate")
-        op.add_argument("--json", action="store_true")
+        op.add_argument("--json", action="store_true", help=JSON_HELP)
         op.set_defaults(fn=fn)
     rc = ss.add_parser("recover", help="inspect or salvage a damaged store (never in place)")
-    rc.add_argument("--source", required=True)
-    rc.add_argument("--inspect-only", action="store_true")
-    rc.add_argument("--output")
-    rc.add_argument("--allow-partial", action="store_true")
-    rc.add_argument("--report")
+    rc.add_argument("file", nargs="?", metavar="FILE",
+                    help="the damaged store, a *.bak copy or DIR/state.db of a retired-WAL "
+                    "capture (worked on as a copy; never changed)")
+    rc.add_argument("--from", dest="from_file", metavar="FILE", help="the same as FILE")
+    rc.add_argument("--source", dest="source_file", metavar="FILE",
+                    help="deprecated spelling of FILE (elsewhere --source is a session source)")
+    rc.add_argument("--inspect-only", action="store_true",
+                    help="report what is readable as JSON; change no file")
+    rc.add_argument("--output", metavar="NEW.db", help="build a fresh store at this new path "
+                    "from every readable row (never swapped into place)")
+    rc.add_argument("--allow-partial", action="store_true",
+                    help="skip unreadable row ranges instead of failing")
+    rc.add_argument("--report", metavar="R.json", help="also write the JSON report to this file")
     rc.set_defaults(fn=cmd_recover)
     rs = ss.add_parser("replay-spool", help="import spooled (refused) messages exactly once")
-    rs.add_argument("--dry-run", action="store_true")
-    rs.add_argument("--json", action="store_true")
+    rs.add_argument("--dry-run", action="store_true", help=DRY_RUN_HELP)
+    rs.add_argument("--json", action="store_true", help=JSON_HELP)
     rs.set_defaults(fn=cmd_replay_spool)
     cli_manage.register(ss, _days)
     return p

@@ -192,7 +192,7 @@ def quarantine_if_not_sqlite(db_path: Path) -> Path | None:
             os.close(lock)
     log.error("%s was not a SQLite database (empty, zero-filled or another format): moved "
               "aside to %s with its sidecars and a fresh store was created. Inspect it with "
-              "`hermes-state sessions recover --source %s --inspect-only`.", db_path, backup, backup)
+              "`hermes-state sessions recover %s --inspect-only`.", db_path, backup, backup)
     events.enabled() and events.emit("quarantine", db=str(db_path), backup=str(backup))
     return backup
 
@@ -245,7 +245,7 @@ def _damaged_and_held(db_path: Path, held: list) -> StateDbCorruptError:
         "zero-filled or another format) and another process has it open, so it was not moved "
         "aside. Nothing was written. Stop every process using this profile, then start again "
         "(the damaged file is then moved aside to state.db.corrupt.<UTCSTAMP>.bak and a fresh "
-        f"store is created); `hermes-state sessions recover --source {db_path} --inspect-only` "
+        f"store is created); `hermes-state sessions recover {db_path} --inspect-only` "
         "shows what is readable.",
         f"holders of the damaged store:\n{lines}")
     err.holders = [h.as_tuple() for h in held]
@@ -467,7 +467,7 @@ class StoreConnection:
         err = StateDbCorruptError(
             f"session storage cannot use {self.db_path}: the database file is damaged ({exc}). "
             "Nothing was written. Stop every process using this profile, then run "
-            f"`hermes-state sessions recover --source {self.db_path} --inspect-only` (it works "
+            f"`hermes-state sessions recover {self.db_path} --inspect-only` (it works "
             "on a copy) and follow the command it prints, or restore the newest snapshot "
             "(`backup list`, then `backup restore ID`).",
             f"SQLite error code {getattr(exc, 'sqlite_errorcode', '?')}; holders:\n{lines}")
@@ -906,7 +906,7 @@ class StoreConnection:
         err = StateDbCorruptError(
             "session storage stopped writing because the database file is damaged ("
             f"{exc}). Nothing more is written to it. Stop every process using this profile, "
-            "then run `hermes-state sessions recover --source STATE.DB --output NEW.db "
+            "then run `hermes-state sessions recover STATE.DB --output NEW.db "
             "--allow-partial` (it works on a copy).",
             f"SQLite error code {getattr(exc, 'sqlite_errorcode', '?')} on {self.db_path}")
         self._sticky = err

@@ -35,15 +35,15 @@ EVIDENCE = (
                       "are missing once the store works again, attach this directory to a bug "
                       "report: its manifest.json tells whether its frames belong on top of the "
                       "current file (an operator decision; the product never merges them). Look "
-                      "inside with `sessions recover --source {path}/state.db --inspect-only`"),
+                      "inside with `sessions recover {path}/state.db --inspect-only`"),
     (".pre-update-emergency-", "snapshot taken before an update touched the store. Keep it until "
                                "the updated program has run for a while. To go back: stop every "
-                               "process using the store, run `sessions recover --source {path} "
+                               "process using the store, run `sessions recover {path} "
                                "--inspect-only` first, then `backup restore {name}`"),
     (".corrupt.", "copy of a damaged store taken before it was moved aside. Do NOT copy it back "
                   "over state.db: it has the same damage. Keep it for a bug report and delete it "
                   "once the store works normally again; rows can be salvaged with "
-                  "`sessions recover --source {path} --output NEW.db --allow-partial`"),
+                  "`sessions recover {path} --output NEW.db --allow-partial`"),
     (".malformed-backup", "forensic copy of a damaged store taken before a repair. Do NOT copy it "
                           "back over state.db: it has the same damage. Keep it for a bug report "
                           "and delete it once the store works normally again"),
@@ -169,7 +169,7 @@ def run_doctor(db_path: str | os.PathLike, *, fix: bool = False) -> DoctorReport
         conn = _ro_connect(db)
     except sqlite3.Error as exc:
         report.add(ISSUE, f"cannot open the store read-only: {exc}",
-                   f"fix: `sessions recover --source {db} --inspect-only` shows what is "
+                   f"fix: `sessions recover {db} --inspect-only` shows what is "
                    "readable")
         return report
     try:
@@ -267,7 +267,7 @@ def _health(conn: sqlite3.Connection, report: DoctorReport) -> None:
             report.add(OK, "quick_check ok")
         else:
             report.add(ISSUE, "quick_check found damage", *check[:20],
-                       "fix: stop every process using it, then run `sessions recover --source "
+                       "fix: stop every process using it, then run `sessions recover "
                        f"{report.db_path} --inspect-only` (it changes no file) and follow the "
                        "command it prints, or restore the newest snapshot (`backup list`, then "
                        "`backup restore ID`)")
@@ -281,13 +281,13 @@ def _health(conn: sqlite3.Connection, report: DoctorReport) -> None:
             return
         if corruption_kind(exc) == "structural":
             report.add(ISSUE, f"the store is damaged: {exc}",
-                       "fix: stop every process using it, then run `sessions recover --source "
+                       "fix: stop every process using it, then run `sessions recover "
                        f"{report.db_path} --inspect-only` (it changes no file) and follow the "
                        "command it prints, or restore the newest snapshot (`backup list`, then "
                        "`backup restore ID`)")
             return
         report.add(ISSUE, f"reading the store failed: {exc}",
-                   f"fix: `sessions recover --source {report.db_path} --inspect-only` shows what "
+                   f"fix: `sessions recover {report.db_path} --inspect-only` shows what "
                    "is readable")
 
 

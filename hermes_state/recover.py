@@ -747,9 +747,9 @@ def _next_step(report: dict, source: Path) -> str:
         return (f"check the new store, then stop every process and move it into place yourself "
                 f"(with no -wal/-shm beside it); keep {source} until you are sure")
     if damaged:
-        return (f"`sessions recover --source {source} --output NEW.db --allow-partial` keeps "
+        return (f"`sessions recover {source} --output NEW.db --allow-partial` keeps "
                 f"every readable row")
-    return f"`sessions recover --source {source} --output NEW.db` copies every row"
+    return f"`sessions recover {source} --output NEW.db` copies every row"
 
 
 def recover(source: str | os.PathLike, *, output: str | os.PathLike | None = None,

@@ -171,7 +171,7 @@ def repair_state_db_schema(db_path: str | os.PathLike, *, backup: bool = True) -
             return out
         if health == "file":
             out["error"] = (f"{path} is damaged beyond its schema and search index: run "
-                            f"`hermes-state sessions recover --source {path} --output NEW.db "
+                            f"`hermes-state sessions recover {path} --output NEW.db "
                             "--allow-partial`")
             return out
         for strategy in _STRATEGIES[health]:

@@ -393,7 +393,7 @@ def create_snapshot(db_path: str | os.PathLike, reason: str = "manual", *,
         raise SnapshotFailed(
             f"the snapshot {final} failed verification (quick_check: {lines}); it was kept and "
             f"marked failed, and no older snapshot was removed. The store itself may be damaged: "
-            f"run `sessions recover --source {db} --inspect-only`.",
+            f"run `sessions recover {db} --inspect-only`.",
             f"image {final / IMAGE}, sha256 {manifest['sha256']}", result=result)
     result["pruned"] = _prune_snapshots(root, keep, set(_protect) | {final.name})
     return result
@@ -643,18 +643,18 @@ def restore_snapshot(db_path: str | os.PathLike, snapshot_id: str, *,
         if manifest.get("verified") is not True:
             raise RestoreRefused(
                 f"snapshot {snapshot_id} failed verification when it was taken; not restored.",
-                f"inspect it with `sessions recover --source {image} --inspect-only`")
+                f"inspect it with `sessions recover {image} --inspect-only`")
         if manifest.get("sha256") and _sha256(image) != manifest["sha256"]:
             raise RestoreRefused(
                 f"snapshot {snapshot_id} changed since it was taken (sha256 differs from its "
                 f"manifest); not restored.",
-                f"inspect it with `sessions recover --source {image} --inspect-only`")
+                f"inspect it with `sessions recover {image} --inspect-only`")
     facts = _inspect_image(image)
     if not facts["verified"]:
         lines = "; ".join(facts["quick_check"][:5]) or facts["error"] or "unknown"
         raise RestoreRefused(f"snapshot {snapshot_id} does not pass quick_check ({lines}); "
                              f"not restored.",
-                             f"inspect it with `sessions recover --source {image} --inspect-only`")
+                             f"inspect it with `sessions recover {image} --inspect-only`")
     _refuse_if_held(db, snapshot_id)  # at once under a visible holder, without waiting
     with _write_lock(db, snapshot_id):
         pre, warnings, after, check = _restore_locked(db, snapshot_id, image, keep)

@@ -73,7 +73,7 @@ def test_three_steps_doctor_names_the_holder_until_it_is_stopped(retired, capsys
     assert f"[warn] evidence file {capture.name}" in out
     assert f"by PID {child.pid} (halt): WAL " in out and " frames, " in out
     assert "attach this directory to a bug report" in out
-    assert f"`sessions recover --source {capture}/state.db --inspect-only`" in out
+    assert f"`sessions recover {capture}/state.db --inspect-only`" in out
     # step 3: one process starts again and writes
     with SessionDB(path) as db:
         db.create_session("again", source="gateway")
@@ -84,7 +84,7 @@ def test_inspect_only_on_the_capture_changes_no_byte_and_reports(retired, capsys
     path, child, capture = retired
     child.kill()
     before = tree_digest(path.parent)
-    assert cli(["sessions", "recover", "--source", str(capture / "state.db"),
+    assert cli(["sessions", "recover", str(capture / "state.db"),
                 "--inspect-only"]) == 0
     captured = capsys.readouterr()
     report = json.loads(captured.out)
@@ -96,7 +96,7 @@ def test_inspect_only_on_the_capture_changes_no_byte_and_reports(retired, capsys
     err = captured.err.splitlines()
     assert err[0] == ("inspect: recoverable: sessions 1 rows, messages 6 rows; "
                       "source unchanged: True")
-    assert err[1].startswith("next: `sessions recover --source ") and "--output NEW.db" in err[1]
+    assert err[1].startswith("next: `sessions recover ") and "--output NEW.db" in err[1]
 
 
 def test_recover_output_and_report_from_the_capture(retired, tmp_path, capsys):
@@ -104,7 +104,7 @@ def test_recover_output_and_report_from_the_capture(retired, tmp_path, capsys):
     child.kill()
     before = tree_digest(capture)
     out, rep = tmp_path / "salvaged.db", tmp_path / "r.json"
-    assert cli(["sessions", "recover", "--source", str(capture / "state.db"), "--output",
+    assert cli(["sessions", "recover", str(capture / "state.db"), "--output",
                 str(out), "--allow-partial", "--report", str(rep)]) == 0
     assert json.loads(rep.read_text())["output"]["written"] is True
     assert "move it into place yourself" in capsys.readouterr().err
@@ -189,7 +189,7 @@ def test_every_kind_of_evidence_file_comes_with_what_to_do(tmp_path, capsys):
     assert cli(["--home", str(tmp_path), "doctor"]) == 0  # warnings only
     out = capsys.readouterr().out
     assert f"[warn] evidence file {bak.name}" in out
-    assert f"`sessions recover --source {bak} --inspect-only` first, then `backup restore " \
+    assert f"`sessions recover {bak} --inspect-only` first, then `backup restore " \
            f"{bak.name}`" in out
     assert f"[warn] evidence file {corrupt.name}" in out
     assert "Do NOT copy it back over state.db: it has the same damage" in out
@@ -202,7 +202,7 @@ def test_every_kind_of_evidence_file_comes_with_what_to_do(tmp_path, capsys):
                for line in listed)
     assert listed[-1].startswith("restore one with `backup restore ID` after stopping")
     # The guide's way back from the pre-update copy: inspect it first, then restore it.
-    assert cli(["sessions", "recover", "--source", str(bak), "--inspect-only"]) == 0
+    assert cli(["sessions", "recover", str(bak), "--inspect-only"]) == 0
     assert cli(["--home", str(tmp_path), "backup", "restore", bak.name]) == 0
 
 
@@ -262,10 +262,10 @@ def test_damaged_store_points_to_inspect_only_then_snapshots(tmp_path, capsys):
     assert cli(["--home", str(tmp_path), "doctor"]) == 1
     out = capsys.readouterr().out
     assert "[issue] the store is damaged: database disk image is malformed" in out
-    assert f"`sessions recover --source {path} --inspect-only` (it changes no file)" in out
+    assert f"`sessions recover {path} --inspect-only` (it changes no file)" in out
     assert "`backup restore ID`" in out
     before = tree_digest(tmp_path)
-    assert cli(["sessions", "recover", "--source", str(path), "--inspect-only"]) == 0
+    assert cli(["sessions", "recover", str(path), "--inspect-only"]) == 0
     captured = capsys.readouterr()
     assert json.loads(captured.out)["errors"][0].startswith("messages: ")
     assert "--allow-partial` keeps every readable row" in captured.err
@@ -340,5 +340,5 @@ def test_quick_check_lines_come_with_the_guides_next_steps(tmp_path, capsys):
     assert cli(["--home", str(tmp_path), "doctor"]) == 1
     out = capsys.readouterr().out
     assert "[issue] quick_check found damage" in out
-    assert f"`sessions recover --source {path} --inspect-only` (it changes no file)" in out
+    assert f"`sessions recover {path} --inspect-only` (it changes no file)" in out
     assert "STATE.DB" not in out

@@ -125,7 +125,7 @@ def test_corrupt_page_breaks_a_btree_and_recover_salvages_the_rest(tmp_path):
     s.close()
     salvaged = tmp_path / "salvaged.db"
     proc = subprocess.run([sys.executable, "-m", "hermes_state", "--home", str(db.parent),
-                           "sessions", "recover", "--source", str(db), "--allow-partial",
+                           "sessions", "recover", str(db), "--allow-partial",
                            "--output", str(salvaged)], cwd=ROOT, capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 0, proc.stderr

@@ -202,7 +202,7 @@ def test_every_created_file_is_0600_and_every_directory_0700(home, tmp_path):
         assert cli("--home", home, "sessions", "export", "-o", export).returncode == 0
         report = tmp_path / "out" / "report.json"
         recovered = tmp_path / "out" / "new.db"
-        assert cli("sessions", "recover", "--source", home / "state.db", "--output", recovered,
+        assert cli("sessions", "recover", home / "state.db", "--output", recovered,
                    "--report", report).returncode == 0
     finally:
         os.umask(old)
@@ -239,7 +239,7 @@ def test_export_replaces_an_existing_regular_file_atomically(home, tmp_path):
 def test_recover_report_never_written_through_a_planted_file(home, victim, kind, tmp_path):
     report = tmp_path / "r.json"
     plant(report, kind, victim)
-    out = cli("sessions", "recover", "--source", home / "state.db", "--inspect-only",
+    out = cli("sessions", "recover", home / "state.db", "--inspect-only",
               "--report", report)
     assert out.returncode == 1 and "r.json" in out.stderr, out.stderr
     assert victim.read_text() == "precious\n"
@@ -358,12 +358,12 @@ def test_recover_never_opens_a_fifo_sidecar(home, tmp_path):
     src.parent.mkdir()
     src.write_bytes((home / "state.db").read_bytes())
     os.mkfifo(f"{src}-wal")
-    out = cli("sessions", "recover", "--source", src, "--inspect-only")
+    out = cli("sessions", "recover", src, "--inspect-only")
     assert out.returncode == 1 and "state.db-wal" in out.stderr and "FIFO" in out.stderr, out
     os.unlink(f"{src}-wal")
     fifo = tmp_path / "fifo.db"
     os.mkfifo(fifo)
-    out = cli("sessions", "recover", "--source", fifo, "--inspect-only")
+    out = cli("sessions", "recover", fifo, "--inspect-only")
     assert out.returncode == 1 and "FIFO" in out.stderr, out
 
 

@@ -292,7 +292,7 @@ def test_command_argv_defaults():
     argv = commands.command_argv("prune", "/h", "/h/state.db", args=["--older-than", "0"])
     assert argv[-3:] == ["--yes", "--older-than", "0"]
     assert commands.command_argv("recover", "/h", "/h/state.db")[-3:] == [
-        "--source", "/h/state.db", "--inspect-only"]
+        "--from", "/h/state.db", "--inspect-only"]
     with pytest.raises(ValueError, match="unknown maintenance command"):
         commands.command_argv("vacuum", "/h", "/h/state.db")
     with pytest.raises(ValueError, match="--dry-run only applies"):

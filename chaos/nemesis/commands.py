@@ -43,7 +43,8 @@ DRY_RUN = ("optimize", "optimize-storage", "prune", "replay-spool")
 #: Arguments of a command that name a path: they must stay inside the run (issue 11 item 2).
 #: Relative values are resolved from the home (the command's cwd); ``-p``/``--profile`` names a
 #: directory under ``home/profiles``.
-PATH_ARGS = ("--home", "--output", "--source", "--report", "--out", "--into", "--dest", "-o")
+PATH_ARGS = ("--home", "--output", "--source", "--from", "--report", "--out", "--into", "--dest",
+             "-o")
 PROFILE_ARGS = ("-p", "--profile")
 
 
@@ -85,7 +86,7 @@ Command = Literal["optimize", "optimize-storage", "prune", "backup", "doctor", "
                   "replay-spool", "restore"]
 _COMMAND_DOC = ("The CLI command run as `python -m hermes_state --home H ...`: optimize / "
                 "optimize-storage / prune (`sessions ...`, gated, SPEC §11), backup, doctor, "
-                "recover (default `--source state.db --inspect-only`), replay-spool, restore "
+                "recover (default `--from state.db --inspect-only`), replay-spool, restore "
                 "(`backup restore ID`; without args the newest snapshot that is not a "
                 "pre-restore copy).")
 
@@ -153,7 +154,7 @@ def command_argv(command: str, home: str | os.PathLike, db_path: str | os.PathLi
     """The argv of ``python -m hermes_state --home HOME <command> ...`` (SPEC §15).
 
     ``prune`` gets ``--yes`` (no terminal to confirm on) and ``--older-than 90`` unless ``args``
-    gives one; ``recover`` gets ``--source <db_path> --inspect-only`` unless ``args`` names a
+    gives one; ``recover`` gets ``--from <db_path> --inspect-only`` unless ``args`` names a
     source (it never changes the source either way, SPEC §14); ``restore`` without an id in
     ``args`` restores the newest snapshot that is not a pre-restore copy, looked up now
     (:func:`newest_snapshot_id`).
@@ -175,8 +176,8 @@ def command_argv(command: str, home: str | os.PathLike, db_path: str | os.PathLi
     words = list(COMMANDS[command])
     if command == "prune" and "--older-than" not in extra:
         words += ["--older-than", "90"]
-    if command == "recover" and "--source" not in extra:
-        words += ["--source", str(db_path), "--inspect-only"]
+    if command == "recover" and not {"--source", "--from"} & {w.split("=")[0] for w in extra}:
+        words += ["--from", str(db_path), "--inspect-only"]
     if command == "restore" and not extra:
         words.append(newest_snapshot_id(db_path) or "none")
     words += extra
