@@ -349,8 +349,9 @@ def render(result: dict, console=None) -> None:
     console.print(table)
     for r in result["rows"]:
         note = _note(r)
+        # Plain text, not markup: a note such as "pip install -e '.[bench]'" keeps its brackets.
         console.print(f"  {r['id']}: {r['what']}  vs  {r['reference']}"
-                      + (f"  [{note}]" if note else ""), highlight=False)
+                      + (f"  [{note}]" if note else ""), highlight=False, markup=False)
     console.print(f"total {result['total_s']:.1f} s; command: {result['command']}",
                   highlight=False)
 

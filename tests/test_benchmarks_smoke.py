@@ -55,3 +55,24 @@ def test_lock_rows_compare_with_and_without_the_checkpoint_lock(tmp_path):
         assert "HERMES_STATE_CHECKPOINT_LOCK=off" in row["reference"] and row["pass"] is None
         assert row["ours"]["median"] > 0 and row["ref"]["median"] > 0
     assert rows[1]["extra"]["errors"] == 0 and rows[2]["extra"]["errors"] == 0
+
+
+def test_a_skipped_rows_install_hint_keeps_its_brackets():
+    """Rich markup must not eat ``[bench]`` from ``pip install -e '.[bench]'`` (issue 16)."""
+    import io
+
+    from rich.console import Console
+
+    sys.path.insert(0, str(REPO))
+    try:
+        from benchmarks.__main__ import _row, render
+    finally:
+        sys.path.remove(str(REPO))
+    row = _row("peer", "append_message (peer comparison)", "sqlite-utils insert + FTS", "msg/s",
+               [float("nan")], [float("nan")], float("nan"), "none", None,
+               skipped="No module named 'sqlite_utils': pip install -e '.[bench]'")
+    buf = io.StringIO()
+    render({"machine": {"cpu_count": 2, "python": "3.11", "sqlite": "3.40.1"}, "mode": "quick",
+            "rows": [row], "total_s": 0.1, "command": "python -m benchmarks"},
+           Console(file=buf, width=200))
+    assert "pip install -e '.[bench]'" in buf.getvalue(), buf.getvalue()
