@@ -429,6 +429,57 @@ def cmd_replay_spool(args: argparse.Namespace) -> int:
     return EXIT_OK if not result["failed"] else EXIT_FAIL
 
 
+def cmd_salvage(args: argparse.Namespace) -> int:
+    """``sessions salvage [CAPTURE_DIR...] [--apply]``: what retired-WAL captures hold that the
+    store lacks; ``--apply`` appends it in one transaction behind the gate (issue 16)."""
+    from . import salvage
+
+    path = _require_store(args, "salvage appends into an existing store")
+    captures = [Path(c) for c in args.capture] or salvage.captures_beside(path)
+    if not captures:
+        raise CliError(f"no retired-WAL capture beside {path}",
+                       "name one: `sessions salvage DIR` (doctor lists them)")
+    if args.apply and not args.dry_run:
+        results = salvage.apply_captures(path, captures, force=args.force)
+        if args.json:
+            _print_json(results)
+            return EXIT_OK
+        for res in results:
+            plan = res["plan"]
+            print(f"{Path(plan['capture']).name}: appended {res['messages_added_total']} "
+                  f"message(s) and {len(res['sessions_added'])} session(s) "
+                  f"({plan['matched_messages']} of {plan['capture_messages']} were already in "
+                  "the store)")
+            if res["record_key"]:
+                print(f"  recorded in state_meta as {res['record_key']}")
+        return EXIT_OK
+    plans = [salvage.plan_capture(path, c).to_dict() for c in captures]
+    if args.json:
+        _print_json(plans)
+        return EXIT_OK
+    for plan in plans:
+        print(f"{Path(plan['capture']).name} (captured {plan['captured_at']} by PID "
+              f"{plan['captured_by_pid']}, {plan['trigger']}): {plan['capture_sessions']} "
+              f"session(s), {plan['capture_messages']} message(s), "
+              f"{plan['matched_messages']} already in the store")
+        if not plan["missing_messages"] and not plan["missing_sessions"]:
+            print("  the store has every session and message of this capture: nothing to salvage")
+            continue
+        print(f"  the store lacks {plan['missing_messages']} message(s) and "
+              f"{len(plan['missing_sessions'])} whole session(s):")
+        for s in plan["by_session"]:
+            new = " (new session)" if s["new_session"] else ""
+            print(f"    {s['session_id']}{new}: {s['messages']} message(s), first "
+                  f"{s['first']['role']}: {s['first']['content']!r}")
+        for d in plan["differing_sessions"]:
+            print(f"  not applied: session {d['id']} differs in {', '.join(d['fields'])}")
+    if any(p["missing_messages"] or p["missing_sessions"] for p in plans):
+        print("append them with `hermes-state sessions salvage "
+              + " ".join(str(c) for c in args.capture) + (" " if args.capture else "")
+              + "--apply` after stopping every process using the store")
+    return EXIT_OK
+
+
 # --------------------------------------------------------------------------- parser
 
 class _Subparsers:
@@ -578,6 +629,18 @@ def build_parser() -> argparse.ArgumentParser:
                     help="skip unreadable row ranges instead of failing")
     rc.add_argument("--report", metavar="R.json", help="also write the JSON report to this file")
     rc.set_defaults(fn=cmd_recover)
+    sv = ss.add_parser("salvage", help="bring back the messages a retired-WAL capture holds "
+                       "that the store lacks (--apply; gated)")
+    sv.add_argument("capture", nargs="*", metavar="CAPTURE_DIR",
+                    help="a state.db.retired-wal-<UTCSTAMP>-<pid>/ directory (default: every "
+                    "capture beside the store, oldest first)")
+    sv.add_argument("--apply", action="store_true", help="append the missing sessions and "
+                    "messages in one transaction (refused while another process holds the store)")
+    sv.add_argument("--dry-run", action="store_true", help="only list (the default without "
+                    "--apply; wins over --apply)")
+    sv.add_argument("--force", action="store_true", help="skip the live-writer gate")
+    sv.add_argument("--json", action="store_true", help=JSON_HELP)
+    sv.set_defaults(fn=cmd_salvage)
     rs = ss.add_parser("replay-spool", help="import spooled (refused) messages exactly once")
     rs.add_argument("--dry-run", action="store_true", help=DRY_RUN_HELP)
     rs.add_argument("--json", action="store_true", help=JSON_HELP)

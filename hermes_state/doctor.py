@@ -31,11 +31,11 @@ WAL_WARN_BYTES = 50 * 1024 * 1024
 #: advice follows the recovery guide's table of files found beside ``state.db``.
 EVIDENCE = (
     (".retired-wal-", "evidence, not a backup to copy back: the WAL a process still held when it "
-                      "refused to write. Keep it. If conversations from just before the failure "
-                      "are missing once the store works again, attach this directory to a bug "
-                      "report: its manifest.json tells whether its frames belong on top of the "
-                      "current file (an operator decision; the product never merges them). Look "
-                      "inside with `sessions recover {path}/state.db --inspect-only`"),
+                      "refused to write. Keep it. Messages it holds that the store lacks come "
+                      "back with `sessions salvage {path} --apply` (once no process holds the "
+                      "store; the product never merges them on its own); if anything looks "
+                      "wrong, attach this directory to a bug report. Look inside with `sessions "
+                      "recover {path}/state.db --inspect-only`"),
     (".pre-update-emergency-", "snapshot taken before an update touched the store. Keep it until "
                                "the updated program has run for a while. To go back: stop every "
                                "process using the store, run `sessions recover {path} "
@@ -361,6 +361,32 @@ def _capture_summary(directory: Path) -> str:
             f"{wal.get('bytes')} bytes")
 
 
+#: Above this size of a capture's ``state.db`` doctor does not copy it to compare (salvage does).
+SALVAGE_PLAN_LIMIT = 64 * 1024 * 1024
+
+
+def _salvage_note(db: Path, capture: Path, report: DoctorReport) -> str:
+    """Whether ``capture`` holds messages the store lacks, and the command that brings them
+    back (issue 16: doctor points to ``sessions salvage``). Reads a private copy."""
+    from .salvage import SalvageError, plan_capture
+
+    try:
+        if (capture / "state.db").stat().st_size > SALVAGE_PLAN_LIMIT:
+            return (f"`sessions salvage {capture}` lists the messages it holds that the store "
+                    "lacks (not compared here: the capture is large)")
+        plan = plan_capture(db, capture)
+    except (SalvageError, OSError, sqlite3.Error) as exc:
+        return f"cannot compare it with the store: {str(exc).splitlines()[0]}"
+    if not plan.lacks_anything:
+        return "the store has every message of this capture (nothing to salvage)"
+    report.stats.setdefault("salvageable", []).append(
+        {"capture": capture.name, "messages": plan.missing_messages,
+         "sessions": len(plan.missing), "new_sessions": len(plan.new_sessions)})
+    return (f"holds {plan.missing_messages} message(s) in {len(plan.missing)} session(s) that "
+            f"the store lacks: bring them back with `sessions salvage {capture} --apply` after "
+            "stopping every process using the store")
+
+
 def _evidence(db: Path, report: DoctorReport) -> None:
     """Evidence files beside the store, the journal and the spool, each with what to do."""
     found = []
@@ -376,6 +402,7 @@ def _evidence(db: Path, report: DoctorReport) -> None:
         detail = [advice.format(path=entry, name=entry.name)]
         if ".retired-wal-" in entry.name and entry.is_dir():
             detail.insert(0, _capture_summary(entry))
+            detail.insert(1, _salvage_note(db, entry, report))
         report.add(WARN, f"evidence file {entry.name}", *detail)
     if Path(f"{db}-journal").exists():
         report.add(WARN, f"rollback journal state.db-journal ({_size(Path(f'{db}-journal'))} "

@@ -275,7 +275,8 @@ def capture_retired(db_path: str | os.PathLike, recorded: Generation, trigger: s
                      "was deleted or replaced. Copy state.db and state.db-wal from this directory "
                      "to an empty directory and open them to read that generation. Merging its "
                      "frames into the live store is an operator decision; the product never "
-                     "does it."),
+                     "does it on its own: `hermes-state sessions salvage DIR` lists the messages "
+                     "it holds that the store lacks, and `--apply` appends them."),
         }
         part.write_json("manifest.json", manifest)
         return part.publish(atomic.numbered(final))

@@ -35,7 +35,9 @@ GATED_COMMANDS = ("optimize", "optimize-storage", "prune",
                   # SessionDB methods that rewrite many rows or the file (UPSTREAM_API §2.8,
                   # §2.13): vacuum, optimize_fts, maybe_auto_prune_and_vacuum, delete_sessions,
                   # import_sessions
-                  "vacuum", "optimize-fts", "auto-prune", "delete", "import")
+                  "vacuum", "optimize-fts", "auto-prune", "delete", "import",
+                  # appends what a retired-WAL capture holds (hermes_state/salvage.py)
+                  "salvage")
 REQUEST_PREFIX = "maintenance_request:"
 
 

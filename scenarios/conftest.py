@@ -48,7 +48,29 @@ def _lock_stall(result) -> None:
     assert jitter.figures["retries"] >= 12, jitter.figures
 
 
-EXTRA = {"stale-wal": _stale_wal, "contention": _contention, "lock-stall": _lock_stall}
+def _salvage(result) -> None:
+    """The final salvage brought back rows that were only in the capture (so no_lost_writes
+    passing without an allowance for captures is the salvage's doing), and the one under the new
+    gateway was refused and changed nothing."""
+    import re
+    import sqlite3
+
+    runs = [r for r in _history(result) if r.get("type") == "nemesis"
+            and r.get("fault") == "run" and r.get("phase") == "done"]
+    assert [r["exit_code"] for r in runs] == [1, 0], runs
+    assert "Refusing `sessions salvage`" in runs[0]["stderr"]
+    appended = int(re.search(r"appended (\d+) message", runs[1]["stdout"]).group(1))
+    assert appended > 0, runs[1]["stdout"]
+    conn = sqlite3.connect(result.run_dir / "final" / "state.db")
+    try:
+        records = conn.execute("SELECT value FROM state_meta WHERE key LIKE 'salvage:%'").fetchall()
+    finally:
+        conn.close()
+    assert len(records) == 1 and json.loads(records[0][0])["messages_added"], records
+
+
+EXTRA = {"stale-wal": _stale_wal, "contention": _contention, "lock-stall": _lock_stall,
+         "salvage-after-wal-deleted": _salvage}
 
 
 def pytest_chaos_scenario_result(item, result):

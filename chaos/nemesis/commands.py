@@ -34,30 +34,41 @@ COMMANDS: dict[str, list[str]] = {
     "doctor": ["doctor"],
     "recover": ["sessions", "recover"],
     "replay-spool": ["sessions", "replay-spool"],
+    # every capture beside the store unless args name some; --dry-run (or a listing) wins
+    "salvage": ["sessions", "salvage", "--apply"],
     "restore": ["backup", "restore"],
 }
 #: Commands behind the live-writer gate (SPEC §11): only they take ``--force``.
-GATED_COMMANDS = ("optimize", "optimize-storage", "prune")
+GATED_COMMANDS = ("optimize", "optimize-storage", "prune", "salvage")
 #: Commands that take ``--dry-run``.
-DRY_RUN = ("optimize", "optimize-storage", "prune", "replay-spool")
+DRY_RUN = ("optimize", "optimize-storage", "prune", "replay-spool", "salvage")
 #: Arguments of a command that name a path: they must stay inside the run (issue 11 item 2).
 #: Relative values are resolved from the home (the command's cwd); ``-p``/``--profile`` names a
 #: directory under ``home/profiles``.
 PATH_ARGS = ("--home", "--output", "--source", "--from", "--report", "--out", "--into", "--dest",
              "-o")
 PROFILE_ARGS = ("-p", "--profile")
+#: Commands whose bare words (not a flag, not a flag's value) are paths: recover's FILE,
+#: salvage's CAPTURE_DIRs.
+POSITIONAL_PATHS = {"recover": "FILE", "salvage": "CAPTURE_DIR"}
 
 
-def path_args(args) -> list[tuple[int, str, str, tuple[str, ...]]]:
+def path_args(args, command: str | None = None) -> list[tuple[int, str, str, tuple[str, ...]]]:
     """``(index, flag, value, base)`` of every path-valued word of a command's ``args``
-    (``--home DIR``, ``--output=FILE``, ``--profile NAME`` ...); ``base`` is where a relative
-    value starts, as path parts below the run directory (``("home",)`` or
+    (``--home DIR``, ``--output=FILE``, ``--profile NAME`` ..., and the bare words of the
+    :data:`POSITIONAL_PATHS` commands, ``flag`` then naming the argument); ``base`` is where a
+    relative value starts, as path parts below the run directory (``("home",)`` or
     ``("home", "profiles")``). Words that are not strings are skipped."""
     out: list[tuple[int, str, str, tuple[str, ...]]] = []
     if not isinstance(args, list):
         return out
     for i, word in enumerate(args):
         if not isinstance(word, str):
+            continue
+        prev = args[i - 1] if i else None
+        if (command in POSITIONAL_PATHS and not word.startswith("-")
+                and not (isinstance(prev, str) and prev in PATH_ARGS + PROFILE_ARGS)):
+            out.append((i, POSITIONAL_PATHS[command], word, ("home",)))
             continue
         flag, eq, value = word.partition("=")
         if flag not in PATH_ARGS and flag not in PROFILE_ARGS:
@@ -70,25 +81,26 @@ def path_args(args) -> list[tuple[int, str, str, tuple[str, ...]]]:
     return out
 
 
-def check_paths(args, run_dir: str | os.PathLike) -> None:
+def check_paths(args, run_dir: str | os.PathLike, command: str | None = None) -> None:
     """Refuse a command whose path arguments resolve outside ``run_dir`` (symlinks followed).
 
     Raises:
         ValueError: names the argument and where it leads.
     """
-    for _, flag, value, base in path_args(args):
+    for _, flag, value, base in path_args(args, command):
         target = Path(run_dir, *base, os.path.expanduser(value))
         if not store.inside(target, run_dir):
             raise ValueError(f"{flag} {value!r} resolves to {os.path.realpath(target)}, outside "
                              f"the run directory {run_dir}: refused")
 
 Command = Literal["optimize", "optimize-storage", "prune", "backup", "doctor", "recover",
-                  "replay-spool", "restore"]
+                  "replay-spool", "restore", "salvage"]
 _COMMAND_DOC = ("The CLI command run as `python -m hermes_state --home H ...`: optimize / "
                 "optimize-storage / prune (`sessions ...`, gated, SPEC §11), backup, doctor, "
                 "recover (default `--from state.db --inspect-only`), replay-spool, restore "
                 "(`backup restore ID`; without args the newest snapshot that is not a "
-                "pre-restore copy).")
+                "pre-restore copy), salvage (`sessions salvage --apply`: what the retired-WAL "
+                "captures beside the store hold that it lacks; gated).")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -164,7 +176,7 @@ def command_argv(command: str, home: str | os.PathLike, db_path: str | os.PathLi
             one that has no preview, a path argument that leads outside the run directory
             (the directory above ``home``).
     """
-    check_paths(list(args or []), Path(home).parent)
+    check_paths(list(args or []), Path(home).parent, command)
     if command not in COMMANDS:
         raise ValueError(f"unknown maintenance command {command!r} (known: "
                          f"{', '.join(COMMANDS)})")

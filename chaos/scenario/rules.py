@@ -267,22 +267,24 @@ def path_rules(data: Any, emit_at) -> None:
     ``args`` (role workloads and ``run`` steps) and ``replace_db``'s ``path``."""
     if not isinstance(data, dict):
         return
-    spots: list[tuple[list, Any]] = []
+    spots: list[tuple[list, Any, Any]] = []
     roles = data.get("roles")
     for i, role in enumerate(roles if isinstance(roles, list) else []):
         if isinstance(role, dict) and isinstance(role.get("workload"), dict):
-            spots.append((["roles", i, "workload", "args"], role["workload"].get("args")))
+            spots.append((["roles", i, "workload", "args"], role["workload"].get("args"),
+                          role["workload"].get("command")))
     steps = data.get("nemesis")
     for i, step in enumerate(steps if isinstance(steps, list) else []):
         if not isinstance(step, dict):
             continue
-        spots.append((["nemesis", i, "args"], step.get("args")))
+        spots.append((["nemesis", i, "args"], step.get("args"), step.get("command")))
         if step.get("fault") == "replace_db":
             why = path_problem(step.get("path"))
             if why:
                 emit_at(["nemesis", i, "path"], why)
-    for where, args in spots:
-        for index, flag, value, base in path_args(args):
+    for where, args, command in spots:
+        for index, flag, value, base in path_args(args, command if isinstance(command, str)
+                                                  else None):
             why = path_problem(value, base)
             if why:
                 emit_at(where + [index], f"{flag}: {why}")
