@@ -125,6 +125,7 @@ def cmd_search_by_id(args: argparse.Namespace) -> int:
 
 def register(ss: Any, days_type: Any) -> None:
     """Add the subcommands to the ``sessions`` subparsers."""
+    cli = _cli()
     for name, helptext in (("archive", "hide a session (or old ended ones) from the default "
                                        "listing; nothing is deleted"),
                            ("unarchive", "show an archived session (and its lineage) again")):
@@ -133,12 +134,12 @@ def register(ss: Any, days_type: Any) -> None:
         if name == "archive":
             ar.add_argument("--older-than", type=days_type, metavar="DAYS",
                             help="every ended session started before DAYS ago")
-            ar.add_argument("--source")
-            ar.add_argument("--dry-run", action="store_true")
-        ar.add_argument("--json", action="store_true")
+            ar.add_argument("--source", help=cli.SOURCE_HELP)
+            ar.add_argument("--dry-run", action="store_true", help=cli.DRY_RUN_HELP)
+        ar.add_argument("--json", action="store_true", help=cli.JSON_HELP)
         ar.set_defaults(fn=cmd_archive, older_than=None, source=None, dry_run=False)
     im = ss.add_parser("import", help="import sessions from an export file (json or jsonl)")
-    im.add_argument("file")
+    im.add_argument("file", help="a `sessions export` file: json (an array) or jsonl")
     im.add_argument("--force", action="store_true", help="skip the live-writer gate")
-    im.add_argument("--json", action="store_true")
+    im.add_argument("--json", action="store_true", help=cli.JSON_HELP)
     im.set_defaults(fn=cmd_import)
