@@ -34,9 +34,9 @@ COMMANDS: dict[str, list[str]] = {
     "doctor": ["doctor"],
     "recover": ["sessions", "recover"],
     "replay-spool": ["sessions", "replay-spool"],
+    "restore": ["backup", "restore"],
     # every capture beside the store unless args name some; --dry-run (or a listing) wins
     "salvage": ["sessions", "salvage", "--apply"],
-    "restore": ["backup", "restore"],
 }
 #: Commands behind the live-writer gate (SPEC §11): only they take ``--force``.
 GATED_COMMANDS = ("optimize", "optimize-storage", "prune", "salvage")
