@@ -320,9 +320,81 @@ def brief(rec: dict, keys: Iterable[str] | None = None) -> dict:
     return out
 
 
-def fmt_t(t: float | None) -> str:
-    """A monotonic time ``t`` as text with 3 decimals (seconds)."""
-    return "?" if t is None else f"{t:.3f}"
+#: The phases a run (or a ``chaos watch``) starts with: the run's time 0.
+START_PHASES = ("warm-up", "watch")
+#: Record and evidence fields that hold a time on the history's clock (CLOCK_MONOTONIC seconds).
+TIME_KEYS = frozenset({"t", "T", "t0", "t1", "t_invoke", "t_done", "t_start", "t_end",
+                       "invoked_t", "bound_crossed_t", "heal_t", "ack_t", "cut_t", "crossed_t"})
+#: Nested fields of an evidence item that may be the history record it quotes.
+_EVIDENCE_RECORDS = ("record", "invoke", "first", "op", "done", "sample_before", "event")
+
+
+def run_start(history: Iterable[dict]) -> float:
+    """The run's time 0 on the history's clock: its first ``warm-up`` (or ``watch``) phase
+    record, else its earliest record (0.0 for an empty history). Every time a person reads --
+    verdict text, evidence, the report's axes -- is in seconds since this moment (issue 16)."""
+    records = list(history)
+    starts = [float(r["t"]) for r in records
+              if r.get("type") == "phase" and r.get("phase") in START_PHASES
+              and isinstance(r.get("t"), (int, float))]
+    if starts:
+        return min(starts)
+    times = [float(r["t"]) for r in records if isinstance(r.get("t"), (int, float))]
+    return min(times) if times else 0.0
+
+
+def fmt_t(t: float | None, start: float) -> str:
+    """A time ``t`` on the history's clock as seconds since ``start`` (:func:`run_start`):
+    ``4.213s``; ``?`` when unknown."""
+    return "?" if t is None else f"{t - start:.3f}s"
+
+
+def evidence_time(item) -> float | None:
+    """The time (history clock) an evidence item is about: its ``t`` (or another
+    :data:`TIME_KEYS` field), else that of the record it quotes (``record``, ``invoke``, ...);
+    None when it carries none."""
+    if not isinstance(item, dict):
+        return None
+    for key in ("t", "invoked_t", "t_invoke", "t_start", "T", "t0", "heal_t", "ack_t"):
+        if isinstance(item.get(key), (int, float)) and not isinstance(item.get(key), bool):
+            return float(item[key])
+    for key in _EVIDENCE_RECORDS:
+        found = evidence_time(item.get(key))
+        if found is not None:
+            return found
+    return None
+
+
+def evidence_process(item) -> str | int | None:
+    """The process (name, else PID) an evidence item is about, if it names one."""
+    if not isinstance(item, dict):
+        return None
+    for key in ("process", "holder", "pid", "holder_pid"):
+        if isinstance(item.get(key), (str, int)) and not isinstance(item.get(key), bool):
+            return item[key]
+    for key in _EVIDENCE_RECORDS:
+        found = evidence_process(item.get(key))
+        if found is not None:
+            return found
+    return None
+
+
+def relative_times(obj, start: float):
+    """A copy of ``obj`` (dicts, lists) with every :data:`TIME_KEYS` number turned into seconds
+    since ``start`` (3 decimals) and the epoch ``wall`` fields dropped: what a person reads."""
+    if isinstance(obj, dict):
+        out = {}
+        for k, v in obj.items():
+            if k == "wall":
+                continue
+            if k in TIME_KEYS and isinstance(v, (int, float)) and not isinstance(v, bool):
+                out[k] = round(float(v) - start, 3)
+            else:
+                out[k] = relative_times(v, start)
+        return out
+    if isinstance(obj, list):
+        return [relative_times(v, start) for v in obj]
+    return obj
 
 
 def _first(key: str, *records: dict | None):

@@ -15,6 +15,8 @@ import time
 from html.parser import HTMLParser
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 SCENARIO = """\
@@ -86,19 +88,33 @@ def test_run_writes_a_self_contained_report_with_lanes_and_faults(tmp_path, monk
                if r["type"] == "process" and r["phase"] == "spawn"}
     assert spawned.keys() == {"writer-0", "victim-0", "locker-0"}
     assert lanes == spawned
-    # One band per fault that fired, named after it.
+    # One band per fault that fired, named after it, on the timeline and on every plot.
     fired = sorted(r["fault"] for r in history if r["type"] == "nemesis" and r["phase"] == "done")
-    bands = sorted(a["data-fault"] for a in page.with_attr("data-fault"))
-    assert fired == ["cont", "kill", "stop"] and bands == fired
-    # Operations are marks; the victim's SIGKILL shows as a killed lane end.
+    bands = [a for a in page.with_attr("data-fault") if "fault-band" in a.get("class", "")]
+    plots = 1 + len([a for a in page.with_attr("data-kind") if "lat-panel" in a.get("class", "")])
+    plots += 1 + 1  # throughput, WAL
+    assert fired == ["cont", "kill", "stop"]
+    assert sorted(a["data-fault"] for a in bands) == sorted(fired * plots)
+    # The fault schedule: planned, fired, healed (stop lasts until cont).
+    rows = {a["data-fault"]: a for a in page.with_attr("data-fault")
+            if "fault-row" in a.get("class", "")}
+    assert set(rows) == {"kill", "stop", "cont"} and all(
+        r["data-status"] == "done" for r in rows.values())
+    assert "by cont (step 2)" in report.read_text()
+    # Operations are bars from invoke to completion; the victim's SIGKILL shows as a killed
+    # lane end.
     ops = [a for a in page.with_attr("data-op")]
+    assert all(float(a["data-to-s"]) >= float(a["data-from-s"]) for a in ops)
     assert {"append", "hold_lock"} <= {a["data-op"] for a in ops}
     assert any("op-ok" in a["class"] for a in ops)
     assert "killed by signal 9" in report.read_text()
     # The verdict table is there, one row per checker of results.json.
     results = json.loads((run_dir / "results.json").read_text())
-    rows = {a["data-checker"]: a["data-status"] for a in page.with_attr("data-checker")}
+    rows = {a["data-checker"]: a["data-status"] for a in page.with_attr("data-checker")
+            if "verdict" in a.get("class", "")}
     assert rows == {v["checker"]: v["status"] for v in results["verdicts"]}
+    banner = next(a for a in page.with_attr("id") if a["id"] == "verdict-banner")
+    assert banner["data-verdict"] == "PASS"
     # Nothing is fetched from the network.
     for _, attrs in page.tags:
         for key in ("src", "href"):
@@ -118,12 +134,16 @@ def test_run_writes_a_self_contained_report_with_lanes_and_faults(tmp_path, monk
     page2 = Page()
     page2.feed(render(records, failed, scenario))
     (mark,) = page2.with_attr("data-evidence-of")
-    assert mark["data-evidence-of"] == "no_lost_writes"
-    assert page.with_attr("data-evidence-of") == []  # every checker passed: no mark
-    # A lane with many ops merges its marks per pixel column and outcome (the page stays small).
-    import chaos.report.html as html_report
+    assert mark["data-evidence-of"] == "no_lost_writes" and mark["data-number"] == "1"
+    from chaos.history import run_start
 
-    monkeypatch.setattr(html_report, "MAX_MARKS_PER_LANE", 5)
+    assert float(mark["data-at-s"]) == pytest.approx(ack["t"] - run_start(records), abs=1e-3)
+    # Passing checkers' evidence is marked too, grey and unnumbered.
+    assert all(a["data-number"] == "0" for a in page.with_attr("data-evidence-of"))
+    # A lane with many ops merges its marks per pixel column and outcome (the page stays small).
+    import chaos.report.lanes as lanes
+
+    monkeypatch.setattr(lanes, "MAX_MARKS_PER_LANE", 5)
     page3 = Page()
     page3.feed(render(records, results, scenario))
     merged = [a for _, a in page3.tags if "merged" in a.get("class", "")]
@@ -137,6 +157,9 @@ def test_run_writes_a_self_contained_report_with_lanes_and_faults(tmp_path, monk
     assert report.exists()
     assert "no_lost_writes" in again.stdout and "PASS" in again.stdout
     assert {a["data-fault"] for a in parse(report).with_attr("data-fault")} == set(fired)
+    # One time base: the page never shows the raw monotonic clock of the history.
+    text = report.read_text()
+    assert f"{records[1]['t']:.3f}" not in text
 
 
 def test_repeat_runs_successive_seeds_and_ends_with_a_table_of_runs(tmp_path):

@@ -35,7 +35,8 @@ from . import (
     single_wal_generation,
     stale_wal_refusal,
 )
-from .base import FAIL, INCONCLUSIVE, PASS, SKIPPED, CheckContext, Verdict, params_of
+from .base import FAIL, INCONCLUSIVE, PASS, SKIPPED, CheckContext, Verdict, params_of, \
+    stamp_evidence
 
 
 @dataclass(frozen=True)
@@ -94,7 +95,7 @@ def run_checkers(ctx: CheckContext, expect: dict[str, dict]) -> list[Verdict]:
                               f"{(str(exc).splitlines() or [''])[0]}",
                               {"error": tb[-4000:]})
         verdict.figures.setdefault("elapsed_s", round(time.monotonic() - t0, 3))
-        out.append(verdict)
+        out.append(stamp_evidence(verdict, ctx.history))
     return out
 
 

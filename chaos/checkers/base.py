@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable
 
+from ..history import evidence_time, phase_time, run_start
 from ..params import build
 
 PASS, FAIL, INCONCLUSIVE, SKIPPED = "PASS", "FAIL", "INCONCLUSIVE", "SKIPPED"
@@ -80,6 +81,30 @@ def exit_code_of(verdicts: Iterable) -> int:
     def status(v) -> str:
         return v.get("status") if isinstance(v, dict) else getattr(v, "status", "")
     return 0 if all(status(v) in (PASS, SKIPPED) for v in verdicts) else 1
+
+
+def stamp_evidence(verdict: Verdict, history: list) -> Verdict:
+    """Give every evidence item of ``verdict`` its time in seconds since the run start
+    (``at_s``, issue 16: one time base for whoever reads it; the report marks it on the
+    timeline). An item about a history record gets that record's time; one about the final store
+    (integrity, the store's rows) gets the time the checks began (the ``recover`` phase) and
+    ``about: "the final store"``. Items that are not dicts are wrapped as ``{"item": ...}``.
+    Returns ``verdict`` (changed in place)."""
+    start = run_start(history)
+    checked = phase_time(history, "recover")
+    out = []
+    for item in verdict.evidence:
+        item = dict(item) if isinstance(item, dict) else {"item": item}
+        if not isinstance(item.get("at_s"), (int, float)):
+            t = evidence_time(item)
+            if t is None and checked is not None:
+                t = checked
+                item.setdefault("about", "the final store")
+            if t is not None:
+                item["at_s"] = round(t - start, 3)
+        out.append(item)
+    verdict.evidence = out
+    return verdict
 
 
 def role_kinds(scenario: dict | None) -> dict[str, str]:

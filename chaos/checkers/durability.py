@@ -35,7 +35,7 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Literal
 
-from ..history import brief, events_of, pair_ops
+from ..history import brief, events_of, pair_ops, run_start
 from ..params import param
 from .base import CheckContext, Verdict, params_of, verdict_from
 from .no_lost_writes import APPEND_OPS, natural_key
@@ -86,18 +86,18 @@ def sync_points(history: list, ops) -> tuple[list[float], list[float], list[tupl
 
 
 def _covered(ack: float, cut: float, ok: list[float], failed: list[float],
-             ckpts: list[tuple[float, float]]) -> str | None:
+             ckpts: list[tuple[float, float]], t0: float = 0.0) -> str | None:
     """Why a NORMAL commit acknowledged at ``ack`` had to survive a cut at ``cut``; None if it
-    was inside the loss window."""
+    was inside the loss window. Times in the text are seconds since ``t0`` (the run start)."""
     for start, end in ckpts:
         if ack < start and end < cut:
-            return f"a complete checkpoint ran from {start:.3f} to {end:.3f}"
+            return f"a complete checkpoint ran from {start - t0:.3f}s to {end - t0:.3f}s"
     i = bisect.bisect_right(ok, ack)
     for t in ok[i:]:
         if t >= cut:
             break
         if not any(ack < f < t for f in failed):
-            return f"the WAL was fsynced at {t:.3f}"
+            return f"the WAL was fsynced at {t - t0:.3f}s"
     return None
 
 
@@ -162,7 +162,7 @@ def check(ctx: CheckContext, params: Params) -> Verdict:
         if str(op.payload_id) in present:
             continue
         why = "FULL: every acknowledged commit was fsynced" if level == "FULL" else \
-            _covered(op.t_done, cut, ok_t, failed_t, ckpts)
+            _covered(op.t_done, cut, ok_t, failed_t, ckpts, run_start(ctx.history))
         item = {"payload_id": str(op.payload_id), "process": op.process,
                 "ack_t": round(op.t_done, 6), "cut_t": round(cut, 6), "allowed": why is None,
                 "reason": why or "acknowledged after the last sync point before the cut"}

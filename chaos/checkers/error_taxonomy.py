@@ -27,7 +27,7 @@ import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 
-from ..history import TOOLKIT_PROCESSES, brief, fmt_t
+from ..history import TOOLKIT_PROCESSES, brief, fmt_t, run_start
 from ..nemesis import CORRUPTING_FAULTS
 from ..params import param
 from .base import FAIL, INCONCLUSIVE, PASS, CheckContext, Verdict, params_of
@@ -113,7 +113,7 @@ def check(ctx: CheckContext, params: dict) -> Verdict:
         first = corrupt_unexplained[0]
         problems.append(f"{len(corrupt_unexplained)} corruption signal(s) with no corrupting fault "
                         f"injected before (first: {first.get('process')} at "
-                        f"t={fmt_t(first.get('t'))}: {_text(first)[:120] or first.get('event')})")
+                        f"t={fmt_t(first.get('t'), run_start(ctx.history))}: {_text(first)[:120] or first.get('event')})")
         evidence.extend({"violation": "corruption not injected", "record": brief(r)}
                         for r in corrupt_unexplained[:5])
     for cls, recs in sorted(bad_class.items(), key=lambda kv: -len(kv[1])):

@@ -31,6 +31,7 @@ from ..history import (
     brief,
     exit_records,
     fmt_t,
+    run_start,
     moment,
     pair_ops,
     phase_time,
@@ -121,13 +122,13 @@ def check(ctx: CheckContext, params: dict) -> Verdict:
     if dead:
         return Verdict(NAME, FAIL,
                        f"{len(dead)} writer(s) did not commit within {deadline:g} s of the heal "
-                       f"(t={fmt_t(H)}): {', '.join(dead)}; at the deadline write lock: "
+                       f"(t={fmt_t(H, run_start(ctx.history))}): {', '.join(dead)}; at the deadline write lock: "
                        f"{at_deadline.get('write_lock_owner') or 'nobody'}"
                        + (f", stopped: {', '.join(at_deadline['stopped'])}"
                           if at_deadline.get("stopped") else ""), fig, evidence)
     if not live:
         return Verdict(NAME, INCONCLUSIVE,
-                       f"no writer was tested after the heal at t={fmt_t(H)} ("
+                       f"no writer was tested after the heal at t={fmt_t(H, run_start(ctx.history))} ("
                        f"{len(candidates)} writer(s) alive, {len(not_tested)} exited without "
                        "writing)", fig)
     worst = max(live.items(), key=lambda kv: kv[1])

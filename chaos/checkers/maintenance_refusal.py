@@ -40,7 +40,16 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from ..history import WRITE_OPS, Samples, brief, fmt_t, holding, pair_ops, role_of
+from ..history import (
+    WRITE_OPS,
+    Samples,
+    brief,
+    fmt_t,
+    holding,
+    pair_ops,
+    role_of,
+    run_start,
+)
 from ..nemesis.commands import GATED_COMMANDS, named_pids
 from ..params import param
 from .base import FAIL, INCONCLUSIVE, PASS, CheckContext, Verdict, params_of, role_kinds
@@ -260,7 +269,7 @@ def check(ctx: CheckContext, params: dict) -> Verdict:
                 bad.append(f"the output does not name {', '.join(missing)}")
         bad.extend(rewritten)
         if bad:
-            problems.append(f"{cmd.command} at t={fmt_t(cmd.t0)} by {cmd.process}: "
+            problems.append(f"{cmd.command} at t={fmt_t(cmd.t0, run_start(hist))} by {cmd.process}: "
                             + "; ".join(bad))
             evidence.append({"violation": "; ".join(bad), "command": cmd.command,
                              "live_writers": live, "named_pids": cmd.named,

@@ -33,6 +33,7 @@ from ..history import (
     end_time,
     exit_records,
     fmt_t,
+    run_start,
     moment,
     pair_ops,
     phase_time,
@@ -142,7 +143,8 @@ def check(ctx: CheckContext, params: dict) -> Verdict:
         fig["stalled_processes"] = sorted({s["process"] for s in stalls})
         summary = (f"{len(stalls)} op(s) waited longer than {bound:g} s; longest "
                    f"{first['process']} {first['op']} {first['waited_s']:.2f} s "
-                   f"(invoked t={fmt_t(first['invoked_t'])}); at that moment write lock: "
+                   f"(invoked t={fmt_t(first['invoked_t'], run_start(ctx.history))}); at that moment "
+                   f"write lock: "
                    f"{at.get('write_lock_owner') or 'nobody'}; holders: "
                    f"{'; '.join(at.get('holders') or []) or 'none sampled'}"
                    + (f"; stopped: {', '.join(at['stopped'])}" if at.get("stopped") else ""))

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from .. import store
 from ..history import brief, moment, observed_states, of_type
-from .base import INCONCLUSIVE, PASS, Verdict
+from .base import INCONCLUSIVE, PASS, Verdict, stamp_evidence
 
 
 def must_observe(wanted: list[str], records: list[dict]) -> list[Verdict]:
@@ -33,7 +33,8 @@ def must_observe(wanted: list[str], records: list[dict]) -> list[Verdict]:
     summary = (f"never observed: {', '.join(missing)}" if missing
                else f"observed {', '.join(wanted)}")
     evidence = [{"observed": m, "first": first[m]} for m in wanted if m in first]
-    return [Verdict("must_observe", status, summary, {"missing": missing}, evidence)]
+    return [stamp_evidence(Verdict("must_observe", status, summary, {"missing": missing},
+                                   evidence), records)]
 
 
 def faults_fired(records: list[dict]) -> list[Verdict]:
@@ -46,8 +47,8 @@ def faults_fired(records: list[dict]) -> list[Verdict]:
         return []
     what = "; ".join(f"step {r.get('step')} {r.get('fault')} failed: {r.get('error')}"
                      for r in bad[:5])
-    return [Verdict("faults_fired", INCONCLUSIVE, what, {"not_applied": len(bad)},
-                    [brief(r) for r in bad[:10]])]
+    return [stamp_evidence(Verdict("faults_fired", INCONCLUSIVE, what, {"not_applied": len(bad)},
+                                   [brief(r) for r in bad[:10]]), records)]
 
 
 def interrupted(run_dir: Path) -> list[Verdict]:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..history import Samples, brief, fmt_t, pair_ops, proc_entry
+from ..history import Samples, brief, fmt_t, pair_ops, proc_entry, run_start
 from ..params import param
 from .base import FAIL, INCONCLUSIVE, PASS, SKIPPED, CheckContext, Verdict, params_of
 
@@ -108,7 +108,7 @@ def check(ctx: CheckContext, params: dict) -> Verdict:
         v = violations[0]
         return Verdict(NAME, FAIL,
                        f"{len(violations)} write(s) committed while the writer held a retired "
-                       f"-wal; first: {v['process']} at t={fmt_t(v['record'].get('t'))} holding "
+                       f"-wal; first: {v['process']} at t={fmt_t(v['record'].get('t'), run_start(ctx.history))} holding "
                        f"inode {v['retired_wal']['ino']} (path has "
                        f"{(v['sample_before']['at_path'] or {}).get('ino', 'no -wal')})",
                        fig, violations)

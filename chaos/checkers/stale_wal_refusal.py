@@ -40,6 +40,7 @@ from ..history import (
     events_of,
     exit_records,
     fmt_t,
+    run_start,
     of_type,
     pair_ops,
     proc_name,
@@ -270,7 +271,7 @@ def check(ctx: CheckContext, params) -> Verdict:
                  "holder_role": p.holder}
     if not run.holders:
         return Verdict(NAME, INCONCLUSIVE, f"no process of role {p.holder!r} had the store open "
-                       f"when {p.fault} fired at T={fmt_t(T)}", fig, [brief(fired[0])])
+                       f"when {p.fault} fired at T={fmt_t(T, run_start(ctx.history))}", fig, [brief(fired[0])])
     captures = find_captures(ctx.home, ctx.store_path.parent)
     cases = {"ok_after_fault": ok_after_fault_cases(run), "unrefused": unrefused_cases(run),
              "write_after_refusal": write_after_refusal_cases(run),
@@ -287,7 +288,8 @@ def check(ctx: CheckContext, params) -> Verdict:
     tested = any(run.writes_after(h) for h in run.holders)
     return verdict_from(NAME, cases, fig, summary=_summary(run, fig),
                         inconclusive=None if tested else
-                        f"the holder never attempted a write after T={fmt_t(T)}")
+                        f"the holder never attempted a write after "
+                        f"T={fmt_t(T, run_start(ctx.history))}")
 
 
 def _figures(run: Run, captures: list[Capture]) -> dict:
@@ -329,7 +331,7 @@ def _figures(run: Run, captures: list[Capture]) -> dict:
 def _summary(run: Run, fig: dict) -> str:
     holders = fig["holders"]
     caps = ", ".join(str(holders[h]["capture"]) for h in run.holders)
-    out = (f"T={fmt_t(run.T)}: {len(run.holders)} holder(s), "
+    out = (f"T={fmt_t(run.T, run_start(run.history))}: {len(run.holders)} holder(s), "
            f"{sum(v['ok_after_T'] for v in holders.values())} ok writes after T, "
            f"{fig['writes_refused']} refused, capture {caps}; {fig['opens_refused']} opens "
            "refused")

@@ -1,49 +1,37 @@
-"""``report.html``: one self-contained page per run (SPEC §16.5).
+"""``report.html``: one self-contained page per run (SPEC §16.5; issue 16).
 
 Built only from the files a run leaves behind (``history.jsonl`` or ``history/*.jsonl``,
 ``results.json``, ``scenario.resolved.json``), so ``python -m chaos report RUN_DIR`` can rebuild it
-at any time. The page has no network dependency: CSS, the small zoom script and every chart are
-inline (SVG). Sections:
+at any time. No network dependency: CSS, the zoom script and every chart are inline (SVG).
 
-- the run header (scenario, seed, SQLite, processes with their exit codes);
-- the verdict table with each checker's figures and evidence;
-- the timeline: one lane per process; operations as marks (ok green, fail red, info amber, each
-  spanning invoke→completion); nemesis faults as bands across every lane (``stop`` until its
-  ``cont``); refusals, captures and give-ups as red/purple markers, retries as orange ticks,
-  checkpoints as blue triangles; run phases on top; from ``sample`` records, the write-lock owner
-  (purple bar) and processes waiting on a lock (orange bar) in their process's lane;
-- latency over time per op kind (log scale);
-- WAL size over time, when the history has ``sample`` records.
+The page opens on what a person needs first, in one screen:
 
-Elements carry ``data-*`` attributes (``data-process``, ``data-fault``, ``data-kind``) so tests
-and scripts can read the page with an HTML parser.
+1. the verdict banner (``#verdict-banner``): PASS / FAIL / INCONCLUSIVE, the checkers that did
+   not pass, each linking to its evidence, and the moment the run failed (its first evidence);
+2. the timeline (:mod:`chaos.report.lanes`): one lane per process, operations as bars from invoke
+   to completion, faults as bands, phases on top, every checker's evidence numbered at its time;
+
+then the fault schedule (planned, fired, healed), latency per op kind with the checkers' bounds,
+throughput per op kind, the WAL (size, checkpoints, retired generations still held)
+(:mod:`chaos.report.plots`), the verdicts with their figures and evidence, and the run's facts.
+One time base everywhere: seconds since the run start (:func:`chaos.history.run_start`).
 """
 
 from __future__ import annotations
 
-import html
 import json
-import math
 import os
 from pathlib import Path
 
 from .. import store
-from ..history import sample_wal_bytes
-from .timeline import PLOT_W, Timeline
-
-#: Plot geometry (px).
-LABEL_W, LANE_H, AXIS_H = 190, 26, 24
-#: Per lane, above this many ops the marks are merged per pixel column (a page stays small).
-MAX_MARKS_PER_LANE = 1500
-
-OP_COLOURS = {"ok": "#2e9e44", "fail": "#d62728", "info": "#f0a30a"}
-PHASE_COLOURS = {"warm-up": "#e8f1fb", "chaos": "#fdeaea", "heal": "#eaf7ea", "recover": "#f2f2f2"}
-KIND_PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
-                "#7f7f7f", "#bcbd22", "#17becf")
-#: Errors that are the store refusing on purpose (SPEC §10, §12) rather than a plain failure.
-REFUSAL_ERRORS = frozenset({"DeletedWalGenerationError", "StateDbReplacedError",
-                            "StateDbCorruptError", "WriteContentionError",
-                            "MaintenanceRefusedError"})
+from ..checkers import CHECKERS
+from ..history import ADVERSARY_OPS, relative_times
+from ..params import build
+from .evidence import NOT_PASSING, Mark, checker_anchor, first_failure, item_anchor, marks
+from .lanes import legend, timeline_svg
+from .plots import Bound, latency_svg, throughput_svg, wal_svg
+from .svg import esc
+from .timeline import Timeline
 
 
 # ------------------------------------------------------------------------------ rendering
@@ -61,426 +49,241 @@ def write_report(run_dir: str | os.PathLike) -> Path:
     return store.write_text_atomic(run.report, page)
 
 
-def _e(value) -> str:
-    return html.escape(str(value), quote=True)
+def overall(results: dict) -> str:
+    """The run's verdict: FAIL if a checker failed, else INCONCLUSIVE if one was, else PASS
+    (SKIPPED when every checker was skipped; NONE without verdicts)."""
+    statuses = [str(v.get("status")) for v in results.get("verdicts") or []]
+    if not statuses:
+        return "NONE"
+    for status in ("FAIL", "INCONCLUSIVE"):
+        if status in statuses:
+            return status
+    return "SKIPPED" if all(s == "SKIPPED" for s in statuses) else "PASS"
 
 
-def _title(text: str) -> str:
-    return f"<title>{_e(text)}</title>"
-
-
-def _fmt_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} GiB"
-
-
-def _fmt_s(s: float) -> str:
-    if s >= 1:
-        return f"{s:.2f} s"
-    if s >= 1e-3:
-        return f"{s * 1e3:.1f} ms"
-    return f"{s * 1e6:.0f} µs"
-
-
-def _axis(tl: Timeline, y: float, height: float) -> str:
-    span = tl.t1 - tl.t0
-    step = _nice_step(span / 10)
-    parts = []
-    k = 0.0
-    while k <= span + 1e-9:
-        x = LABEL_W + tl.x(tl.t0 + k)
-        parts.append(f'<line class="grid" x1="{x:.1f}" y1="{y:.1f}" x2="{x:.1f}" '
-                     f'y2="{y + height:.1f}"/>'
-                     f'<text class="tick" x="{x:.1f}" y="{y - 4:.1f}">{k:g}s</text>')
-        k = round(k + step, 9)
-    return "".join(parts)
-
-
-def _nice_step(raw: float) -> float:
-    if raw <= 0:
-        return 1.0
-    mag = 10 ** math.floor(math.log10(raw))
-    for m in (1, 2, 5, 10):
-        if raw <= m * mag:
-            return m * mag
-    return 10 * mag
-
-
-def _marker(shape: str, x: float, y: float, cls: str, title: str, attrs: str = "") -> str:
-    if shape == "diamond":
-        d = f"M{x:.1f},{y - 5:.1f} L{x + 4:.1f},{y:.1f} L{x:.1f},{y + 5:.1f} L{x - 4:.1f},{y:.1f}Z"
-    elif shape == "triangle":
-        d = f"M{x - 4:.1f},{y + 4:.1f} L{x + 4:.1f},{y + 4:.1f} L{x:.1f},{y - 4:.1f}Z"
-    else:  # tick
-        d = f"M{x:.1f},{y - 4:.1f} L{x:.1f},{y + 4:.1f}"
-    return f'<path class="{cls}" d="{d}" {attrs}>{_title(title)}</path>'
-
-
-def _timeline_svg(tl: Timeline, results: dict | None = None) -> str:
-    top = AXIS_H + 18
-    lanes_h = max(1, len(tl.lanes)) * LANE_H
-    height = top + lanes_h + 10
-    w = LABEL_W + PLOT_W + 40
-    out = [f'<svg class="timeline" id="timeline" '
-           f'width="{w}" height="{height}" viewBox="0 0 {w} {height}" '
-           f'preserveAspectRatio="none">']
-    for name, a, b in tl.phases():
-        xa, xb = LABEL_W + tl.x(a), LABEL_W + tl.x(b)
-        out.append(f'<g class="phase" data-phase="{_e(name)}"><rect x="{xa:.1f}" y="0" '
-                   f'width="{max(1.0, xb - xa):.1f}" height="14" '
-                   f'fill="{PHASE_COLOURS.get(name, "#eee")}"/>'
-                   f'<text class="phase-label" x="{xa + 3:.1f}" y="11">{_e(name)}</text>'
-                   f'{_title(f"{name}: {tl.rel(a):.2f}s to {tl.rel(b):.2f}s")}</g>')
-    out.append(_axis(tl, top, lanes_h))
-    spans = tl.sample_spans()
-    events_by_lane: dict[str, list[dict]] = {}
-    for r in tl.records:
-        if r.get("type") == "event" and r.get("process") in tl.lane_info:
-            events_by_lane.setdefault(r["process"], []).append(r)
-        elif r.get("type") == "observed" and r.get("holder_pid") in tl.pid_lane:
-            events_by_lane.setdefault(tl.pid_lane[r["holder_pid"]], []).append(r)
-    ops_by_lane: dict[str, list] = {}
-    for op in tl.ops:
-        ops_by_lane.setdefault(op.process, []).append(op)
-    for i, name in enumerate(tl.lanes):
-        info = tl.lane_info[name]
-        sub = info["kind"] or ""
-        y = top + i * LANE_H
-        mid = y + LANE_H / 2
-        if name.startswith("pid "):
-            label = f"{name} {sub}" if sub else name
-            label = label if len(label) <= 30 else label[:29] + "…"
-        else:
-            label = name + (f"  pid {info['pid']}" if info["pid"] else "")
-        out.append(f'<g class="lane" data-process="{_e(name)}" data-pid="{_e(info["pid"] or "")}">')
-        out.append(f'<rect class="lane-bg{" odd" if i % 2 else ""}" x="0" y="{y}" width="{w}" '
-                   f'height="{LANE_H}"/>')
-        out.append(f'<text class="lane-label" x="4" y="{mid + 4:.1f}">{_e(label)}'
-                   f'{_title(f"{name} ({sub})" if sub else name)}</text>')
-        start = info["spawn"] or info["first"] or tl.t0
-        end = info["exit"] or info["last"] or tl.t1
-        xa, xb = LABEL_W + tl.x(start), LABEL_W + tl.x(end)
-        out.append(f'<line class="life" x1="{xa:.1f}" y1="{mid:.1f}" x2="{xb:.1f}" '
-                   f'y2="{mid:.1f}"/>')
-        if info["exit"] is not None:
-            code = info["exitcode"]
-            bad = isinstance(code, int) and code != 0
-            how = f"killed by signal {-code}" if isinstance(code, int) and code < 0 else f"exit {code}"
-            out.append(f'<text class="exit{" bad" if bad else ""}" x="{xb + 2:.1f}" '
-                       f'y="{mid + 4:.1f}">{"✕" if bad else "|"}{_title(f"{name}: {how}")}</text>')
-        for what, a, b, title in spans.get(name, []):
-            xa, xb = LABEL_W + tl.x(a), LABEL_W + tl.x(b)
-            sy, sh = {"stopped": (y + 1, LANE_H - 2), "read": (y + LANE_H - 5, 3),
-                      "retired": (y + LANE_H - 6, 5)}.get(what, (y + 2, 5))
-            out.append(f'<rect class="span-{what}" data-kind="{what}" x="{xa:.1f}" '
-                       f'y="{sy}" width="{max(2.0, xb - xa):.1f}" height="{sh}">'
-                       f'{_title(f"{title} ({tl.rel(a):.2f}s to {tl.rel(b):.2f}s)")}</rect>')
-        out.append(_op_marks(tl, ops_by_lane.get(name, []), y))
-        for ev in events_by_lane.get(name, []):
-            out.append(_event_mark(tl, ev, y))
-        out.append("</g>")
-    for f in tl.faults():
-        xa = LABEL_W + tl.x(f["t_start"])
-        xb = LABEL_W + tl.x(f["t_end"] if f["t_end"] is not None else f["t_start"])
-        det = json.dumps(f["details"], default=str)
-        if len(det) > 400:
-            det = det[:397] + "..."
-        cls = "fault" + (" fault-error" if f["status"] == "error" else "")
-        out.append(f'<g class="{cls}" data-fault="{_e(f["fault"])}" data-step="{_e(f["step"])}">'
-                   f'<rect x="{xa:.1f}" y="{top}" width="{max(3.0, xb - xa):.1f}" '
-                   f'height="{lanes_h}"/><text class="fault-label" x="{xa + 2:.1f}" '
-                   f'y="{top + 10}">{_e(f["fault"])}</text>'
-                   f'{_title(_fault_title(tl, f, det))}</g>')
-    for checker, status, t, text in _evidence_times(results or {}):
-        x = LABEL_W + tl.x(t)
-        out.append(f'<line class="evidence" data-evidence-of="{_e(checker)}" x1="{x:.1f}" '
-                   f'y1="{top - 6}" x2="{x:.1f}" y2="{top + lanes_h}">'
-                   f'{_title(f"{checker} {status} evidence at {tl.rel(t):.3f}s: {text}")}</line>')
-    out.append("</svg>")
-    return "".join(out)
-
-
-def _fault_title(tl: Timeline, f: dict, det: str) -> str:
-    return (f"nemesis step {f['step']}: {f['fault']} ({f['status']}) at "
-            f"{tl.rel(f['t_start']):.2f}s: {det}")
-
-
-def _op_title(op) -> str:
-    rec = op.record()
-    parts = [f"{op.op} {op.kind}", op.op_id]
-    if op.t_done is not None and op.done is not None and op.done.get("latency_s") is not None:
-        parts.append(_fmt_s(float(op.done["latency_s"])))
-    if op.payload_id:
-        parts.append(f"payload {op.payload_id}")
-    if op.error:
-        parts.append(f"{op.error}: {str(rec.get('message', ''))[:200]}")
-    if rec.get("synthesized"):
-        parts.append("outcome unknown: the process ended mid-call")
-    return " | ".join(parts)
-
-
-def _op_marks(tl: Timeline, ops: list, y: float) -> str:
-    oy, oh = y + 9, LANE_H - 14
-    if len(ops) <= MAX_MARKS_PER_LANE:
-        out = []
-        for op in ops:
-            xa = LABEL_W + tl.x(op.t_invoke)
-            xb = LABEL_W + tl.x(op.t_done if op.t_done is not None else op.t_invoke)
-            refusal = op.error in REFUSAL_ERRORS
-            cls = f"op op-{op.kind}" + (" refused" if refusal else "")
-            out.append(f'<rect class="{cls}" data-op="{_e(op.op)}" x="{xa:.1f}" y="{oy:.1f}" '
-                       f'width="{max(1.2, xb - xa):.1f}" height="{oh:.1f}">'
-                       f'{_title(_op_title(op))}</rect>')
-        return "".join(out)
-    # Many ops: one rect per run of pixel columns per outcome (worst outcome drawn last).
-    cols: dict[str, set[int]] = {"ok": set(), "info": set(), "fail": set()}
-    counts = {"ok": 0, "info": 0, "fail": 0}
-    for op in ops:
-        a = int(tl.x(op.t_invoke))
-        b = int(tl.x(op.t_done if op.t_done is not None else op.t_invoke))
-        cols.setdefault(op.kind, set()).update(range(a, b + 1))
-        counts[op.kind] = counts.get(op.kind, 0) + 1
+def bounds_of(scenario: dict) -> list[Bound]:
+    """The latency bounds the scenario's checkers judge by (drawn on the latency plots):
+    ``no_lockup``'s ``bound`` (every op but the adversaries' and its ``ignore_ops``) and
+    ``latency``'s ``p99_bound``/``max_bound``."""
+    expect = scenario.get("expect") or {}
     out = []
-    for kind in ("ok", "info", "fail"):
-        run_start = prev = None
-        for c in sorted(cols.get(kind, ())) + [None]:
-            if c is not None and prev is not None and c == prev + 1:
-                prev = c
-                continue
-            if run_start is not None:
-                out.append(f'<rect class="op op-{kind} merged" x="{LABEL_W + run_start:.1f}" '
-                           f'y="{oy:.1f}" width="{prev - run_start + 1:.1f}" height="{oh:.1f}">'
-                           f'{_title(f"{counts[kind]} {kind} ops in this lane (merged)")}</rect>')
-            run_start = prev = c
-    return "".join(out)
-
-
-def _event_mark(tl: Timeline, ev: dict, y: float) -> str:
-    x = LABEL_W + tl.x(ev["t"])
-    kind = ev.get("event") or ev.get("what") or ""
-    if ev.get("type") == "observed":
-        if kind == "lock_held":
-            return _marker("diamond", x, y + 5, "ev-refusal",
-                           f"write lock held by PID {ev.get('holder_pid')} ({ev.get('command')}) "
-                           f"for {ev.get('held_s')}s", 'data-kind="lock_held"')
-        return ""
-    if kind == "retry":
-        return _marker("tick", x, y + LANE_H - 3, "ev-retry",
-                       f"retry attempt {ev.get('attempt')}: slept "
-                       f"{_fmt_s(float(ev.get('sleep_s') or 0))} ({ev.get('op')})",
-                       'data-kind="retry"')
-    if kind == "checkpoint":
-        return _marker("triangle", x, y + LANE_H - 4, "ev-checkpoint",
-                       f"checkpoint {ev.get('mode')} ({ev.get('trigger')}): log {ev.get('log')}, "
-                       f"checkpointed {ev.get('checkpointed')}, busy {ev.get('busy')}"
-                       + (f", error {ev.get('error')}" if ev.get("error") else ""),
-                       'data-kind="checkpoint"')
-    if kind in ("refusal", "write_gave_up", "quarantine"):
-        detail = ev.get("detail") or ev.get("lock_owner") or ev.get("reason") or ""
-        return _marker("diamond", x, y + 5, "ev-refusal",
-                       f"{kind} {ev.get('reason', '')}: {str(detail)[:300]}",
-                       f'data-kind="{_e(kind)}"')
-    if kind == "capture":
-        return _marker("diamond", x, y + 5, "ev-capture",
-                       f"capture ({ev.get('trigger')}): {ev.get('dir')}", 'data-kind="capture"')
-    if kind == "migration":
-        return _marker("triangle", x, y + 5, "ev-migration", f"migration step {ev.get('step')}",
-                       'data-kind="migration"')
-    return ""
-
-
-def _latency_svg(tl: Timeline) -> str:
-    points: dict[str, list[tuple[float, float, str]]] = {}
-    for op in tl.ops:
-        if op.done is None or op.done.get("latency_s") is None:
-            continue
-        lat = float(op.done["latency_s"])
-        if lat <= 0:
-            continue
-        points.setdefault(op.op, []).append((float(op.done["t"]), lat, op.kind))
-    if not points:
-        return '<p class="none">no completed operation with a latency in this history</p>'
-    lats = [p[1] for pts in points.values() for p in pts]
-    lo = 10 ** math.floor(math.log10(min(lats)))
-    hi = 10 ** math.ceil(math.log10(max(lats)))
-    if hi <= lo:
-        hi = lo * 10
-    ph, top = 220, 20
-    w, h = LABEL_W + PLOT_W + 40, top + ph + 30
-
-    def yof(v: float) -> float:
-        return top + ph - (math.log10(v) - math.log10(lo)) / (math.log10(hi) - math.log10(lo)) * ph
-
-    out = [f'<svg class="latency" width="{w}" height="{h}" '
-           f'viewBox="0 0 {w} {h}">', _axis(tl, top, ph)]
-    dec = lo
-    while dec <= hi * 1.0001:
-        yy = yof(dec)
-        out.append(f'<line class="grid" x1="{LABEL_W}" y1="{yy:.1f}" x2="{LABEL_W + PLOT_W}" '
-                   f'y2="{yy:.1f}"/><text class="tick" x="{LABEL_W - 6}" y="{yy + 4:.1f}" '
-                   f'text-anchor="end">{_fmt_s(dec)}</text>')
-        dec *= 10
-    legend_y = top + ph + 24
-    for k, (kind, pts) in enumerate(sorted(points.items())):
-        colour = KIND_PALETTE[k % len(KIND_PALETTE)]
-        # Keep the slowest op per pixel column and outcome: spikes survive, the page stays small.
-        best: dict[tuple[int, str], tuple[float, float, str]] = {}
-        for t, lat, outcome in pts:
-            key = (int(tl.x(t)), outcome)
-            if key not in best or lat > best[key][1]:
-                best[key] = (t, lat, outcome)
-        out.append(f'<g class="lat-kind" data-kind="{_e(kind)}" fill="{colour}" '
-                   f'stroke="{colour}">')
-        for t, lat, outcome in best.values():
-            fill = "none" if outcome != "ok" else colour
-            out.append(f'<circle cx="{LABEL_W + tl.x(t):.1f}" cy="{yof(lat):.1f}" r="2.2" '
-                       f'fill="{fill}">{_title(f"{kind} {outcome}: {_fmt_s(lat)} at {tl.rel(t):.2f}s")}'
-                       f'</circle>')
-        out.append("</g>")
-        lx = LABEL_W + 110 * k
-        out.append(f'<circle cx="{lx}" cy="{legend_y - 4}" r="4" fill="{colour}"/>'
-                   f'<text class="tick" x="{lx + 7}" y="{legend_y}">{_e(kind)} ({len(pts)})</text>')
-    out.append("</svg>")
-    return "".join(out)
-
-
-def _wal_svg(tl: Timeline) -> str:
-    pts = [(float(s["t"]), sample_wal_bytes(s)) for s in tl.samples]
-    pts = [(t, v) for t, v in pts if v is not None]
-    if not pts:
-        return ('<p class="none">no <code>sample</code> records in this history: WAL size was not '
-                'sampled</p>')
-    hi = max(v for _, v in pts) or 1
-    ph, top = 160, 20
-    w, h = LABEL_W + PLOT_W + 40, top + ph + 14
-
-    def yof(v: float) -> float:
-        return top + ph - v / hi * ph
-
-    out = [f'<svg class="wal" width="{w}" height="{h}" '
-           f'viewBox="0 0 {w} {h}">', _axis(tl, top, ph)]
-    for frac in (0, 0.5, 1):
-        yy = yof(hi * frac)
-        out.append(f'<text class="tick" x="{LABEL_W - 6}" y="{yy + 4:.1f}" text-anchor="end">'
-                   f'{_fmt_bytes(hi * frac)}</text>')
-    path = [f"M{LABEL_W + tl.x(pts[0][0]):.1f},{yof(pts[0][1]):.1f}"]
-    for t, v in pts[1:]:  # a step line: the size holds until the next sample
-        path.append(f"H{LABEL_W + tl.x(t):.1f} V{yof(v):.1f}")
-    out.append(f'<path class="wal-line" d="{" ".join(path)}"/>')
-    for r in tl.records:
-        if (r.get("type") == "event" and r.get("event") == "checkpoint") or (
-                r.get("type") == "observed" and r.get("what") == "checkpoint"):
-            out.append(_marker("triangle", LABEL_W + tl.x(r["t"]), top + ph - 4, "ev-checkpoint",
-                               f"checkpoint at {tl.rel(r['t']):.2f}s ({r.get('process', '')})",
-                               'data-kind="checkpoint"'))
-    out.append("</svg>")
-    return "".join(out)
-
-
-def _evidence_line(tl: Timeline, item) -> str:
-    text = json.dumps(item, default=str, ensure_ascii=False)
-    if isinstance(item, dict) and isinstance(item.get("t"), (int, float)):
-        return f"+{tl.rel(item['t']):.3f}s  {text}"
-    return text
-
-
-def _evidence_times(results: dict) -> list[tuple[str, str, float, str]]:
-    """``(checker, status, t, one-line text)`` for evidence items of verdicts that did not pass."""
-    out = []
-    for v in results.get("verdicts") or []:
-        if v.get("status") in ("PASS", "SKIPPED"):
-            continue
-        for item in v.get("evidence") or []:
-            if isinstance(item, dict) and isinstance(item.get("t"), (int, float)):
-                out.append((str(v.get("checker")), str(v.get("status")), float(item["t"]),
-                            json.dumps(item, default=str, ensure_ascii=False)[:300]))
+    if "no_lockup" in expect:
+        p = build(CHECKERS["no_lockup"].Params, dict(expect.get("no_lockup") or {}))
+        out.append(Bound("no_lockup", f"no_lockup bound {p.bound:g} s", float(p.bound),
+                         exempt=frozenset(ADVERSARY_OPS) | frozenset(p.ignore_ops)))
+    if "latency" in expect:
+        p = build(CHECKERS["latency"].Params, dict(expect.get("latency") or {}))
+        ops = frozenset(p.ops) if p.ops else None
+        for name, value in (("p99", p.p99_bound), ("max", p.max_bound)):
+            if value is not None:
+                out.append(Bound("latency", f"latency {name} bound {value:g} s", float(value),
+                                 ops=ops))
     return out
 
 
-def _verdicts_html(results: dict, tl: Timeline) -> str:
+def _banner(results: dict, scenario: dict, tl: Timeline, ms: list[Mark], title: str) -> str:
+    verdict = overall(results)
+    name = results.get("scenario") or scenario.get("name") or title
+    verdicts = results.get("verdicts") or []
+    bad = [v for v in verdicts if v.get("status") in NOT_PASSING]
+    first = first_failure(ms)
+    when = (f' · failed at <a class="first-failure-link" href="#{esc(first.anchor)}">'
+            f'{first.at_s:.3f}s</a> ({esc(first.checker)})' if first else "")
+    head = (f'{esc(name)} · seed {esc(results.get("seed", scenario.get("seed", "?")))} · '
+            f'{len(verdicts) - len(bad)} of {len(verdicts)} checkers passed{when}')
+    if results.get("skipped"):
+        head += f' · SKIPPED: {esc(results["skipped"])}'
+    items = []
+    for v in bad:
+        checker = str(v.get("checker"))
+        mine = sorted((m for m in ms if m.checker == checker and m.number),
+                      key=lambda m: m.at_s)
+        at = (f' <span class="at">first evidence <a href="#{esc(mine[0].anchor)}">'
+              f'{mine[0].at_s:.3f}s</a> (#{mine[0].number})</span>' if mine else
+              ' <span class="at">(no timed evidence)</span>')
+        items.append(f'<li class="banner-checker" data-checker="{esc(checker)}" '
+                     f'data-status="{esc(v.get("status"))}"><a href="#{checker_anchor(checker)}">'
+                     f'<b>{esc(checker)}</b> {esc(v.get("status"))}</a>: '
+                     f'{esc(_cut(str(v.get("summary", "")), 300))}{at}</li>')
+    body = f'<ul class="banner-checkers">{"".join(items)}</ul>' if items else ""
+    return (f'<div id="verdict-banner" class="banner b-{esc(verdict)}" '
+            f'data-verdict="{esc(verdict)}"><div class="verdict-word">{esc(verdict)}</div>'
+            f'<div class="banner-body"><div class="banner-title">{head}</div>{body}</div></div>')
+
+
+def _cut(text: str, n: int) -> str:
+    return text if len(text) <= n else text[:n - 1] + "…"
+
+
+def _facts(results: dict, scenario: dict, title: str) -> str:
+    facts = [("duration", f"{results.get('duration_s', scenario.get('duration', '?'))} s"),
+             ("SQLite", results.get("sqlite", "?")),
+             ("exit code", results.get("exit_code", "?")),
+             ("run directory", results.get("run_dir", title))]
+    line = " · ".join(f"{esc(k)} <b>{esc(v)}</b>" for k, v in facts)
+    desc = scenario.get("description") or results.get("description") or ""
+    return (f'<p class="facts">{line}</p>'
+            + (f'<p class="desc">{esc(_cut(desc, 400))}</p>' if desc else ""))
+
+
+def _planned(step: dict) -> str:
+    if step.get("at") is not None:
+        return f"at {float(step['at']):g}s"
+    after = step.get("after")
+    if isinstance(after, dict):
+        delay = f" + {float(after['delay']):g}s" if after.get("delay") else ""
+        if after.get("step") is not None:
+            return f"after step {after['step']} is done{delay}"
+        if after.get("event"):
+            return (f"after {after.get('count', 1)} {after['event']} event(s)"
+                    + (f" of {after['role']}" if after.get("role") else "") + delay)
+        for outcome in ("ok", "fail", "info"):
+            if after.get(outcome):
+                return (f"after {after['role']}'s {after[outcome]}th {outcome} "
+                        f"{after.get('op', 'append')}{delay}")
+    return "?"
+
+
+_STEP_KEYS_SHOWN = ("role", "index", "files", "command", "args", "signal", "failpoint", "hit",
+                    "mode", "path", "bytes", "page")
+
+
+def _fault_table(tl: Timeline, scenario: dict) -> str:
+    steps = scenario.get("nemesis") or []
+    if not steps:
+        return '<p class="none">no nemesis step in this scenario</p>'
+    fired = {f["step"]: f for f in tl.faults()}
+    never = {r.get("step") for r in tl.never_fired()}
+    rows = []
+    for i, step in enumerate(steps):
+        what = ", ".join(f"{k} {json.dumps(step[k])}" for k in _STEP_KEYS_SHOWN
+                         if step.get(k) not in (None, [], ""))
+        f = fired.get(i)
+        if f is None:
+            status = "never fired" if i in never else "not reached"
+            fired_at, healed, detail, cls = "—", "—", "", "never"
+        else:
+            status = f["status"]
+            fired_at = f"{tl.rel(f['t_start']):.3f}s"
+            if f.get("lasting"):
+                healed = f"{tl.rel(f['t_end']):.3f}s by {esc(f.get('healed_by', ''))}"
+            else:
+                healed = "— (instantaneous)" if status == "done" else "—"
+            d = f.get("details") or {}
+            keep = {k: d[k] for k in ("pids", "processes", "exit_code", "error", "missing",
+                                      "signal", "named_pids") if d.get(k) not in (None, [], "")}
+            detail = json.dumps(keep, default=str)
+            cls = "ok" if status == "done" else "bad"
+        rows.append(f'<tr class="fault-row {cls}" data-step="{i}" '
+                    f'data-fault="{esc(step.get("fault"))}" data-status="{esc(status)}">'
+                    f'<td>{i}</td><td><b>{esc(step.get("fault"))}</b> {esc(what)}</td>'
+                    f'<td>{esc(_planned(step))}</td><td>{esc(fired_at)} {esc(status)}</td>'
+                    f'<td>{healed}</td><td><code>{esc(_cut(detail, 240))}</code></td></tr>')
+    heal = next((r for r in tl.records if r.get("type") == "phase" and r.get("phase") == "heal"),
+                None)
+    note = (f'<p class="note">heal phase at {tl.rel(heal["t"]):.3f}s: '
+            f'<code>{esc(_cut(json.dumps(heal.get("heal"), default=str), 300))}</code></p>'
+            if heal else "")
+    return ('<table class="faults" id="fault-schedule"><tr><th>step</th><th>fault</th>'
+            '<th>planned</th><th>fired</th><th>healed</th><th>details</th></tr>'
+            + "".join(rows) + "</table>" + note)
+
+
+def _fig_value(key: str, value, tl: Timeline) -> str:
+    if (key in ("T", "t") or key.endswith("_t")) and isinstance(value, (int, float)) \
+            and not isinstance(value, bool):
+        return f"{tl.rel(value):.3f}s since the start"
+    text = value if isinstance(value, str) else json.dumps(relative_times(value, tl.t0),
+                                                           default=str)
+    return _cut(text, 500)
+
+
+def _verdicts(results: dict, tl: Timeline, ms: list[Mark]) -> str:
     verdicts = results.get("verdicts") or []
     if not verdicts:
         obs = results.get("observations")
         if obs:
-            rows = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in obs.items())
+            rows = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in obs.items())
             return f'<table class="figures">{rows}</table>'
         return '<p class="none">no verdicts (results.json missing or empty)</p>'
+    by_item = {(m.checker, m.index): m for m in ms}
     rows = []
     for v in verdicts:
-        status = str(v.get("status", "?"))
+        checker, status = str(v.get("checker")), str(v.get("status", "?"))
         figures = v.get("figures") or {}
-        fig_rows = "".join(f"<tr><th>{_e(k)}</th><td>{_e(_short(val))}</td></tr>"
+        fig_rows = "".join(f"<tr><th>{esc(k)}</th><td>{esc(_fig_value(k, val, tl))}</td></tr>"
                            for k, val in figures.items() if k != "error")
+        items = []
+        for i, item in enumerate(v.get("evidence") or []):
+            m = by_item.get((checker, i))
+            at = (f'<a class="at" href="#{esc(m.anchor)}">'
+                  f'{"#" + str(m.number) + " " if m.number else ""}{m.at_s:.3f}s</a> '
+                  if m else '<span class="at">(no time)</span> ')
+            shown = relative_times(item, tl.t0) if isinstance(item, dict) else item
+            items.append(f'<li id="{esc(item_anchor(checker, i))}" class="evidence-item">{at}'
+                         f'<code>{esc(_cut(json.dumps(shown, default=str, ensure_ascii=False), 900))}'
+                         "</code></li>")
+        open_ = " open" if status in NOT_PASSING else ""
+        ev = (f'<details class="evidence-list"{open_}><summary>evidence ({len(items)})</summary>'
+              f'<ul>{"".join(items)}</ul></details>' if items else "")
         err = figures.get("error")
-        evidence = v.get("evidence") or []
-        ev_html = ""
-        if evidence:
-            ev_html = (f"<details><summary>evidence ({len(evidence)})</summary><pre>"
-                       + _e("\n".join(_evidence_line(tl, e) for e in evidence))
-                       + "</pre></details>")
-        err_html = f"<details open><summary>error</summary><pre>{_e(err)}</pre></details>" if err else ""
-        rows.append(f'<tr class="verdict" data-checker="{_e(v.get("checker"))}" '
-                    f'data-status="{_e(status)}"><td>{_e(v.get("checker"))}</td>'
-                    f'<td><span class="badge s-{_e(status)}">{_e(status)}</span></td>'
-                    f'<td>{_e(v.get("summary", ""))}'
+        err_html = (f"<details open><summary>error</summary><pre>{esc(err)}</pre></details>"
+                    if err else "")
+        rows.append(f'<tr class="verdict" id="{checker_anchor(checker)}" '
+                    f'data-checker="{esc(checker)}" data-status="{esc(status)}">'
+                    f'<td>{esc(checker)}</td><td><span class="badge s-{esc(status)}">'
+                    f'{esc(status)}</span></td><td>{esc(v.get("summary", ""))}'
                     f'<details><summary>figures</summary><table class="figures">{fig_rows}'
-                    f'</table></details>{ev_html}{err_html}</td></tr>')
-    return ('<table class="verdicts"><tr><th>checker</th><th>verdict</th><th>figures and '
-            'evidence</th></tr>' + "".join(rows) + "</table>")
+                    f'</table></details>{ev}{err_html}</td></tr>')
+    return ('<table class="verdicts"><tr><th>checker</th><th>verdict</th><th>summary, figures and '
+            'evidence (times: seconds since the run start)</th></tr>' + "".join(rows) + "</table>")
 
 
-def _short(value) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, default=str)
-    return text if len(text) <= 500 else text[:497] + "..."
-
-
-def _header_html(tl: Timeline, results: dict, scenario: dict, title: str) -> str:
-    name = results.get("scenario") or scenario.get("name") or title
-    facts = [("scenario", name), ("seed", results.get("seed", scenario.get("seed", "?"))),
-             ("duration", f"{results.get('duration_s', scenario.get('duration', '?'))} s"),
-             ("SQLite", results.get("sqlite", "?")),
-             ("run directory", results.get("run_dir", title))]
-    if results.get("wal_reset_exposure"):
-        facts.append(("WAL-reset exposure", results["wal_reset_exposure"]))
-    if (results.get("wal_reset") or {}).get("line"):
-        facts.append(("WAL-reset race", results["wal_reset"]["line"]))
-    if "exit_code" in results:
-        facts.append(("exit code", results["exit_code"]))
-    rows = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in facts)
-    desc = scenario.get("description") or results.get("description") or ""
+def _processes(results: dict, tl: Timeline) -> str:
     procs = results.get("processes") or []
-    prow = "".join(f"<tr><td>{_e(p.get('process'))}</td><td>{_e(p.get('pid'))}</td>"
-                   f"<td>{_e(p.get('exitcode'))}</td></tr>" for p in procs)
-    ptable = (f'<table class="figures"><tr><th>process</th><th>pid</th><th>exit code</th></tr>'
-              f"{prow}</table>") if procs else ""
-    never = tl.never_fired()
-    never_html = ("<p class=\"warn\">nemesis steps that never fired: "
-                  + _e(", ".join(f"{r.get('step')} ({r.get('fault')})" for r in never)) + "</p>"
-                  ) if never else ""
-    return (f"<h1>{_e(name)}</h1><p>{_e(desc)}</p><table class=\"facts\">{rows}</table>"
-            f"{ptable}{never_html}")
+    rows = "".join(f"<tr><td>{esc(p.get('process'))}</td><td>{esc(p.get('pid'))}</td>"
+                   f"<td>{esc(p.get('exitcode'))}</td></tr>" for p in procs)
+    table = (f'<table class="figures"><tr><th>process</th><th>pid</th><th>exit code</th></tr>'
+             f"{rows}</table>") if procs else ""
+    extra = ""
+    if results.get("wal_reset_exposure"):
+        extra = f'<p class="warn">WAL-reset exposure: {esc(results["wal_reset_exposure"])}</p>'
+    if (results.get("wal_reset") or {}).get("line"):
+        extra += f'<p class="warn">WAL-reset race: {esc(results["wal_reset"]["line"])}</p>'
+    return table + extra
 
 
 _CSS = """
-body{font:14px/1.4 system-ui,sans-serif;margin:16px;color:#222}
-h1{font-size:20px;margin:0 0 4px} h2{font-size:16px;margin:22px 0 6px}
-table{border-collapse:collapse;margin:6px 0} th,td{border:1px solid #ddd;padding:3px 7px;
-text-align:left;vertical-align:top} table.facts th{background:#f6f6f6}
+body{font:14px/1.4 system-ui,sans-serif;margin:10px 14px;color:#222}
+h2{font-size:15px;margin:18px 0 4px}
+table{border-collapse:collapse;margin:4px 0} th,td{border:1px solid #ddd;padding:2px 6px;
+text-align:left;vertical-align:top}
+.banner{display:flex;gap:12px;align-items:flex-start;border-radius:6px;padding:8px 12px;
+margin-bottom:6px;border:2px solid}
+.b-PASS{background:#e9f7ec;border-color:#2e9e44}.b-FAIL{background:#fdecec;border-color:#d62728}
+.b-INCONCLUSIVE{background:#fff6e0;border-color:#c98d00}.b-SKIPPED,.b-NONE{background:#f2f2f2;
+border-color:#999}
+.verdict-word{font-size:26px;font-weight:800;letter-spacing:1px;min-width:90px}
+.b-PASS .verdict-word{color:#1f7a33}.b-FAIL .verdict-word{color:#b01f20}
+.b-INCONCLUSIVE .verdict-word{color:#9a6b00}
+.banner-title{font-size:15px;font-weight:600}.banner-checkers{margin:4px 0 0;padding-left:18px}
+.banner-checkers li{margin:1px 0}.at{color:#555;font-size:12px}
+.facts{margin:2px 0;color:#333;font-size:13px}.desc{margin:2px 0 4px;color:#555;font-size:12px}
 .badge{font-weight:bold;padding:1px 6px;border-radius:3px;color:#fff}
 .s-PASS{background:#2e9e44}.s-FAIL{background:#d62728}.s-INCONCLUSIVE{background:#c98d00}
 .s-SKIPPED{background:#999}
 pre{white-space:pre-wrap;max-height:320px;overflow:auto;background:#f8f8f8;padding:6px}
+code{font-size:12px}
 .scroll{overflow-x:auto;border:1px solid #ddd}
-.grid{stroke:#e3e3e3;stroke-width:1} .tick{font-size:10px;fill:#666}
+.grid{stroke:#e6e6e6;stroke-width:1} .tick{font-size:10px;fill:#666}
+.strip-label{font-size:10px;fill:#888}
 .lane-bg{fill:#fff} .lane-bg.odd{fill:#fafafa} .lane-label{font-size:11px;fill:#222}
-.life{stroke:#bbb;stroke-width:1} .exit{font-size:12px;fill:#666} .exit.bad{fill:#d62728}
+.life{stroke:#ccc;stroke-width:1} .exit{font-size:12px;fill:#666} .exit.bad{fill:#d62728}
 .op-ok{fill:#2e9e44} .op-fail{fill:#d62728} .op-info{fill:#f0a30a}
-.op.refused{stroke:#6b0000;stroke-width:1.2}
-.fault rect{fill:#b03fd4;fill-opacity:.13;stroke:#b03fd4;stroke-opacity:.6}
-.fault-error rect{stroke-dasharray:4 3;fill:#888}
+.op.refused{stroke:#6b0000;stroke-width:1}
+.fault-band{fill:#b03fd4;fill-opacity:.12;stroke:#b03fd4;stroke-opacity:.5}
+.fault-error{stroke-dasharray:4 3;fill:#888}
+.fault-tick{stroke:#b03fd4;stroke-width:1.5}
 .fault-label{font-size:10px;fill:#7a1fa0;font-weight:bold}
 .phase-label{font-size:10px;fill:#555}
 .ev-retry{stroke:#ff7f0e;stroke-width:1.5} .ev-checkpoint{fill:#1f77b4}
@@ -489,11 +292,31 @@ pre{white-space:pre-wrap;max-height:320px;overflow:auto;background:#f8f8f8;paddi
 .span-lock{fill:#7a1fa0;fill-opacity:.75} .span-wait{fill:#ff7f0e;fill-opacity:.8}
 .span-stopped{fill:#555;fill-opacity:.35} .span-retired{fill:#d62728;fill-opacity:.6}
 .span-read{fill:#17becf;fill-opacity:.8}
-.evidence{stroke:#d62728;stroke-width:1.5;stroke-dasharray:3 2}
+.evidence{stroke:#999;stroke-width:1;stroke-dasharray:2 3}
+.evidence-badge{fill:#fff;stroke:#999}.evidence-num{font-size:8px;fill:#666}
+.evidence-ring{fill:none;stroke:#999;stroke-width:1}
+.evidence-mark[data-status=FAIL] .evidence,.evidence-mark[data-status=INCONCLUSIVE] .evidence{
+stroke:#d62728;stroke-width:1.5;stroke-dasharray:4 2}
+.evidence-mark[data-status=FAIL] .evidence-badge,
+.evidence-mark[data-status=INCONCLUSIVE] .evidence-badge{fill:#d62728;stroke:#600}
+.evidence-mark[data-status=FAIL] .evidence-num,
+.evidence-mark[data-status=INCONCLUSIVE] .evidence-num{fill:#fff;font-weight:bold}
+.evidence-mark[data-status=FAIL] .evidence-ring,
+.evidence-mark[data-status=INCONCLUSIVE] .evidence-ring{stroke:#d62728;stroke-width:2}
+.first-failure .evidence{stroke-width:2.5}
+.panel-bg{fill:#fcfcfc;stroke:#eee} .panel-label{font-size:11px;font-weight:bold;fill:#333}
+.lat-dot{stroke:none}
+.bound-line{stroke:#d62728;stroke-width:1.2;stroke-dasharray:6 3}
+.bound-label{font-size:10px;fill:#b01f20}
+.rate-line{fill:none;stroke-width:1.6} .fail-line{stroke:#d62728;stroke-dasharray:4 2}
 .wal-line{fill:none;stroke:#1f77b4;stroke-width:1.5}
-.legend span{display:inline-block;margin-right:14px}
+.retired-area{fill:#d62728;fill-opacity:.35;stroke:#d62728}
+.legend{font-size:12px;margin:2px 0}.legend span{display:inline-block;margin-right:12px}
 .sw{display:inline-block;width:10px;height:10px;margin-right:4px;vertical-align:middle}
-.none{color:#777} .warn{color:#a05a00}
+.none{color:#777} .warn{color:#a05a00} .note{font-size:12px;color:#555}
+tr.fault-row.bad td{background:#fff3f3} tr.fault-row.never td{color:#999}
+:target{outline:2px solid #d62728}
+.evidence-list li{margin:2px 0}
 """
 
 _JS = """
@@ -508,30 +331,25 @@ svgs.forEach(function(s,i){s.setAttribute('width',Math.round(base[i]*f));});});}
 def render(records: list[dict], results: dict, scenario: dict, title: str = "chaos run") -> str:
     """The whole page as a string (see the module docstring for its sections)."""
     tl = Timeline(records)
-    legend = ("".join(f'<span><i class="sw" style="background:{c}"></i>{k}</span>'
-                      for k, c in OP_COLOURS.items())
-              + '<span><i class="sw" style="background:#b03fd4;opacity:.4"></i>nemesis fault</span>'
-              '<span><i class="sw" style="background:#d62728;outline:1px solid #600"></i>'
-              'refusal / give-up</span><span><i class="sw" style="background:#7a1fa0"></i>'
-              'capture, write-lock owner</span><span><i class="sw" style="background:#ff7f0e">'
-              '</i>retry, waiting on a lock</span><span><i class="sw" style="background:#1f77b4">'
-              '</i>checkpoint</span><span><i class="sw" style="background:#555;opacity:.4"></i>'
-              'stopped (SIGSTOP)</span><span><i class="sw" style="background:#d62728;opacity:.6">'
-              '</i>holds a retired WAL generation</span><span><i class="sw" '
-              'style="background:#17becf"></i>in a read transaction (read mark)</span>'
-              '<span><i class="sw" style="border-left:2px dashed #d62728"></i>evidence of a '
-              'checker that did not pass</span>')
-    timeline = _timeline_svg(tl, results).replace('class="timeline"', 'class="timeline zoomable"', 1)
-    latency = _latency_svg(tl).replace('class="latency"', 'class="latency zoomable"', 1)
-    wal = _wal_svg(tl).replace('class="wal"', 'class="wal zoomable"', 1)
+    ms = marks(results, tl)
+    zoom = ('<label class="note">zoom <input id="zoom" type="range" min="1" max="12" step="0.5" '
+            'value="1"></label> <span class="note">times are seconds since the run start; hover '
+            'a mark for details; a numbered badge links to its evidence</span>')
     return ("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>"
-            f"{_header_html(tl, results, scenario, title)}"
-            f"<h2>Verdicts</h2>{_verdicts_html(results, tl)}"
-            f"<h2>Timeline</h2><p class=\"legend\">{legend}</p>"
-            '<p><label>zoom <input id="zoom" type="range" min="1" max="12" step="0.5" value="1">'
-            f'</label> (times are seconds since the start; hover a mark for details)</p>'
-            f'<div class="scroll">{timeline}</div>'
-            f"<h2>Latency over time (per op kind, log scale; hollow: failed)</h2><div class=\"scroll\">{latency}</div>"
-            f"<h2>WAL size over time (sampled; triangles: checkpoints)</h2><div class=\"scroll\">{wal}</div>"
+            f"<title>{esc(overall(results))}: {esc(title)}</title><style>{_CSS}</style></head>"
+            "<body>"
+            f"{_banner(results, scenario, tl, ms, title)}"
+            f"{_facts(results, scenario, title)}"
+            f'<div class="scroll" id="timeline-box">{timeline_svg(tl, ms)}</div>'
+            f'<p class="legend">{legend()}</p>{zoom}'
+            f'<h2 id="faults">Fault schedule</h2>{_fault_table(tl, scenario)}'
+            '<h2 id="latency-h">Latency per op kind (log scale; dashed: a checker\'s bound; '
+            'shaded: faults)</h2>'
+            f'<div class="scroll">{latency_svg(tl, bounds_of(scenario))}</div>'
+            '<h2 id="throughput-h">Throughput per op kind (completions per second)</h2>'
+            f'<div class="scroll">{throughput_svg(tl)}</div>'
+            '<h2 id="wal-h">WAL: size, checkpoints (triangles), retired generations still held'
+            f'</h2><div class="scroll">{wal_svg(tl)}</div>'
+            f'<h2 id="verdicts">Verdicts</h2>{_verdicts(results, tl, ms)}'
+            f'<h2 id="processes">Processes</h2>{_processes(results, tl)}'
             f"<script>{_JS}</script></body></html>\n")

@@ -10,12 +10,17 @@ from ..history import (
     phase_time,
     pid_of,
     proc_name,
+    run_start,
     sample_owner,
     sample_waiters,
+    sample_wal_bytes,
 )
 
 #: Plot width (px) the timeline's x axis maps onto.
 PLOT_W = 1100
+#: Faults whose effect lasts until a later step undoes it (None: until the heal phase).
+LASTING = {"stop": "cont", "fill_disk": "free_disk", "io_error": None, "slow_io": None,
+           "torn_write": None}
 
 
 class Timeline:
@@ -24,9 +29,7 @@ class Timeline:
     def __init__(self, records: list[dict]) -> None:
         self.records = records
         ts = [float(r["t"]) for r in records if isinstance(r.get("t"), (int, float))]
-        starts = [float(r["t"]) for r in records
-                  if r.get("type") == "phase" and r.get("phase") in ("warm-up", "watch")]
-        self.t0 = min(starts) if starts else (min(ts) if ts else 0.0)
+        self.t0 = run_start(records)  # one time base: seconds since the run start
         self.t1 = max(ts) if ts else self.t0 + 1.0
         if self.t1 - self.t0 < 1e-3:
             self.t1 = self.t0 + 1.0
@@ -42,6 +45,7 @@ class Timeline:
         return (float(t) - self.t0) / (self.t1 - self.t0) * PLOT_W
 
     def rel(self, t: float) -> float:
+        """Seconds since the run start of a time on the history's clock."""
         return float(t) - self.t0
 
     def _lane(self, name: str) -> dict:
@@ -125,8 +129,10 @@ class Timeline:
         return out
 
     def faults(self) -> list[dict]:
-        """Faults as ``{fault, step, t_start, t_end, status, details, role}``; ``stop`` lasts until
-        the next ``cont`` of the same role (or the heal phase)."""
+        """Faults as ``{fault, step, t_start, t_end, status, details, role, lasting}``: a lasting
+        fault (:data:`LASTING`) lasts until its undoing step (``stop`` until the next ``cont`` of
+        the same role, ``fill_disk`` until ``free_disk``) or the heal phase; the others end when
+        they were applied."""
         by_step: dict = {}
         for r in self.records:
             if r.get("type") != "nemesis":
@@ -149,11 +155,32 @@ class Timeline:
         faults.sort(key=lambda f: f["t_start"] or 0.0)
         heal = phase_time(self.records, "heal") or self.t1
         for i, f in enumerate(faults):
-            if f["fault"] == "stop" and f["status"] == "done":
-                cont = next((g for g in faults[i + 1:] if g["fault"] == "cont"
-                             and g.get("role") == f.get("role")), None)
-                f["t_end"] = cont["t_start"] if cont else heal
+            f["lasting"] = f["fault"] in LASTING and f["status"] == "done"
+            if f["lasting"]:
+                undo = LASTING[f["fault"]]
+                ender = next((g for g in faults[i + 1:] if undo and g["fault"] == undo
+                              and (undo != "cont" or g.get("role") == f.get("role"))), None)
+                f["t_end"] = ender["t_start"] if ender else heal
+                f["healed_by"] = f"{undo} (step {ender['step']})" if ender else "the heal phase"
         return faults
+
+    def wal_sizes(self) -> list[tuple[float, float]]:
+        """``(t, bytes)`` of the WAL at the path, from the sampler's records."""
+        pts = [(float(s["t"]), sample_wal_bytes(s)) for s in self.samples]
+        return [(t, v) for t, v in pts if v is not None]
+
+    def retired_generations_held(self) -> list[tuple[float, int]]:
+        """``(t, n)``: how many distinct retired WAL generations (a ``-wal`` inode that is not
+        the one at the path) some process still held at each sample."""
+        out = []
+        for s in self.samples:
+            held = set()
+            for entry in s.get("procs") or []:
+                wal = entry.get("wal") if isinstance(entry, dict) else None
+                if isinstance(wal, dict) and wal.get("current") is False:
+                    held.add((wal.get("dev"), wal.get("ino")))
+            out.append((float(s["t"]), len(held)))
+        return out
 
     def never_fired(self) -> list[dict]:
         return [r for r in self.records if r.get("type") == "nemesis" and r.get("phase") == "never"]
