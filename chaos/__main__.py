@@ -31,9 +31,13 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--json", action="store_true", help="print results.json objects on stdout")
     val = sub.add_parser("validate", help="validate scenario files; exit 2 on any problem")
     val.add_argument("files", nargs="+", type=Path, help="scenario YAML files")
+    val.add_argument("--json", action="store_true",
+                     help="one JSON array: file, valid, problems (file:line: field: problem)")
     lst = sub.add_parser("list", help="list the scenarios in a directory")
     lst.add_argument("directory", nargs="?", type=Path, default=Path("scenarios"),
                      help="a directory of *.yaml scenarios (default: scenarios)")
+    lst.add_argument("--json", action="store_true",
+                     help="one JSON array: file, name, description, tags, valid")
     sub.add_parser("matrix", add_help=False,
                    help="the schema-migration matrix of SPEC §16.6 alone (see `matrix --help`)")
     from . import cli_report, gate, shrink
@@ -57,6 +61,23 @@ def _load_all(files: list[Path], err: Console):
             for problem in exc.problems:
                 err.print(f"  {problem}", highlight=False)
     return scenarios, bad
+
+
+def _validate_json(files: list[Path]) -> int:
+    """``validate --json``: one JSON array on stdout; exit 2 when any file is invalid."""
+    from .scenario import ScenarioError, load_scenario
+
+    out, bad = [], False
+    for f in files:
+        try:
+            sc = load_scenario(f)
+            out.append({"file": str(f), "valid": True, "name": sc.name, "problems": []})
+        except ScenarioError as exc:
+            bad = True
+            out.append({"file": str(f), "valid": False, "name": None,
+                        "problems": [str(p) for p in exc.problems]})
+    print(json.dumps(out))
+    return EXIT_BAD_SCENARIO if bad else EXIT_OK
 
 
 def _seed(text: str) -> int:
@@ -91,6 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         if args.cmd == "validate":
+            if args.json:
+                return _validate_json(args.files)
             scenarios, bad = _load_all(args.files, err)
             for sc in scenarios:
                 print(f"ok  {sc.source}: {sc.name} ({len(sc.roles)} roles, "
@@ -115,19 +138,27 @@ def main(argv: list[str] | None = None) -> int:
                 err.print(f"[red]no scenario directory[/] {args.directory}: give a directory "
                           "of *.yaml files (default: scenarios)", highlight=False)
                 return EXIT_BAD_SCENARIO
+            listed = []
             for f in sorted(args.directory.glob("*.yaml")):
                 try:
                     sc = load_scenario(f)
-                    print(f"{f.name:32} {sc.description}")
+                    listed.append({"file": f.name, "name": sc.name, "valid": True,
+                                   "tags": list(sc.tags), "description": sc.description})
                 except ScenarioError:
-                    print(f"{f.name:32} (invalid: run `python -m chaos validate {f}`)")
+                    listed.append({"file": f.name, "name": None, "valid": False, "tags": [],
+                                   "description": f"(invalid: run `python -m chaos validate "
+                                                  f"{f}`)"})
+            if args.json:
+                print(json.dumps(listed))
+            for item in [] if args.json else listed:
+                print(f"{item['file']:32} {item['description']}")
             return EXIT_OK
         scenarios, bad = _load_all(args.files, err)
         if bad:
             return EXIT_BAD_SCENARIO
         from .sweep import run as run_scenario
 
-        console = Console(stderr=True, soft_wrap=True) if args.json else Console(soft_wrap=True)
+        console = Console(stderr=True) if args.json else Console()
         worst = EXIT_OK
         done = []
         for sc in scenarios:
@@ -141,7 +172,11 @@ def main(argv: list[str] | None = None) -> int:
         if len(done) > 1:
             from .report import runs_table
 
-            console.print(runs_table(done))
+            from rich.table import Table
+
+            runs = runs_table(done, width=console.width)
+            # The compact layout's lines are never cut (a run directory longer than the line).
+            console.print(runs, crop=isinstance(runs, Table))
         return worst
     except KeyboardInterrupt:
         err.print("[red]interrupted: every role process was stopped[/]")

@@ -40,6 +40,8 @@ def add_parsers(sub) -> None:
     wat.add_argument("--interval", type=_seconds, default=None,
                      help="seconds between samples (default 0.1)")
     wat.add_argument("--out", type=Path, default=Path("runs"), help="where the run directory goes")
+    wat.add_argument("--json", action="store_true",
+                     help="print the watch's results.json on stdout (progress on stderr)")
 
 
 def _seconds(text: str) -> float:
@@ -119,7 +121,8 @@ def _replay(args, err: Console) -> int:
                                    "original", "replay",
                                    title=f"{result.results.get('scenario')} seed "
                                          f"{result.results.get('seed')}: "
-                                         f"{args.run_dir.name} vs {result.run_dir.name}"))
+                                         f"{args.run_dir.name} vs {result.run_dir.name}",
+                                   width=console.width))
     console.print(_summary_table(run_summary(args.run_dir), run_summary(result.run_dir)))
     console.print("same seed: same workload choices and fault schedule; OS scheduling and machine load "
                   "change the timing and so the counts",
@@ -134,8 +137,8 @@ def _summary_table(left: dict, right: dict):
 
     table = Table(title="workload and faults side by side")
     table.add_column("what", no_wrap=True)
-    table.add_column("original")
-    table.add_column("replay")
+    table.add_column("original", overflow="fold")
+    table.add_column("replay", overflow="fold")
     for key in list(left) + [k for k in right if k not in left]:
         table.add_row(key, left.get(key, "-"), right.get(key, "-"))
     return table
@@ -145,9 +148,14 @@ def _watch(args, err: Console) -> int:
     from .watch import WatchError, watch
 
     try:
-        watch(home=args.home, profile=args.profile, duration_s=args.duration,
-              interval_s=args.interval, out_dir=args.out, console=Console(soft_wrap=True))
+        run_dir = watch(home=args.home, profile=args.profile, duration_s=args.duration,
+                        interval_s=args.interval, out_dir=args.out,
+                        console=Console(stderr=args.json))
     except WatchError as exc:
         err.print(f"[red]{exc}[/]", highlight=False)
         return EXIT_BAD_INPUT
+    if args.json:
+        from . import store
+
+        print(json.dumps(store.read_json(store.RunDir(run_dir).results), default=str))
     return EXIT_OK

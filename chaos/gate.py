@@ -24,9 +24,10 @@ import threading
 import time
 import xml.etree.ElementTree as ET
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
@@ -34,6 +35,7 @@ from hermes_state.paths import utc_stamp
 
 from . import matrix, store
 from .report import STATUS_STYLE
+from .report.terminal import compact
 
 PASS, FAIL, INCONCLUSIVE, ERROR = "PASS", "FAIL", "INCONCLUSIVE", "ERROR"
 #: Hang guard for one job (s): a scenario run or a matrix chunk stuck this long is an ERROR.
@@ -308,18 +310,33 @@ def _modes_of(argv: list[str]) -> list[str]:
 
 # ---------------------------------------------------------------------- reporting
 
-def verdict_table(rows: list[GateRow]) -> Table:
-    """Scenario rows one by one; matrix rows summarised per mode, every non-PASS row listed."""
-    t = Table(title="chaos gate", show_lines=False)
-    for col in ("kind", "what", "status", "time", "summary"):
-        t.add_column(col, overflow="fold")
+def verdict_table(rows: list[GateRow], width: int | None = None) -> Table:
+    """Scenario rows one by one; matrix rows summarised per mode, every non-PASS row listed.
+    Narrower than :data:`chaos.report.terminal.COMPACT_BELOW` columns (a CI log): light borders,
+    and the kind and the time go under the row's name, so the summary keeps its width."""
+    narrow = compact(width)
+    t = Table(title="chaos gate", show_lines=False,
+              **({"box": box.SIMPLE_HEAD, "padding": (0, 1), "pad_edge": False} if narrow
+                 else {}))
+    cols = ("what", "status", "summary") if narrow else ("kind", "what", "status", "time",
+                                                          "summary")
+    for col in cols:
+        t.add_column(col, overflow="fold", no_wrap=col == "status",
+                     ratio=1 if col == "summary" else None, min_width=16 if col == "summary"
+                     else None)
+
+    def t_add(kind: str, what: str, status: str, secs: str, summary: str) -> None:
+        if narrow:
+            t.add_row(f"{what}\n[dim]{kind}, {secs}[/]", status, summary)
+        else:
+            t.add_row(kind, what, status, secs, summary)
 
     def styled(status: str) -> str:
         return f"[{STATUS_STYLE.get(status, 'bold red')}]{status}[/]"
 
     for r in sorted((r for r in rows if r.kind == "scenario"), key=lambda r: (r.suite, r.name)):
-        t.add_row("scenario", f"{r.suite} {r.name}", styled(r.status), f"{r.seconds:.1f}s",
-                  r.summary)
+        t_add("scenario", f"{r.suite} {r.name}", styled(r.status), f"{r.seconds:.1f}s",
+              r.summary)
     by_mode: dict[tuple[bool, str], list[GateRow]] = {}
     for r in rows:
         if r.kind == "matrix":
@@ -336,12 +353,12 @@ def verdict_table(rows: list[GateRow]) -> Table:
         else:
             versions = sorted({int(r.suite.split(".v")[1]) for r in group})
             what = f"{mode} ({len(group)} cells, v{versions[0]}-v{versions[-1]})"
-        t.add_row("matrix", what, styled(status), f"{sum(r.seconds for r in group):.1f}s",
-                  f"{ok}/{len(group)} PASS")
+        t_add("matrix", what, styled(status), f"{sum(r.seconds for r in group):.1f}s",
+              f"{ok}/{len(group)} PASS")
         for r in group:
             if r.status != PASS:
-                t.add_row("matrix", f"{r.suite[7:]}/{r.name}", styled(r.status),
-                          f"{r.seconds:.1f}s", r.summary)
+                t_add("matrix", f"{r.suite[7:]}/{r.name}", styled(r.status),
+                      f"{r.seconds:.1f}s", r.summary)
     return t
 
 
@@ -383,7 +400,7 @@ def run_gate(scenarios: list, *, seeds: int = 1, quick: bool = False, with_matri
              versions: list[int] | None = None, modes: list[str] | None = None,
              jobs: int | None = None, out: Path | None = None, junit: Path | None = None,
              console: Console | None = None, real: bool = True,
-             stores: list[Path] | None = None) -> int:
+             stores: list[Path] | None = None, as_json: bool = False) -> int:
     """Run the gate over ``scenarios`` (validated :class:`chaos.scenario.Scenario` objects).
 
     Args:
@@ -398,11 +415,13 @@ def run_gate(scenarios: list, *, seeds: int = 1, quick: bool = False, with_matri
         jobs: child processes at once (default: the core count).
         out: where ``runs/`` and ``logs/`` go (default ``runs/gate-<UTCSTAMP>``).
         junit: write JUnit XML there.
-        console: where progress and the table go.
+        console: where progress and the table go (default: stdout; stderr with ``as_json``).
+        as_json: print the rows as one JSON object on stdout (``{"rows": [...], "passed",
+            "not_passed", "seconds", "exit_code", "out"}``) after the table.
     Returns:
         0 when every row passed, else 1.
     """
-    console = console or Console(soft_wrap=True, width=None if sys.stdout.isatty() else 150)
+    console = console or Console(stderr=as_json)
     jobs = jobs or os.cpu_count() or 1
     out = (out or Path(store.DEFAULT_OUT) / f"gate-{utc_stamp()}").absolute()
     t0 = time.monotonic()
@@ -424,7 +443,7 @@ def run_gate(scenarios: list, *, seeds: int = 1, quick: bool = False, with_matri
                   highlight=False)
     rows = gate.run(plan)
     total = time.monotonic() - t0
-    console.print(verdict_table(rows))
+    console.print(verdict_table(rows, console.width))
     if junit:
         write_junit(Path(junit), rows, total)
         console.print(f"JUnit XML: {junit}", highlight=False)
@@ -432,7 +451,12 @@ def run_gate(scenarios: list, *, seeds: int = 1, quick: bool = False, with_matri
     n_bad = len(rows) - n_pass
     console.print(f"gate: {n_pass} rows passed, {n_bad} not, in {total:.1f}s total "
                   f"({'PASS' if not n_bad else 'FAIL'})", highlight=False)
-    return 0 if n_bad == 0 and rows else 1
+    code = 0 if n_bad == 0 and rows else 1
+    if as_json:
+        print(json.dumps({"rows": [asdict(r) for r in rows], "passed": n_pass,
+                          "not_passed": n_bad, "seconds": round(total, 3), "exit_code": code,
+                          "out": str(out)}, default=str))
+    return code
 
 
 # ---------------------------------------------------------------------- command line
@@ -453,6 +477,8 @@ def add_subcommand(sub) -> None:
                    help="scenarios only")
     p.add_argument("--no-scenarios", dest="with_scenarios", action="store_false",
                    help="the matrix only")
+    p.add_argument("--json", action="store_true",
+                   help="print the rows as one JSON object on stdout (progress on stderr)")
     matrix.add_arguments(p)
 
 
@@ -489,4 +515,4 @@ def cmd_gate(args, load_all, err: Console) -> int:
     return run_gate(scenarios, seeds=args.seeds, quick=args.quick, with_matrix=args.matrix,
                     versions=args.versions if args.generated else [], modes=args.modes,
                     jobs=args.jobs, out=args.out, junit=args.junit, real=args.real,
-                    stores=args.stores)
+                    stores=args.stores, as_json=args.json)

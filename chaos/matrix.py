@@ -563,6 +563,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m chaos matrix", description=__doc__.splitlines()[0])
     add_arguments(p)
     p.add_argument("--jsonl", action="store_true", help="one JSON object per row on stdout")
+    p.add_argument("--json", action="store_true",
+                   help="one JSON array of every row on stdout at the end (progress on stderr)")
     p.add_argument("--only-store", default=None, help=argparse.SUPPRESS)
     return p
 
@@ -589,9 +591,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.jsonl:
             print(json.dumps(row.to_dict()), flush=True)
         else:
-            print(f"{row.status:12} {row.name:28} {row.seconds:7.2f}s  {row.summary}", flush=True)
+            print(f"{row.status:12} {row.name:28} {row.seconds:7.2f}s  {row.summary}", flush=True,
+                  file=sys.stderr if args.json else sys.stdout)
 
     rows = run_matrix(todo, on_row=emit, stores=stores)
+    if args.json:
+        print(json.dumps([r.to_dict() for r in rows]))
     return 0 if all(r.status == PASS for r in rows) else 1
 
 

@@ -340,7 +340,7 @@ class Runner:
         self.console.print(f"[bold]{self.sc.name}[/] seed {self.sc.seed}, {self.sc.duration:g}s: "
                            f"{self.sc.description}")
         self._say_exposure(self.wal_reset())
-        self.console.print(f"run directory {self.run_dir}")
+        self.console.print(f"run directory {self.run_dir}", soft_wrap=True, highlight=False)
         try:
             store_details = self._prepare_store()
         except fixtures.TmpfsUnavailable as exc:
@@ -567,7 +567,7 @@ class Runner:
                                f"{exc}[/] (rebuild: python -m chaos report {self.run_dir})",
                                highlight=False)
             return
-        self.console.print(f"report {path}", highlight=False)
+        self.console.print(f"report {path}", highlight=False, soft_wrap=True)
 
 
 def run_scenario(scenario: Scenario, *, out_dir: str | os.PathLike = store.DEFAULT_OUT,

@@ -328,7 +328,7 @@ def print_summary(console: Console, results: dict) -> None:
     table = Table(title=f"watch {results.get('db', '')} ({results.get('duration_s', '?')}s, "
                         f"{results.get('samples', '?')} samples)")
     table.add_column("what", no_wrap=True)
-    table.add_column("seen")
+    table.add_column("seen", overflow="fold", min_width=20)
     for key, value in (results.get("observations") or {}).items():
         table.add_row(key, str(value))
     console.print(table)

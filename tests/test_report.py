@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -100,7 +101,8 @@ def test_run_writes_a_self_contained_report_with_lanes_and_faults(tmp_path, monk
             if "fault-row" in a.get("class", "")}
     assert set(rows) == {"kill", "stop", "cont"} and all(
         r["data-status"] == "done" for r in rows.values())
-    assert "by cont (step 2)" in report.read_text()
+    # (a loaded machine may fire the stop only after the cont: then the heal phase ends it)
+    assert "by cont (step 2)" in report.read_text() or "by the heal phase" in report.read_text()
     # Operations are bars from invoke to completion; the victim's SIGKILL shows as a killed
     # lane end.
     ops = [a for a in page.with_attr("data-op")]
@@ -170,7 +172,7 @@ def test_repeat_runs_successive_seeds_and_ends_with_a_table_of_runs(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     dirs = sorted(d.name for d in out.iterdir())
     assert [d.rsplit("-", 1)[1] for d in dirs] == ["seed40", "seed41"]
-    table = proc.stdout.rsplit("runs\n", 1)[1]
+    table = re.split(r"\n\s*runs\s*\n", proc.stdout)[-1]
     assert all(name in table for name in dirs) and table.count("PASS") == 2
     assert run_chaos("run", str(sc), "--repeat", "0", "--out", str(out)).returncode == 2
 

@@ -3,17 +3,31 @@
 The HTML page is :mod:`chaos.report.html`; this module is the terminal side. Verdicts may be
 :class:`chaos.checkers.base.Verdict` objects or their ``to_dict()`` form (as read back from
 ``results.json``), so a saved run prints exactly like a live one.
+
+Every table fits the console's width (issue 16 item 2): piped into a CI log (no TTY, 80
+columns) the layout turns compact -- lighter borders, the figures folded under their checker, the
+list of runs as lines -- and no column is ever squeezed to nothing: the texts that identify a
+run (its scenario, seed and run directory) are never cut.
 """
 
 from __future__ import annotations
 
-from rich.console import Console
+from rich import box
+from rich.console import Console, Group
 from rich.table import Table
+from rich.text import Text
 
 from ..checkers.base import exit_code_of
 
 STATUS_STYLE = {"PASS": "bold green", "FAIL": "bold red", "INCONCLUSIVE": "bold yellow",
                 "SKIPPED": "dim"}
+#: Below this many columns the tables use their compact layout.
+COMPACT_BELOW = 100
+
+
+def compact(width: int | None) -> bool:
+    """True when a table drawn ``width`` columns wide should use the compact layout."""
+    return width is not None and width < COMPACT_BELOW
 
 
 def _field(v, name: str, default=""):
@@ -25,12 +39,20 @@ def styled_status(status: str) -> str:
     return f"[{STATUS_STYLE.get(status, '')}]{status}[/]" if status in STATUS_STYLE else status
 
 
-def verdict_table(verdicts: list, title: str = "checkers") -> Table:
-    """A rich table: checker | verdict | summary. ``verdicts``: Verdict objects or dicts."""
-    table = Table(title=title, show_lines=False)
-    table.add_column("checker", no_wrap=True)
+def _table(title: str, width: int | None) -> Table:
+    if compact(width):
+        return Table(title=title, box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False,
+                     expand=False)
+    return Table(title=title, show_lines=False)
+
+
+def verdict_table(verdicts: list, title: str = "checkers", width: int | None = None) -> Table:
+    """A rich table: checker | verdict | figures. ``verdicts``: Verdict objects or dicts;
+    ``width``: the console's width (compact below :data:`COMPACT_BELOW`)."""
+    table = _table(title, width)
+    table.add_column("checker", no_wrap=True, overflow="fold")
     table.add_column("verdict", no_wrap=True)
-    table.add_column("figures")
+    table.add_column("figures", overflow="fold", ratio=1, min_width=20)
     for v in verdicts:
         status = str(_field(v, "status", "?"))
         table.add_row(str(_field(v, "checker")), styled_status(status), str(_field(v, "summary")))
@@ -38,49 +60,83 @@ def verdict_table(verdicts: list, title: str = "checkers") -> Table:
 
 
 def print_verdicts(console: Console, verdicts: list, title: str) -> None:
-    """Print the verdict table (Verdict objects or dicts)."""
-    console.print(verdict_table(verdicts, title))
+    """Print the verdict table (Verdict objects or dicts) at the console's width."""
+    console.print(verdict_table(verdicts, title, console.width))
 
 
 def comparison_table(left: list, right: list, left_title: str, right_title: str,
-                     title: str = "verdicts side by side") -> Table:
-    """Two runs' verdicts in one table: checker | left | right | left figures | right figures.
+                     title: str = "verdicts side by side", width: int | None = None) -> Table:
+    """Two runs' verdicts in one table: checker | left | right | left figures | right figures
+    (compact: checker | verdicts | figures, the two runs' figures one under the other).
 
     A checker present in only one run shows ``-`` on the other side.
     """
-    table = Table(title=title)
-    table.add_column("checker", no_wrap=True)
-    table.add_column(left_title, no_wrap=True)
-    table.add_column(right_title, no_wrap=True)
-    table.add_column(f"{left_title} figures")
-    table.add_column(f"{right_title} figures")
     lmap = {str(_field(v, "checker")): v for v in left}
     rmap = {str(_field(v, "checker")): v for v in right}
     names = list(lmap) + [n for n in rmap if n not in lmap]
+
+    def status(v) -> str:
+        return styled_status(str(_field(v, "status"))) if v is not None else "-"
+
+    def figures(v) -> str:
+        return str(_field(v, "summary")) if v is not None else ""
+
+    table = _table(title, width)
+    if compact(width):
+        table.add_column("checker", no_wrap=True, overflow="fold")
+        table.add_column(f"{left_title} → {right_title}", no_wrap=True)
+        table.add_column("figures", overflow="fold", ratio=1, min_width=20)
+        for name in names:
+            lv, rv = lmap.get(name), rmap.get(name)
+            table.add_row(name, f"{status(lv)} → {status(rv)}",
+                          f"{left_title}: {figures(lv)}\n{right_title}: {figures(rv)}")
+        return table
+    table.add_column("checker", no_wrap=True)
+    table.add_column(left_title, no_wrap=True)
+    table.add_column(right_title, no_wrap=True)
+    table.add_column(f"{left_title} figures", overflow="fold")
+    table.add_column(f"{right_title} figures", overflow="fold")
     for name in names:
         lv, rv = lmap.get(name), rmap.get(name)
-        table.add_row(name,
-                      styled_status(str(_field(lv, "status"))) if lv is not None else "-",
-                      styled_status(str(_field(rv, "status"))) if rv is not None else "-",
-                      str(_field(lv, "summary")) if lv is not None else "",
-                      str(_field(rv, "summary")) if rv is not None else "")
+        table.add_row(name, status(lv), status(rv), figures(lv), figures(rv))
     return table
 
 
-def runs_table(results: list[dict], title: str = "runs") -> Table:
+def run_verdict(res: dict) -> tuple[str, list[str]]:
+    """``(PASS|FAIL, ["checker STATUS", ...] not passing)`` of one run's ``results.json``."""
+    verdicts = res.get("verdicts") or []
+    bad = [f"{_field(v, 'checker')} {_field(v, 'status')}" for v in verdicts
+           if _field(v, "status") not in ("PASS", "SKIPPED")]
+    return ("PASS" if exit_code_of(verdicts) == 0 else "FAIL"), bad
+
+
+def runs_table(results: list[dict], title: str = "runs", width: int | None = None):
     """One row per run (``results.json`` dicts): scenario | seed | verdict | not passing | dir.
 
     The verdict is PASS when every checker passed or was skipped, else FAIL (exit code 1).
+    Compact (a CI log, or any console too narrow for the table): one block of lines per run instead of a table, so the scenario, the
+    seed and the run directory are never cut (print it with ``crop=False``) and the checkers
+    that did not pass get a line.
     """
+    rows = [(str(res.get("scenario", "?")), str(res.get("seed", "?")), *run_verdict(res),
+             str(res.get("run_dir", "")).rsplit("/", 1)[-1]) for res in results]
+    need = 16 + 7 + 24 + max([len(r[0]) + len(r[1]) + len(r[4]) for r in rows] + [0])
+    if compact(width) or (width is not None and width < need):
+        lines = [Text(title, style="italic")]
+        for res in results:
+            status, bad = run_verdict(res)
+            line = Text.from_markup(f"{styled_status(status)} ")
+            line.append(f"{res.get('scenario', '?')} seed {res.get('seed', '?')}")
+            lines.append(line)
+            if bad:
+                lines.append(Text(f"     not passing: {', '.join(bad)}", overflow="fold"))
+            lines.append(Text(f"     {str(res.get('run_dir', '')).rsplit('/', 1)[-1]}",
+                              no_wrap=True, overflow="ignore"))
+        return Group(*lines)
     table = Table(title=title)
     for col in ("scenario", "seed", "verdict", "not passing", "run directory"):
-        table.add_column(col, no_wrap=col != "not passing")
-    for res in results:
-        verdicts = res.get("verdicts") or []
-        bad = [f"{_field(v, 'checker')} {_field(v, 'status')}" for v in verdicts
-               if _field(v, "status") not in ("PASS", "SKIPPED")]
-        status = "PASS" if exit_code_of(verdicts) == 0 else "FAIL"
-        table.add_row(str(res.get("scenario", "?")), str(res.get("seed", "?")),
-                      styled_status(status), ", ".join(bad),
-                      str(res.get("run_dir", "")).rsplit("/", 1)[-1])
+        table.add_column(col, no_wrap=col != "not passing",
+                         min_width=12 if col == "not passing" else None)
+    for scenario, seed, status, bad, run_dir in rows:
+        table.add_row(scenario, seed, styled_status(status), ", ".join(bad), run_dir)
     return table
