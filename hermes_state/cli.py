@@ -18,8 +18,11 @@ from pathlib import Path
 
 from . import atomic, cli_manage
 from .cli_common import (
+    DRY_RUN_HELP,
     EXIT_FAIL,
     EXIT_OK,
+    JSON_HELP,
+    SOURCE_HELP,
     CliError,
     _db_path,
     _open_ro,
@@ -531,11 +534,6 @@ def _version() -> str:
         return version("hermes-state")
     except PackageNotFoundError:
         return "(not installed)"
-
-
-JSON_HELP = "print JSON on stdout instead of text"
-DRY_RUN_HELP = "show what would be done; change nothing (never refused)"
-SOURCE_HELP = "only sessions of this platform (cli, telegram, discord, ...)"
 
 
 def build_parser() -> argparse.ArgumentParser:

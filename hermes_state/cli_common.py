@@ -12,6 +12,10 @@ from typing import Any
 from .paths import default_db_path
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+#: Help texts shared by every subcommand that takes the option (issue 16: every argument has one).
+JSON_HELP = "print JSON on stdout instead of text"
+DRY_RUN_HELP = "show what would be done; change nothing (never refused)"
+SOURCE_HELP = "only sessions of this platform (cli, telegram, discord, ...)"
 
 
 class CliError(Exception):

@@ -125,7 +125,6 @@ def cmd_search_by_id(args: argparse.Namespace) -> int:
 
 def register(ss: Any, days_type: Any) -> None:
     """Add the subcommands to the ``sessions`` subparsers."""
-    cli = _cli()
     for name, helptext in (("archive", "hide a session (or old ended ones) from the default "
                                        "listing; nothing is deleted"),
                            ("unarchive", "show an archived session (and its lineage) again")):
