@@ -103,32 +103,47 @@ def _watched(db_path: str | os.PathLike) -> tuple[str, dict[str, tuple[int, int]
     return real, idents
 
 
+def _now(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
+
+
 def _classify(real: str, target: str, fd_ident: tuple[int, int] | None,
               idents: dict[str, tuple[int, int] | None]) -> tuple[str, bool] | None:
-    """Return ``(display_name, is_retired)`` if ``target`` is one of the store's files."""
+    """Return ``(display_name, is_retired)`` if ``target`` is one of the store's files.
+
+    Identity decides, never link text (issue 11.6): a link ending in `` (deleted)`` or naming a
+    renamed sidecar whose descriptor has the SAME ``(st_dev, st_ino)`` as the file at the
+    watched path now is that file (re-linked, as ZFS shows it), not a retired one. The text
+    only counts when the descriptor's identity is unknown (fail closed).
+    """
     deleted = target.endswith(_DELETED)
     path = target[: -len(_DELETED)] if deleted else target
     base = os.path.basename(real)
     if path in idents:
         name = os.path.basename(path)
         if deleted:
+            if fd_ident is not None and fd_ident == _now(path):
+                return name, False  # unlinked and re-linked: the same inode is at the path
             return f"{name} (deleted)", True
         if fd_ident is not None and idents[path] is not None and fd_ident != idents[path]:
             # The identities were taken when the scan started; the path may have been replaced
             # since (a store quarantined and created afresh by a starting process, SPEC §12).
             # Only a descriptor of a file that is not at the path NOW is a retired one.
-            try:
-                st = os.stat(path)
-                now: tuple[int, int] | None = (st.st_dev, st.st_ino)
-            except OSError:
-                now = None
+            now = _now(path)
             if now != fd_ident:
                 return f"{name} (replaced)", True
             idents[path] = now
         return name, False
-    # A sidecar renamed aside (``state.db-wal.bak``) is still that generation's log.
+    # A sidecar renamed aside (``state.db-wal.bak``) is still that generation's log, unless
+    # it is the very inode at the sidecar's path now (a hard link, or unlinked and re-linked).
     for suffix in ("-wal", "-shm"):
         if path.startswith(real + suffix) and os.path.dirname(path) == os.path.dirname(real):
+            if fd_ident is not None and fd_ident == _now(real + suffix):
+                return os.path.basename(real + suffix), False
             return os.path.basename(path) + (" (deleted)" if deleted else ""), True
     del base
     return None
