@@ -25,6 +25,7 @@ from .cli_common import (
     SOURCE_HELP,
     CliError,
     _db_path,
+    _exists,
     _open_ro,
     _open_rw,
     _print_json,
@@ -72,7 +73,7 @@ def cmd_backup(args: argparse.Namespace) -> int:
         result = snapshots.restore_snapshot(path, args.id)
         _print_json(result) if args.json else print(f"restored {args.id} into {path}")
         return EXIT_OK
-    if not path.exists():
+    if not _exists(path):
         raise CliError(f"no session store at {path}", "nothing to back up")
     result = snapshots.create_snapshot(path, reason=args.reason)
     if args.json:
@@ -261,7 +262,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
     from . import maintenance
 
     path = _db_path(args)
-    owner = maintenance.gateway_owner_pid(path) if path.exists() else None
+    owner = maintenance.gateway_owner_pid(path) if _exists(path) else None
     decision = maintenance.check_gate(path, "prune", force=args.force, dry_run=args.dry_run,
                                       gateway_owner_pid=owner)
     with _open_ro(args) as ro:
@@ -681,6 +682,14 @@ def main(argv: list[str] | None = None) -> int:
         # The reader went away (`hermes-state doctor | head`): not an error of the store.
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_FAIL
+    except PermissionError as exc:
+        from .paths import permission_error
+
+        err = permission_error(exc.filename) if exc.filename else None
+        print(f"error: {err.user_message if err else exc}", file=sys.stderr)
+        fix = err.operator_detail.removeprefix("fix: ") if err else "run as the store's owner"
+        print(f"next: {fix}", file=sys.stderr)
         return EXIT_FAIL
     except (sqlite3.Error, OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)

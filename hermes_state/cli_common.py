@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -34,11 +35,25 @@ def _db_path(args: argparse.Namespace) -> Path:
     return default_db_path(args.home, args.profile)
 
 
+def _exists(path: Path) -> bool:
+    """Whether the store file exists; a directory this user cannot enter is a permission
+    problem named as such (SPEC §4), never "no session store"."""
+    try:
+        os.stat(path)
+        return True
+    except FileNotFoundError:
+        return False
+    except PermissionError:
+        from .paths import access_problem, permission_error
+
+        raise access_problem(path, write=False) or permission_error(path, "read") from None
+
+
 def _open_ro(args: argparse.Namespace):
     from .db import SessionDB
 
     path = _db_path(args)
-    if not path.exists():
+    if not _exists(path):
         raise CliError(f"no session store at {path}",
                        "check --home/--profile (or HERMES_HOME); the store is created on first use")
     _warn_if_retired(path)
@@ -61,7 +76,7 @@ def _warn_if_retired(path: Path) -> None:
 def _require_store(args: argparse.Namespace, why: str) -> Path:
     """The store path; CliError when it does not exist (a mistyped --home must not mint one)."""
     path = _db_path(args)
-    if not path.exists():
+    if not _exists(path):
         raise CliError(f"no session store at {path}: {why}",
                        "check --home/--profile (or HERMES_HOME)")
     return path

@@ -38,7 +38,7 @@ from .generation import (
     identity,
     own_descriptors,
 )
-from .paths import ensure_home, sqlite_uri, utc_stamp
+from .paths import access_problem, ensure_home, sqlite_uri, utc_stamp
 
 log = logging.getLogger("hermes_state")
 
@@ -368,6 +368,9 @@ class StoreConnection:
             return
         ensure_home(self.db_path.parent)
         self._refuse_unsafe_files()
+        problem = access_problem(self.db_path, write=True)
+        if problem is not None:  # SPEC §4: the exact path, the permission and the fix
+            raise problem
         self._refuse_if_retired_holders()
         self.quarantined_to = quarantine_if_not_sqlite(self.db_path)
         self._open_guard()
@@ -387,14 +390,14 @@ class StoreConnection:
         try:
             self.conn = self._connect_rw(synchronous)
         except sqlite3.DatabaseError as exc:
-            raise self._damaged_at_open(exc) from exc
+            self._raise_named(exc)
         try:
             self._prepare_schema()
             failpoints.hit("open.after_schema")
             self._record_generation()
         except sqlite3.DatabaseError as exc:
             self.conn.close()
-            raise self._damaged_at_open(exc) from exc
+            self._raise_named(exc)
         except BaseException:
             self.conn.close()
             raise
@@ -426,16 +429,30 @@ class StoreConnection:
         touches neither sidecar: what the holder committed since the last checkpoint is not
         shown (it is safe in its WAL; the CLI says so). ``self.retired_holders`` lists them.
         """
-        if not self.db_path.exists():
-            raise sqlite3.OperationalError(f"no session store at {self.db_path}")
+        try:
+            os.stat(self.db_path)
+        except FileNotFoundError:
+            raise sqlite3.OperationalError(f"no session store at {self.db_path}") from None
+        except PermissionError as exc:
+            raise (access_problem(self.db_path, write=False) or exc) from exc
         self.retired_holders = holders.scan(self.db_path, include_self=True).retired_holders
         params = {"mode": "ro"}
         if self.retired_holders:
             params["immutable"] = "1"
         uri = sqlite_uri(self.db_path, **params)
-        conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None,
-                               check_same_thread=False)
-        conn.row_factory = sqlite3.Row
+        conn = None
+        try:  # a permission or damage problem surfaces here (SQLite opens lazily), by name
+            conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None,
+                                   check_same_thread=False)
+            conn.row_factory = sqlite3.Row
+            conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+        except sqlite3.DatabaseError as exc:
+            if conn is not None:
+                conn.close()
+            problem = access_problem(self.db_path, write=False)
+            if problem is not None:
+                raise problem from exc
+            self._raise_named(exc)
         return conn
 
     def _refuse_unsafe_files(self) -> None:
@@ -457,6 +474,13 @@ class StoreConnection:
                     "the three files state.db, state.db-wal and state.db-shm must be plain files "
                     "in one directory (SPEC §1); replace it with the real file or move it away.",
                     path=str(p))
+
+    def _raise_named(self, exc: sqlite3.DatabaseError) -> None:
+        """Re-raise ``exc`` as the named refusal :meth:`_damaged_at_open` makes of it, if any."""
+        err = self._damaged_at_open(exc)
+        if err is exc:
+            raise exc
+        raise err from exc
 
     def _damaged_at_open(self, exc: sqlite3.DatabaseError) -> BaseException:
         """A structural error while opening becomes a named refusal (SPEC §12, issue 11.7)."""
@@ -491,19 +515,6 @@ class StoreConnection:
                                         held_by=held_by)
 
     def _connect_rw(self, synchronous: str) -> sqlite3.Connection:
-        parent = self.db_path.parent
-        if not os.access(parent, os.W_OK | os.X_OK):
-            raise StorePermissionError(
-                f"cannot write the session store directory {parent}: permission denied.",
-                f"fix: chmod u+rwx {parent} (the -wal and -shm files are created there)")
-        for suffix in ("", "-wal", "-shm"):
-            p = Path(f"{self.db_path}{suffix}")
-            if p.exists() and not os.access(p, os.R_OK | os.W_OK):
-                raise StorePermissionError(
-                    f"cannot write {p}: permission denied (mode {oct(p.stat().st_mode & 0o777)}).",
-                    f"fix: chmod u+rw {p}; if the mode already allows writing, the file may be "
-                    f"immutable (lsattr {p}; chattr -i {p}). Never delete the -wal: it may hold "
-                    "committed data.")
         conn = sqlite3.connect(str(self.db_path), timeout=BUSY_TIMEOUT_S, isolation_level=None,
                                check_same_thread=False)
         conn.row_factory = sqlite3.Row
@@ -1185,7 +1196,7 @@ class StoreConnection:
                 if corruption_kind(exc) == "structural":
                     if not self.read_only:
                         raise self._corrupt(exc) from exc
-                    raise self._damaged_at_open(exc) from exc
+                    self._raise_named(exc)
                 raise
 
     # ------------------------------------------------------------------ close

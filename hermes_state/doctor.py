@@ -21,7 +21,7 @@ from pathlib import Path
 
 from . import checkpoint_lock, holders
 from .connection import corruption_kind, wal_reset_exposure
-from .paths import sqlite_uri
+from .paths import access_problem, sqlite_uri
 from .schema import FTS_TABLES, SCHEMA_VERSION
 
 OK, WARN, ISSUE = "ok", "warn", "issue"
@@ -150,9 +150,14 @@ def run_doctor(db_path: str | os.PathLike, *, fix: bool = False) -> DoctorReport
                    "doctor stops here: even a read-only open would be one more opener of the new "
                    "generation.")
         return report
-    if not os.path.lexists(db):
+    try:
+        os.lstat(db)
+    except FileNotFoundError:
         report.add(WARN, f"no session store at {db} yet (it is created on first use)")
         _exposure(report, db)
+        return report
+    except PermissionError:
+        _permission(db, report, access_problem(db, write=False))
         return report
     if _special_files(db, report):
         return report
@@ -165,9 +170,14 @@ def run_doctor(db_path: str | os.PathLike, *, fix: bool = False) -> DoctorReport
                          "it shrinks after checkpoints once long readers finish)",
                    "fix (optional): `doctor --fix` runs a PASSIVE checkpoint when nothing else "
                    "holds the store")
+    _writable(db, report)
     try:
         conn = _ro_connect(db)
     except sqlite3.Error as exc:
+        problem = access_problem(db, write=False)
+        if problem is not None:
+            _permission(db, report, problem)
+            return report
         report.add(ISSUE, f"cannot open the store read-only: {exc}",
                    f"fix: `sessions recover {db} --inspect-only` shows what is "
                    "readable")
@@ -198,6 +208,33 @@ def run_doctor(db_path: str | os.PathLike, *, fix: bool = False) -> DoctorReport
     if fix:
         _fix(db, report, scan)
     return report
+
+
+def _permission(db: Path, report: DoctorReport, problem) -> None:
+    """This user cannot read the store: say which path and permission, never "damage"."""
+    if problem is None:
+        report.add(ISSUE, f"cannot read {db}: permission denied",
+                   "fix: run doctor as the user that owns the store")
+        return
+    report.stats["permission"] = problem.user_message
+    report.add(ISSUE, f"permission problem, not damage: {problem.user_message}",
+               problem.operator_detail)
+
+
+def _writable(db: Path, report: DoctorReport) -> None:
+    """Can this user WRITE the store? An issue for the owner's own store (the agent would refuse
+    every write); a warning when reading another user's store (that may be on purpose)."""
+    problem = access_problem(db, write=True)
+    report.stats["writable"] = problem is None
+    if problem is None:
+        return
+    try:
+        mine = os.stat(db).st_uid == os.geteuid()
+    except OSError:
+        mine = False
+    report.add(ISSUE if mine else WARN,
+               f"writes will be refused (a permission problem, not damage): "
+               f"{problem.user_message}", problem.operator_detail)
 
 
 def _special_files(db: Path, report: DoctorReport) -> bool:
@@ -278,6 +315,10 @@ def _health(conn: sqlite3.Connection, report: DoctorReport) -> None:
                               "only a writable open can roll back",
                        "fix: when no process holds the store, `doctor --fix` rolls it back "
                        "(so does starting one Hermes process); never delete state.db-journal")
+            return
+        problem = access_problem(report.db_path, write=False)
+        if problem is not None:  # a permission problem is never called damage (issue 11.8)
+            _permission(Path(report.db_path), report, problem)
             return
         if corruption_kind(exc) == "structural":
             report.add(ISSUE, f"the store is damaged: {exc}",

@@ -1,7 +1,8 @@
 """Where the store lives and the names of the files beside it (SPEC §1).
 
-Nothing here touches the disk except :func:`ensure_home`; paths are resolved when called, never
-at import, so tests can point ``HERMES_HOME`` anywhere.
+Nothing here touches the disk except :func:`ensure_home` and :func:`access_problem` (``stat``
+and ``access`` only, never an open); paths are resolved when called, never at import, so tests
+can point ``HERMES_HOME`` anywhere.
 """
 
 from __future__ import annotations
@@ -142,3 +143,101 @@ def ensure_home(directory: Path) -> None:
             f"fix: create it and give your user write access (mkdir -p {directory} && "
             f"chmod u+rwx {directory})",
         ) from exc
+
+
+def _who(uid: int) -> str:
+    try:
+        import pwd
+
+        return f"uid {uid} ({pwd.getpwuid(uid).pw_name})"
+    except (KeyError, ImportError):
+        return f"uid {uid}"
+
+
+def _denied(path: Path, st: os.stat_result | None, verb: str, need: str, fix: str):
+    from .errors import StorePermissionError
+
+    me = os.geteuid()
+    if st is None:
+        facts = "permission denied"
+    else:
+        facts = (f"permission denied: mode {oct(st.st_mode & 0o7777)}, owner {_who(st.st_uid)}; "
+                 f"this process runs as {_who(me)}")
+    if st is not None and st.st_uid != me:
+        fix = (f"fix: run as {_who(st.st_uid)} (the owner), or give this user access: "
+               f"chown {me} {path} (as root), then {fix}")
+    else:
+        fix = f"fix: {fix}"
+    return StorePermissionError(f"cannot {verb} {path}: {need}; {facts}.",
+                                fix + "; never delete the -wal: it may hold committed data")
+
+
+def permission_error(path: str | os.PathLike, verb: str = "access"):
+    """A :class:`~hermes_state.errors.StorePermissionError` for ``path`` that names its mode, its
+    owner, this process's user and the fix (for a ``PermissionError`` met anywhere)."""
+    p = Path(path)
+    try:
+        st = os.stat(p)
+    except OSError:
+        st = None
+    return _denied(p, st, verb, "permission denied" if st is None else "no permission",
+                   f"chmod u+rw {p} (u+rwx for a directory)")
+
+
+def access_problem(db_path: str | os.PathLike, *, write: bool):
+    """Why this process cannot read (or, with ``write``, write) the store, or None (SPEC §4).
+
+    Checks, with this process's effective ids: every directory up to the store can be
+    entered; the store's directory can be written when a file must be created in it (a writer
+    always; a reader when ``-shm`` is missing); ``state.db``, ``-wal`` and ``-shm`` that exist
+    can be read (and written, for ``write``). Never opens a file. Readers call it after an
+    open failed, to name the cause; writers before opening.
+
+    Returns:
+        A :class:`~hermes_state.errors.StorePermissionError` naming the exact path, the missing
+        permission, the mode and owner, and the ``chmod``/``chown`` that fixes it; or None.
+    """
+    db = Path(db_path).absolute()
+    directory = db.parent
+    for parent in reversed([directory, *directory.parents]):
+        try:
+            st = os.stat(parent)
+        except FileNotFoundError:
+            break
+        except PermissionError:
+            return _denied(parent, None, "reach", "a directory above it cannot be entered",
+                           f"chmod a+x on the directories above {directory}")
+        if not os.access(parent, os.X_OK, effective_ids=True):
+            return _denied(parent, st, "enter the directory", "no search (x) permission",
+                           f"chmod u+x {parent}")
+    try:
+        dst = os.stat(directory)
+    except FileNotFoundError:
+        return None
+    files = {}
+    for suffix in ("", "-wal", "-shm"):
+        p = Path(f"{db}{suffix}")
+        try:
+            files[suffix] = (p, os.stat(p))
+        except FileNotFoundError:
+            files[suffix] = (p, None)
+    mode = os.R_OK | (os.W_OK if write else 0)
+    for suffix, (p, st) in files.items():
+        if st is None or os.access(p, mode, effective_ids=True):
+            continue
+        need = "no read and write permission" if write else "no read permission"
+        if write and os.access(p, os.R_OK, effective_ids=True):
+            need = "no write permission"
+        fix = (f"chmod u+rw {p}; if the mode already allows it, the file may be immutable "
+               f"(lsattr {p}; chattr -i {p})") if write else f"chmod u+r {p}"
+        return _denied(p, st, "write" if write else "read", need, fix)
+    # A reader of a WAL store creates -shm when it is missing (the header is not read here:
+    # this may run in a process with a connection to the store, SPEC §4).
+    need_dir_write = write or (files[""][1] is not None and files["-shm"][1] is None)
+    if need_dir_write and not os.access(directory, os.W_OK | os.X_OK, effective_ids=True):
+        why = ("the -wal and -shm files are created there" if write else
+               "a reader of a WAL store must create state.db-shm (the WAL index) there")
+        return _denied(directory, dst, "write the session store directory",
+                       f"no write permission ({why})", f"chmod u+rwx {directory}")
+    return None
+

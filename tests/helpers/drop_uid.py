@@ -3,7 +3,8 @@
 Usage (as root): ``drop_uid.py UID hold DB`` opens DB read-only, drops to UID (which makes the
 process not dumpable: its /proc/<pid>/fd is unreadable to other processes of UID), prints
 ``HOLDING`` and waits for stdin to close. ``drop_uid.py UID cli ARGS...`` drops to UID and runs
-``hermes-state ARGS...``, exiting with its code.
+``hermes-state ARGS...``, exiting with its code. ``drop_uid.py UID py CODE`` drops to UID and
+runs the Python source CODE.
 """
 
 import importlib
@@ -39,6 +40,9 @@ def main() -> int:
     preload()
     os.setgid(int(uid))
     os.setuid(int(uid))
+    if mode == "py":
+        exec(compile(rest[0], "<drop_uid py>", "exec"), {"__name__": "__drop_uid__"})
+        return 0
     return cli(rest)
 
 
