@@ -268,8 +268,17 @@ def _health(conn: sqlite3.Connection, report: DoctorReport) -> None:
                                                   f"{free} free")
         rows = conn.execute("SELECT version FROM schema_version").fetchall()
         version = rows[0][0] if rows else None
-        report.stats["schema_version"] = version
-        if version == SCHEMA_VERSION:
+        if version is not None and (not isinstance(version, int) or version < 1):
+            report.stats["schema_version"] = None
+            report.add(WARN, f"schema_version holds {version!r}, not a version number",
+                       "the next writable open infers the version from the tables and "
+                       "rewrites the row; nothing else is affected")
+            version = "unknown"
+        else:
+            report.stats["schema_version"] = version
+        if version == "unknown":
+            pass
+        elif version == SCHEMA_VERSION:
             report.add(OK, f"schema version {version} (this code: {SCHEMA_VERSION})")
         elif version is not None and version > SCHEMA_VERSION:
             report.add(WARN, f"schema version {version} is newer than this code ({SCHEMA_VERSION})",

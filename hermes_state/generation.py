@@ -44,9 +44,14 @@ def identity(path: str | os.PathLike) -> Identity | None:
     return (st.st_dev, st.st_ino)
 
 
-def application_id_for(token: str) -> int:
-    """The signed 32-bit ``PRAGMA application_id`` that mirrors a generation token (SPEC §10.1)."""
-    value = zlib.crc32(token.encode()) & 0xFFFFFFFF
+def application_id_for(token: object) -> int:
+    """The signed 32-bit ``PRAGMA application_id`` that mirrors a generation token (SPEC §10.1).
+
+    A token that is not text (a damaged ``state_meta`` row: NULL, a number, a blob) is mirrored
+    through its ``repr``: deterministic, so every opener agrees, never a crash (issue 11.10).
+    """
+    text = token if isinstance(token, str) else repr(token)
+    value = zlib.crc32(text.encode("utf-8", "surrogatepass")) & 0xFFFFFFFF
     value = value or 1  # 0 means "unset"
     return value - (1 << 32) if value >= (1 << 31) else value
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import os
 import time
 import uuid
@@ -190,9 +191,11 @@ def gateway_owner_pid(db_path: str | os.PathLike) -> int | None:
     if not row:
         return None
     try:
-        pid = int(json.loads(row[0])["pid"])
-    except (ValueError, KeyError, TypeError):
+        pid = json.loads(row[0])["pid"]
+    except (ValueError, KeyError, TypeError, IndexError, RecursionError):
         return None
+    if isinstance(pid, bool) or not isinstance(pid, int) or not 0 < pid < 1 << 22:
+        return None  # a row of another shape names no process (issue 11.10)
     import psutil
 
     return pid if psutil.pid_exists(pid) else None
@@ -224,13 +227,22 @@ def run_pending_requests(db, *, busy_sessions: set[str] | frozenset = frozenset(
         rid = key[len(REQUEST_PREFIX):]
         try:
             req = json.loads(value)
-        except (TypeError, ValueError):
-            req = {"command": "invalid"}
-        result = {"id": rid, "command": req.get("command")}
-        if req.get("command") == "prune":
-            result["pruned"] = db.prune_sessions(
-                older_than_days=float(req.get("older_than_days", 90)), source=req.get("source"),
-                exclude=set(busy_sessions))
+        except (TypeError, ValueError, RecursionError):
+            req = None
+        if not isinstance(req, dict):
+            req = {"command": "invalid"}  # a row of another shape: recorded, never a crash
+        command = req.get("command")
+        result = {"id": rid, "command": command if isinstance(command, str) else repr(command)}
+        days, source = req.get("older_than_days", 90), req.get("source")
+        if command == "prune":
+            if (isinstance(days, (int, float)) and not isinstance(days, bool)
+                    and math.isfinite(days) and days >= 0
+                    and (source is None or isinstance(source, str))):
+                result["pruned"] = db.prune_sessions(older_than_days=float(days), source=source,
+                                                     exclude=set(busy_sessions))
+            else:
+                result["error"] = ("invalid request: older_than_days must be a number >= 0 and "
+                                   "source a string or null")
 
         def finish(c, key=key, rid=rid, result=result):
             c.execute("DELETE FROM state_meta WHERE key = ?", (key,))

@@ -143,9 +143,15 @@ class MigrationReport:
 # ------------------------------------------------------------------------------------ helpers
 
 def read_version(conn: sqlite3.Connection) -> int | None:
-    """The stored schema version (max over rows), or None without table/row."""
+    """The stored schema version (max over rows), or None without table/row.
+
+    Rows that are not positive numbers (text, blobs, 0, negatives: a damaged or foreign row)
+    are ignored: the version is then inferred from the tables, never a crash or a migration
+    loop from a version that never existed (issue 11.10)."""
     try:
-        row = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()
+        row = conn.execute("SELECT MAX(CAST(version AS INTEGER)) FROM schema_version "
+                           "WHERE typeof(version) IN ('integer', 'real') "
+                           "AND CAST(version AS INTEGER) >= 1").fetchone()
     except sqlite3.OperationalError:
         return None
     return None if row is None or row[0] is None else int(row[0])

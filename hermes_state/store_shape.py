@@ -67,13 +67,15 @@ def stored_version(conn: sqlite3.Connection) -> tuple[int | None, int]:
     """``(version, rows)`` of ``schema_version`` (version None when unreadable or empty).
 
     Rows that are not numbers (a damaged or foreign row) are ignored for the version but
-    counted, so the open normalises the table.
+    counted, so the open normalises the table. Values below 1 are not a version either: a
+    migration would otherwise step up from a version that never existed (issue 11.10).
     """
     try:
         rows = conn.execute("SELECT version FROM schema_version").fetchall()
     except sqlite3.OperationalError:
         return None, 0
-    values = [int(r[0]) for r in rows if isinstance(r[0], (int, float))]
+    values = [int(r[0]) for r in rows if isinstance(r[0], (int, float))
+              and not isinstance(r[0], bool) and r[0] >= 1 and r[0] == r[0]]
     return (max(values) if values else None), len(rows)
 
 
