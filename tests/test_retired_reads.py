@@ -264,3 +264,36 @@ def test_a_starting_process_reading_the_header_is_not_taken_for_a_holder(tmp_pat
         reader.wait(timeout=HANG_GUARD_S)
     assert out.strip() == "OK", (out, err)
     assert len(list(tmp_path.glob("state.db.corrupt.*.bak"))) == 1
+
+
+def test_a_store_being_created_during_the_holder_scan_is_not_called_damaged(tmp_path, monkeypatch):
+    """Found by zeroed_store_two_starters under load: the empty file another starter had just
+    created was judged damaged, then that starter wrote page 1 while the scan ran; the size
+    check after the scan saw a non-empty file and refused as if it were damage."""
+    from hermes_state import connection
+
+    path = tmp_path / "state.db"
+    path.write_bytes(b"")
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    creator = subprocess.Popen(  # holds the empty file, as a starting SQLite connection does
+        [sys.executable, "-c", f"import sys\nf = open({str(path)!r}, 'rb')\n"
+         "print('HOLDING', flush=True)\nsys.stdin.readline()\n"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+    other = tmp_path / "other.db"
+    SessionDB(other).close()
+    real_scan = holders.scan
+
+    def scan_while_page_one_lands(db_path, **kw):
+        found = real_scan(db_path, **kw)
+        with open(path, "r+b") as fh:  # the creator's first page arrives meanwhile
+            fh.write(other.read_bytes())
+        return found
+
+    try:
+        assert creator.stdout.readline().strip() == "HOLDING"
+        monkeypatch.setattr(connection.holders, "scan", scan_while_page_one_lands)
+        assert connection.quarantine_if_not_sqlite(path) is None
+    finally:
+        creator.kill()
+        creator.wait(timeout=HANG_GUARD_S)
+    assert not list(tmp_path.glob("state.db.corrupt.*"))
