@@ -504,27 +504,39 @@ class _VersionAction(argparse.Action):
         parser.exit()
 
 
+#: Largest limit/offset: SQLite's integer range (a larger one cannot even be bound).
+MAX_COUNT = 2 ** 63 - 1
+#: Largest --older-than: about 2 700 years; beyond it a cutoff date means nothing.
+MAX_DAYS = 1_000_000.0
+
+
 def _count(text: str) -> int:
-    """argparse type: an integer >= 0 (a limit or an offset)."""
+    """argparse type: an integer from 0 to :data:`MAX_COUNT` (a limit or an offset).
+
+    Anything else (negative, huge, NaN, a float, not a number) is a usage error (exit 2),
+    never a traceback (issue 11.11).
+    """
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    if not 0 <= value <= MAX_COUNT:
+        raise argparse.ArgumentTypeError(
+            f"expected an integer from 0 to {MAX_COUNT}, got {text!r}")
     return value
 
 
 def _days(text: str) -> float:
-    """argparse type: a finite number of days >= 0 (``--older-than``)."""
+    """argparse type: a finite number of days from 0 to :data:`MAX_DAYS` (``--older-than``)."""
     import math
 
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number of days, got {text!r}") from None
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"expected a finite number of days >= 0, got {text!r}")
+    if not math.isfinite(value) or not 0 <= value <= MAX_DAYS:
+        raise argparse.ArgumentTypeError(
+            f"expected a finite number of days from 0 to {MAX_DAYS:g}, got {text!r}")
     return value
 
 

@@ -39,7 +39,7 @@ from .search import SearchMixin
 from .sessions import SessionsMixin
 from .spool import divert_to_spool as _divert
 from .telegram import TelegramMixin
-from .text import clean_text
+from .text import CleaningConnection, clean_text
 from .titles import TitlesMixin
 from .usage import UsageMixin
 from .workspace import WorkspaceMixin
@@ -81,7 +81,7 @@ class SessionDB(SessionsMixin, MessagesMixin, ReplayMixin, TitlesMixin, UsageMix
     # -- plumbing used by the mixins
     def _write(self, fn: Callable[[sqlite3.Connection], T], op: str = "write") -> T:
         try:
-            return self._conn.execute_write(fn, op=op)
+            return self._conn.execute_write(lambda c: fn(CleaningConnection(c)), op=op)
         except (sqlite3.IntegrityError, sqlite3.OperationalError) as exc:
             named = self._newer_schema_error(exc, op)
             if named is None:
@@ -97,7 +97,7 @@ class SessionDB(SessionsMixin, MessagesMixin, ReplayMixin, TitlesMixin, UsageMix
         return self._conn.read(lambda c: newer_schema_error(c, exc, op))
 
     def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        return self._conn.read(fn)
+        return self._conn.read(lambda c: fn(CleaningConnection(c)))
 
     # -- state_meta
     def get_meta(self, key: str) -> str | None:

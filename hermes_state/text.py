@@ -20,6 +20,48 @@ def clean_text(value: Any) -> Any:
     return value
 
 
+def clean_params(params: Any) -> Any:
+    """SQL parameters with every text value cleaned (:func:`clean_text`); SPEC §2.2.
+
+    A sequence gives a tuple, a mapping (named parameters) a dict; values that are not text
+    pass through. The common case (no lone surrogate anywhere) returns ``params`` itself.
+    """
+    if isinstance(params, dict):
+        if any(isinstance(v, str) and not v.isascii() and _SURROGATE.search(v)
+               for v in params.values()):
+            return {k: clean_text(v) for k, v in params.items()}
+        return params
+    if isinstance(params, (tuple, list)):
+        if any(isinstance(v, str) and not v.isascii() and _SURROGATE.search(v) for v in params):
+            return tuple(clean_text(v) for v in params)
+        return params
+    return params
+
+
+class CleaningConnection:
+    """A ``sqlite3.Connection`` whose ``execute``/``executemany`` clean every text parameter.
+
+    Every API call reaches SQLite through one of these (:meth:`SessionDB._write` /
+    :meth:`SessionDB._read`), so no text field of any call (role, ids, titles, keys, filters)
+    can reach SQLite with a lone surrogate, whichever module binds it (SPEC §2.2). Everything
+    else is the wrapped connection's.
+    """
+
+    __slots__ = ("_conn",)
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+
+    def execute(self, sql: str, params: Any = ()) -> Any:
+        return self._conn.execute(sql, clean_params(params))
+
+    def executemany(self, sql: str, seq: Any) -> Any:
+        return self._conn.executemany(sql, (clean_params(p) for p in seq))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+
 def encode_json(value: Any, *, empty_list_is_null: bool = False) -> str | None:
     """Encode a JSON field: None stays NULL, a string is stored as given (already JSON text).
 

@@ -30,12 +30,15 @@ def transcript_paths(sessions_dir: str | os.PathLike, session_id: str) -> list[P
     base = Path(sessions_dir)
     found = [base / f"{session_id}.json", base / f"{session_id}.jsonl"]
     pattern = str(base / f"request_dump_{glob.escape(session_id)}_*.json")
-    found += [Path(p) for p in sorted(glob.glob(pattern))]
+    try:
+        found += [Path(p) for p in sorted(glob.glob(pattern))]
+    except (OSError, UnicodeEncodeError):  # a name no filesystem can hold: nothing is there
+        pass
     out = []
     for p in found:
         try:
             mode = os.lstat(p).st_mode
-        except OSError:
+        except (OSError, UnicodeEncodeError):
             continue
         if (stat.S_ISREG(mode) or stat.S_ISLNK(mode)) and p.parent == base:
             out.append(p)
