@@ -16,7 +16,7 @@ import sqlite3
 import sys
 from pathlib import Path
 
-from . import atomic, cli_manage
+from . import atomic, cli_manage, failpoints
 from .cli_common import (
     DRY_RUN_HELP,
     EXIT_FAIL,
@@ -253,6 +253,7 @@ def cmd_export(args: argparse.Namespace) -> int:
                 _write_export(out, items, args.format)
                 out.flush()
                 out.detach()  # part.file stays open: publish flushes and fsyncs it
+                failpoints.hit("cmd.export.before_publish")
                 part.publish(replace=(kind == "file"))
     return EXIT_OK
 

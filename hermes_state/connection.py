@@ -738,8 +738,7 @@ class StoreConnection:
             else:
                 dest = path.with_name(f"{path.name}.stale-{utc_stamp()}-{os.getpid()}")
             try:
-                os.rename(path, dest)
-                moved.append(str(dest))
+                moved.append(str(atomic.move_aside(path, atomic.numbered(dest))))
             except OSError as exc:
                 log.error("could not move the stale %s aside: %s", path, exc)
         return f"; moved this generation's sidecars aside: {', '.join(moved)}" if moved else ""

@@ -477,9 +477,18 @@ def _leftovers(db: Path, report: DoctorReport) -> None:
     from .recover import WORK_DIR_RE
     from .snapshots import _PARTIAL_RE
 
+    from .schema_repair import repair_partial_re
+
     snaps = sorted(iter_partials(db.parent / "state-snapshots", _PARTIAL_RE))
     temps = sorted(iter_partials(tempfile.gettempdir(), WORK_DIR_RE))
-    report.stats["leftovers"] = {"snapshots": snaps, "recover_copies": temps}
+    repairs = sorted(iter_partials(db.parent, repair_partial_re(db)))
+    report.stats["leftovers"] = {"snapshots": snaps, "recover_copies": temps,
+                                 "repair_copies": repairs}
+    if repairs:
+        report.add(WARN, f"{len(repairs)} temporary cop(y/ies) of the store left by a killed "
+                         f"schema repair in {db.parent}", *repairs,
+                   "they are copies, not the store; the next repair removes them (or delete "
+                   "them yourself)")
     if snaps:
         report.add(WARN, f"{len(snaps)} unfinished snapshot(s) of a killed `backup` in "
                          f"{db.parent / 'state-snapshots'}", *snaps,

@@ -53,6 +53,13 @@ NAMES: dict[str, str] = {
     "capture.mid_copy": "retired-WAL capture: WAL copied into the .partial dir, manifest not yet",
     "close.before_checkpoint": "close(): before the close-time PASSIVE checkpoint",
     "migrate.v<N>.before_commit": "migration step to version N ran, its COMMIT not yet issued",
+    # Commands (not the write path): where a killed command leaves its work behind (issue 11.12)
+    "cmd.backup.before_publish": "backup: image and manifest written in the .partial directory, "
+                                 "not yet renamed into place",
+    "cmd.recover.after_copy": "sessions recover: the source copied into the private working "
+                              "directory (and the output's .partial made), nothing inspected",
+    "cmd.export.before_publish": "sessions export -o FILE: everything written to FILE.partial, "
+                                 "not yet renamed onto FILE",
 }
 
 _ERROR_CODES = {"ioerr": 10, "busy": 5, "locked": 6, "full": 13, "corrupt": 11}

@@ -64,7 +64,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
-from . import atomic, holders
+from . import atomic, failpoints, holders
 from .errors import HermesStateError
 from .schema import SCHEMA_VERSION
 
@@ -883,6 +883,7 @@ def recover(source: str | os.PathLike, *, output: str | os.PathLike | None = Non
                 out_path.parent, f".{out_path.name}.recover")).path / "state.db"
         try:
             copied = _copy_source(src, work_dir, _after_copy_hook)
+            failpoints.hit("cmd.recover.after_copy")
         except SourceChangedError as exc:
             rep["errors"].append(f"{SOURCE_CHANGED} ({exc.operator_detail})")
             rep["source_unchanged"] = False

@@ -24,14 +24,19 @@ from __future__ import annotations
 import os
 import shutil
 import sqlite3
-import tempfile
+import re
 from pathlib import Path
 
 from . import holders
-from .atomic import fsync_dir, move_aside, numbered
+from .atomic import PartialDir, clean_partials, fsync_dir, move_aside, numbered
 from .paths import utc_stamp
 
 _FTS_LIKE = "messages\\_fts%"
+
+
+def repair_partial_re(path: Path) -> re.Pattern:
+    """Names of the private directories a repair of ``path`` works in (``.partial``)."""
+    return re.compile(rf"\.{re.escape(path.name)}\.repair(-\d+)?\.partial")
 
 
 def _fts_tables(c: sqlite3.Connection) -> list[str]:
@@ -161,7 +166,11 @@ def repair_state_db_schema(db_path: str | os.PathLike, *, backup: bool = True) -
         out["error"] = (f"refusing to repair {path} while it is in use ({names}); stop them "
                         "first. Nothing was changed.")
         return out
-    with tempfile.TemporaryDirectory(prefix=f".{path.name}.repair-", dir=path.parent) as tmp:
+    # The copies are built in a flock-ed ``.state.db.repair[-N].partial/`` beside the store: a
+    # killed repair's copies are removed by the next repair (or named by doctor), issue 11.12.
+    clean_partials(path.parent, repair_partial_re(path))
+    with PartialDir(path.parent, f".{path.name}.repair") as part:
+        tmp = part.path
         work = Path(tmp) / path.name
         _copy_store(path, work)
         _fold_wal(work)

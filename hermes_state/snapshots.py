@@ -59,7 +59,7 @@ import time
 from pathlib import Path
 from urllib.parse import quote
 
-from . import atomic, checkpoint_lock, holders
+from . import atomic, checkpoint_lock, failpoints, holders
 from .errors import HermesStateError
 from .paths import utc_stamp
 
@@ -386,6 +386,7 @@ def create_snapshot(db_path: str | os.PathLike, reason: str = "manual", *,
         if reason == PRE_UPDATE_REASON and manifest["verified"]:
             return _finish_pre_update(db, stamp, image, manifest)
         part.write_json(MANIFEST, manifest)
+        failpoints.hit("cmd.backup.before_publish")
         final = part.publish(atomic.numbered(root / f"{stamp}-{reason}"))
     result = dict(manifest, id=final.name, path=str(final / IMAGE), dir=str(final), pruned=[])
     if not manifest["verified"]:
