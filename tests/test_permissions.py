@@ -132,7 +132,7 @@ def test_store_owned_by_another_user(base):
     for args in READ_COMMANDS[:4]:
         out = as_nobody("cli", "--home", db.parent, *args)
         assert_named(out, str(db), args)
-    rec = as_nobody("cli", "sessions", "recover", "--source", db, "--inspect-only")
+    rec = as_nobody("cli", "sessions", "recover", db, "--inspect-only")
     assert_named(rec, str(db), "recover")
     doc = as_nobody("cli", "--home", db.parent, "doctor", "--json")
     report = json.loads(doc.stdout)
