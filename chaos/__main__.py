@@ -156,6 +156,14 @@ def main(argv: list[str] | None = None) -> int:
         scenarios, bad = _load_all(args.files, err)
         if bad:
             return EXIT_BAD_SCENARIO
+        callable_roles = [(sc.source, r.name) for sc in scenarios for r in sc.roles
+                          if r.kind == "callable"]
+        if callable_roles:
+            for source, name in callable_roles:
+                err.print(f"{source}: role {name!r} is kind callable: it runs a Python function "
+                          "a test passes to run_scenario(..., roles={...}); `chaos run` has "
+                          "none", highlight=False)
+            return EXIT_BAD_SCENARIO
         from .sweep import run as run_scenario
 
         console = Console(stderr=True) if args.json else Console()

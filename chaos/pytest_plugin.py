@@ -167,6 +167,9 @@ class ScenarioFile(pytest.File):
         except ScenarioError as exc:
             yield InvalidScenarioItem.from_parent(self, name="invalid", problems=exc.problems)
             return
+        if any(r.kind == "callable" for r in sc.roles):
+            pytest.skip(f"{self.path.name}: it has callable roles, whose Python functions a test "
+                        "passes to run_scenario(..., roles={...})")
         if CI_TAG not in sc.tags and not self.config.getoption("chaos_all") and not self.explicit:
             # The file is in the reason: xdist merges the workers' skip reports by their text.
             pytest.skip(f"{UNTAGGED_REASON}: {self.path.name}: add `tags: [ci]` to it, run "
@@ -239,13 +242,14 @@ def _tmp_dir(config, name: str) -> Path:
     return Path(tempfile.mkdtemp(prefix=name))
 
 
-def _run(scenario, out: Path):
+def _run(scenario, out: Path, roles: dict | None = None):
     from rich.console import Console
 
     from .sweep import run as run_scenario
 
     buf = io.StringIO()
-    result = run_scenario(scenario, out_dir=out, console=Console(file=buf, width=120))
+    result = run_scenario(scenario, out_dir=out, console=Console(file=buf, width=120),
+                          roles=roles)
     result.console_text = buf.getvalue()
     return result
 
@@ -255,10 +259,17 @@ def _failure_report(result) -> str:
              f"exit {result.exit_code}", f"run directory: {result.run_dir}", ""]
     for v in result.verdicts:
         lines.append(f"  {v.status:12} {v.checker}: {v.summary}")
+    from .history import load_run_history, relative_times, run_start
+
+    try:
+        start = run_start(load_run_history(result.run_dir / "history"))
+    except OSError:
+        start = 0.0
     for v in result.verdicts:
         if v.status not in ("PASS", "SKIPPED") and v.evidence:
-            lines.append(f"\nevidence of {v.checker}:")
-            lines += [f"  {json.dumps(e, default=str)[:400]}" for e in v.evidence[:10]]
+            lines.append(f"\nevidence of {v.checker} (times: seconds since the run start):")
+            lines += [f"  {json.dumps(relative_times(e, start), default=str)[:400]}"
+                      for e in v.evidence[:10]]
     tail = getattr(result, "console_text", "").splitlines()[-40:]
     if tail:
         lines += ["", "run output (last lines):"] + [f"  {t}" for t in tail]
@@ -288,17 +299,22 @@ def session_db(hermes_home):
 
 @pytest.fixture
 def run_scenario(tmp_path):
-    """``run_scenario(scenario, seed=None) -> RunResult``: one run in a temporary directory.
+    """``run_scenario(scenario, seed=None, roles=None) -> RunResult``: one run in a temporary
+    directory.
 
     ``scenario`` is a path to a YAML file, YAML text, or a :class:`chaos.scenario.Scenario`;
-    ``seed`` overrides its seed. An invalid scenario raises :class:`chaos.scenario.ScenarioError`.
-    The run's console output is in ``result.console_text``.
+    ``seed`` overrides its seed; ``roles`` maps the names of the scenario's ``kind: callable``
+    roles to Python functions ``fn(ctx)`` -- closures over the test's locals too -- each run in
+    its own spawned interpreter (:mod:`chaos.roles.python_callable`). An invalid scenario raises
+    :class:`chaos.scenario.ScenarioError`; a callable role without its function (or a function
+    for no such role) raises ``CallableRoleError`` (a ValueError). The run's console output is
+    in ``result.console_text``.
     """
     from .scenario import Scenario, load_scenario, load_scenario_text
 
     counter = [0]
 
-    def _run_one(scenario, seed: int | None = None):
+    def _run_one(scenario, seed: int | None = None, roles: dict | None = None):
         if isinstance(scenario, Scenario):
             sc = scenario
         elif isinstance(scenario, Path) or (isinstance(scenario, str) and "\n" not in scenario):
@@ -308,6 +324,6 @@ def run_scenario(tmp_path):
         if seed is not None:
             sc = sc.with_seed(seed)
         counter[0] += 1
-        return _run(sc, tmp_path / f"runs-{counter[0]}")
+        return _run(sc, tmp_path / f"runs-{counter[0]}", roles)
 
     return _run_one

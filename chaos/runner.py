@@ -47,6 +47,7 @@ from .nemesis.commands import command_argv
 from .params import as_dict, build
 from .report import print_verdicts
 from .roles import ROLES, role_main
+from .roles.python_callable import check_bindings, spawn_context
 from .sampler import Sampler
 from .scenario import NemesisStep, RoleSpec, Scenario
 from .schedule import Counts, Schedule, reached
@@ -184,8 +185,11 @@ class RunResult:
 class Runner:
     """Runs one scenario once. Use :func:`run_scenario`."""
 
-    def __init__(self, scenario: Scenario, run_dir: Path, console: Console) -> None:
+    def __init__(self, scenario: Scenario, run_dir: Path, console: Console,
+                 functions: dict | None = None) -> None:
         self.sc = scenario
+        #: the test's functions of the ``callable`` roles, checked (issue 16 item 6)
+        self.functions = check_bindings({r.name: r.kind for r in scenario.roles}, functions)
         self.run_dir = run_dir
         self.dirs = store.RunDir(run_dir)
         self.console = console
@@ -268,7 +272,13 @@ class Runner:
             "workload": as_dict(spec.workload), "failpoints": spec.failpoints or "",
             "synchronous": self.sc.store.get("synchronous", "NORMAL"),
         }
-        inst.proc = _MP.Process(target=role_main, args=(cfg,), name=inst.process, daemon=False)
+        fn = self.functions.get(spec.name)
+        if fn is None:
+            inst.proc = _MP.Process(target=role_main, args=(cfg,), name=inst.process,
+                                    daemon=False)
+        else:  # the test's function: dill-pickled into a spawned interpreter (multiprocess)
+            inst.proc = spawn_context().Process(target=role_main, args=(cfg, fn),
+                                                name=inst.process, daemon=False)
         # The spawned interpreter inherits the environment: the arm file is named there.
         saved = os.environ.get(failpoints.FILE_ENV_VAR)
         os.environ[failpoints.FILE_ENV_VAR] = inst.failpoints_file
@@ -571,23 +581,28 @@ class Runner:
 
 
 def run_scenario(scenario: Scenario, *, out_dir: str | os.PathLike = store.DEFAULT_OUT,
-                 console: Console | None = None) -> RunResult:
+                 console: Console | None = None, roles: dict | None = None) -> RunResult:
     """Run ``scenario`` once and return its :class:`RunResult` (SPEC §16.5).
 
     Writes ``<out_dir>/<name>-<UTCSTAMP>-seed<N>/`` (the files of :mod:`chaos.store`). An
     interrupted run (SIGINT, SIGTERM) is marked ``INTERRUPTED.json`` and leaves no role process
     behind. One run only: a scenario's ``sweep`` block is driven by :func:`chaos.sweep.run`.
 
+    Args:
+        roles: ``{role name: fn(ctx)}``, the functions of the scenario's ``callable`` roles
+            (:mod:`chaos.roles.python_callable`; closures welcome).
     Raises:
-        ValueError: the scenario has a ``sweep`` block.
+        ValueError: the scenario has a ``sweep`` block; ``CallableRoleError`` (a ValueError): a
+            callable role without its function, a function for no such role, no multiprocess.
         OSError: ``out_dir`` cannot be written.
     """
     if scenario.sweep is not None:
         raise ValueError(f"scenario {scenario.name!r} has a sweep block: run it with "
                          "chaos.sweep.run (one run per crash hit)")
+    check_bindings({r.name: r.kind for r in scenario.roles}, roles)  # before any directory
     console = console or Console()
     run_dir = store.make_run_dir(Path(out_dir), scenario.name, scenario.seed)
-    runner = Runner(scenario, run_dir, console)
+    runner = Runner(scenario, run_dir, console, roles)
     try:
         result = runner.run()
     except KeyboardInterrupt:  # SIGINT, or SIGTERM via chaos.__main__: mark the run dir

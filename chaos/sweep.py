@@ -91,13 +91,20 @@ def _aggregate(runs: list[dict], per_run_verdicts: list[list[Verdict]]) -> list[
 
 
 def run(scenario: Scenario, *, out_dir: str | os.PathLike = store.DEFAULT_OUT,
-        console: Console | None = None) -> RunResult:
+        console: Console | None = None, roles: dict | None = None) -> RunResult:
     """Run ``scenario`` as its file asks (SPEC §16.5): sweep mode when it has a ``sweep`` block
-    (:func:`run_sweep`, verdict table printed), else one run (:func:`chaos.runner.run_scenario`).
-    What ``python -m chaos run``, ``replay`` and the pytest plugin call."""
+    (:func:`run_sweep`, verdict table printed), else one run (:func:`chaos.runner.run_scenario`,
+    ``roles``: the functions of its ``callable`` roles). What ``python -m chaos run``,
+    ``replay`` and the pytest plugin call.
+
+    Raises:
+        ValueError: ``roles`` given to a sweep (a sweep runs the scenario's own roles).
+    """
     console = console or Console()
     if scenario.sweep is None:
-        return run_scenario(scenario, out_dir=out_dir, console=console)
+        return run_scenario(scenario, out_dir=out_dir, console=console, roles=roles)
+    if roles:
+        raise ValueError("callable roles (roles=) are not supported in sweep mode")
     result = run_sweep(scenario, out_dir=out_dir, console=console)
     print_verdicts(console, result.verdicts, f"{scenario.name} sweep (seed {scenario.seed})")
     return result

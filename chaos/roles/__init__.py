@@ -19,7 +19,7 @@ from hermes_state import events, failpoints
 
 from ..nemesis.files import install_foreign_open_close
 from ..params import build
-from . import cli, gateway, lock_holder, long_reader, maintenance, worktree
+from . import cli, gateway, lock_holder, long_reader, maintenance, python_callable, worktree
 from .base import RoleConfig, RoleContext
 
 
@@ -47,7 +47,8 @@ class Role:
 ROLES: dict[str, Role] = {m.KIND: Role(m.KIND, m.Params, m.run, m.SUMMARY,
                                         getattr(m, "ADVERSARY", False),
                                         getattr(m, "WRITER", not getattr(m, "ADVERSARY", False)))
-                          for m in (gateway, cli, lock_holder, worktree, maintenance, long_reader)}
+                          for m in (gateway, cli, lock_holder, worktree, maintenance, long_reader,
+                                    python_callable)}
 KINDS: dict[str, Callable[[RoleContext], None]] = {k: r.run for k, r in ROLES.items()}
 ADVERSARY_KINDS = frozenset(k for k, r in ROLES.items() if r.adversary)
 NOT_WRITER_KINDS = frozenset(k for k, r in ROLES.items() if not r.writer)
@@ -56,8 +57,9 @@ __all__ = ["ADVERSARY_KINDS", "KINDS", "NOT_WRITER_KINDS", "ROLES", "Role", "Rol
            "RoleContext", "role_main"]
 
 
-def role_main(cfg_dict: dict) -> None:
-    """Entry point of every role process (target of the spawned ``multiprocessing.Process``)."""
+def role_main(cfg_dict: dict, fn: Callable[[RoleContext], None] | None = None) -> None:
+    """Entry point of every role process (target of the spawned ``multiprocessing.Process``;
+    of a ``multiprocess`` one for a ``callable`` role, whose function ``fn`` it calls)."""
     cfg = RoleConfig(**cfg_dict)
     log_fd = os.open(cfg.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     os.dup2(log_fd, 1)
@@ -79,7 +81,7 @@ def role_main(cfg_dict: dict) -> None:
     events.add_listener(ctx.history.event)
     print(f"{cfg.process} pid {os.getpid()} kind {cfg.kind} start", flush=True)
     try:
-        ROLES[cfg.kind].run(ctx)
+        (fn or ROLES[cfg.kind].run)(ctx)
     except Exception:
         traceback.print_exc()
         ctx.history.record("event", event="role_crashed", error=traceback.format_exc()[-2000:])
