@@ -464,8 +464,10 @@ ROW_KEYS: dict[str, tuple[str, ...]] = {
     "session_model_usage": ("session_id", "model", "billing_provider", "billing_base_url",
                             "billing_mode", "task"),
 }
-#: state_meta keys the current code adds itself.
-OWN_META_KEYS = frozenset({"db_file_generation", "fts_optimize_available", "fts_backfill"})
+#: state_meta keys the current code adds itself (``gateway_owner``: a running gateway claims the
+#: store, SPEC §11; a writer after the migration is one).
+OWN_META_KEYS = frozenset({"db_file_generation", "fts_optimize_available", "fts_backfill",
+                           "gateway_owner"})
 
 
 def _rows(conn: sqlite3.Connection, sql: str, args: tuple = ()) -> list[dict]:
