@@ -461,7 +461,8 @@ class Runner:
                     except ProcessLookupError:
                         pass
         for inst in self.instances:
-            if inst.proc is not None and inst.proc.exitcode is None:
+            # (a process whose start() raised was never started: nothing to join)
+            if inst.proc is not None and inst.proc.pid is not None and inst.proc.exitcode is None:
                 inst.proc.join(5)
 
     def _heal_phase(self, env: NemesisEnv, writer: hist.HistoryWriter,

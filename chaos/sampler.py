@@ -287,9 +287,11 @@ class Sampler:
                          "command": holders.describe_pid(rec.pid)}
         in_flight = self.inflight.poll()
         waiting = {name_of[lk["pid"]] for lk in locks if lk["waiting"] and lk["pid"] in name_of}
-        if owner is not None:
+        if owner is not None:  # a process that is gone (SIGKILLed mid-write) waits on nothing
+            alive = {name for name, _, parent, _ in procs if parent is None}
             waiting |= {o["process"] for o in in_flight
-                        if o["op"] in WRITE_OPS and o["process"] != owner["process"]}
+                        if o["op"] in WRITE_OPS and o["process"] != owner["process"]
+                        and o["process"] in alive}
         wal = at_path.get("wal")
         ckpt = [{"pid": h.pid, "process": name_of.get(h.pid), "mode": h.mode,
                  "status": h.status, "command": h.command}

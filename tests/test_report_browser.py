@@ -166,6 +166,9 @@ def _common(lay: dict, records: list, results: dict, tmp_path: Path) -> Timeline
     assert lay["timeline"]["y"] + 120 < view["h"], lay["timeline"]
     for kind in ("phase", "fault", "badge"):
         _no_overlap(lay["labels"][kind], kind)
+    right = lay["timeline"]["x"] + lay["timeline"]["w"]
+    for kind in ("phase", "fault"):  # a label near the end is moved left, never clipped
+        assert all(b["x"] + b["w"] <= right + 0.5 for b in lay["labels"][kind]), (kind, right)
     for panel in {b["panel"] for b in lay["labels"]["bound"]}:
         _no_overlap([b for b in lay["labels"]["bound"] if b["panel"] == panel], "bound")
     assert len(lay["labels"]["phase"]) >= 3  # warm-up, chaos, heal/recover: drawn, not dropped
@@ -278,3 +281,11 @@ def test_render_marks_evidence_from_results_without_at_s():
     page = render(records, results, {})
     assert 'data-at-s="1.500"' in page and 'id="mark-no_lost_writes-0"' in page
     assert 'href="#mark-no_lost_writes-0">#1 1.500s</a>' in page
+
+
+def test_planned_steps_read_as_ordinals():
+    from chaos.report.html import _ordinal
+    assert [_ordinal(n) for n in (1, 2, 3, 4, 11, 12, 13, 21, 22, 55, 101, 111)] == \
+        ["1st", "2nd", "3rd", "4th", "11th", "12th", "13th", "21st", "22nd", "55th", "101st",
+         "111th"]
+    assert _ordinal("x") == "x"

@@ -105,6 +105,28 @@ def test_write_lock_owner_and_waiting_writer(tmp_path, live, spawn):
     assert after["seq"] == rec["seq"] + 1
 
 
+def test_a_process_killed_mid_write_is_not_waiting_on_the_lock(tmp_path, live, spawn):
+    """Its last invoke never completes (SIGKILL): it must not show as a waiter ever after (the
+    report drew 'waits on a store lock' in a dead process's lane after a power cut)."""
+    path, child = live
+    locker = spawn("lock_holder.py", str(path))
+    assert locker.readline() == "LOCKED"
+    hdir = tmp_path / "history"
+    hdir.mkdir()
+    w = hist.HistoryWriter(hdir / "gateway-0.jsonl", "gateway-0")
+    w.record("invoke", op="append", op_id="gateway-0:1", payload_id="p1")
+    # gateway-0 is no longer among the role processes (it was killed and reaped)
+    s = Sampler(path, hdir, lambda: [("locker-0", locker.pid)])
+    rec = s.sample()
+    locker.send("release")
+    assert locker.readline() == "RELEASED"
+    s.stop()
+    w.close()
+    assert rec["write_lock"]["process"] == "locker-0"
+    assert [o["process"] for o in rec["in_flight"]] == ["gateway-0"]
+    assert rec["waiting"] == []
+
+
 def test_exited_process_is_skipped_and_thread_writes_samples(tmp_path, live):
     path, child = live
     child.kill()

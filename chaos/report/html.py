@@ -139,9 +139,19 @@ def _planned(step: dict) -> str:
                     + (f" of {after['role']}" if after.get("role") else "") + delay)
         for outcome in ("ok", "fail", "info"):
             if after.get(outcome):
-                return (f"after {after['role']}'s {after[outcome]}th {outcome} "
+                return (f"after {after['role']}'s {_ordinal(after[outcome])} {outcome} "
                         f"{after.get('op', 'append')}{delay}")
     return "?"
+
+
+def _ordinal(n) -> str:
+    """``1st``, ``2nd``, ``3rd``, ``11th``, ``60th``."""
+    try:
+        n = int(n)
+    except (TypeError, ValueError):
+        return str(n)
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
 
 
 _STEP_KEYS_SHOWN = ("role", "index", "files", "command", "args", "signal", "failpoint", "hit",

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import json
 
-from .svg import LABEL_W, RIGHT_PAD, axis, esc, fault_bands, fault_text, fmt_s, marker, \
-    pack_labels, title
+from .svg import CHAR_W, LABEL_W, RIGHT_PAD, axis, esc, fault_bands, fault_text, fmt_s, \
+    marker, pack_labels, title
 from .timeline import PLOT_W, Timeline
 
 LANE_H = 26
@@ -53,14 +53,20 @@ def timeline_svg(tl: Timeline, marks: list) -> str:
     return "".join(out)
 
 
+def _label_x(x: float, text: str) -> float:
+    """``x`` moved left so that ``text`` ends inside the chart (a label is never clipped)."""
+    return min(x, LABEL_W + PLOT_W + RIGHT_PAD - len(text) * CHAR_W - 2)
+
+
 def _phases(tl: Timeline) -> str:
     out = []
     spans = tl.phases()
-    placed = pack_labels([(LABEL_W + tl.x(a) + 3, name) for name, a, _ in spans], PHASE_ROWS)
-    for (name, a, b), (row, text) in zip(spans, placed):
+    xs = [_label_x(LABEL_W + tl.x(a) + 3, name) for name, a, _ in spans]
+    placed = pack_labels(list(zip(xs, (name for name, _, _ in spans))), PHASE_ROWS)
+    for (name, a, b), x, (row, text) in zip(spans, xs, placed):
         xa, xb = LABEL_W + tl.x(a), LABEL_W + tl.x(b)
         label = ("" if row is None else
-                 f'<text class="phase-label" x="{xa + 3:.1f}" y="{row * ROW_H + 10}">'
+                 f'<text class="phase-label" x="{x:.1f}" y="{row * ROW_H + 10}">'
                  f'{esc(text)}</text>')
         out.append(f'<g class="phase" data-phase="{esc(name)}" data-from-s="{tl.rel(a):.3f}" '
                    f'data-to-s="{tl.rel(b):.3f}"><rect x="{xa:.1f}" y="0" '
@@ -72,13 +78,14 @@ def _phases(tl: Timeline) -> str:
 
 def _fault_labels(tl: Timeline, y: float) -> str:
     faults = tl.faults()
-    placed = pack_labels([(LABEL_W + tl.x(f["t_start"]) + 2, f"{f['step']}:{f['fault']}")
-                          for f in faults], FAULT_ROWS)
+    texts = [f"{f['step']}:{f['fault']}" for f in faults]
+    xs = [_label_x(LABEL_W + tl.x(f["t_start"]) + 2, t) for f, t in zip(faults, texts)]
+    placed = pack_labels(list(zip(xs, texts)), FAULT_ROWS)
     out = []
-    for f, (row, text) in zip(faults, placed):
+    for f, lx, (row, text) in zip(faults, xs, placed):
         x = LABEL_W + tl.x(f["t_start"])
         label = ("" if row is None else
-                 f'<text class="fault-label" x="{x + 2:.1f}" y="{y + row * ROW_H + 10:.1f}">'
+                 f'<text class="fault-label" x="{lx:.1f}" y="{y + row * ROW_H + 10:.1f}">'
                  f'{esc(text)}</text>')
         out.append(f'<g class="fault-tag" data-fault="{esc(f["fault"])}" '
                    f'data-step="{esc(f["step"])}"><line class="fault-tick" x1="{x:.1f}" '
