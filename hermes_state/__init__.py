@@ -4,7 +4,6 @@ Public API: :class:`SessionDB`, the error types, :func:`find_holders`, and the `
 ``failpoints`` hooks. See SPEC.md (§5 for the API, §10 for multi-process safety).
 """
 
-from .async_db import AsyncSessionDB
 from .availability import format_session_db_unavailable, get_last_init_error, is_malformed_db_error
 from .db import SessionDB
 from .errors import (
@@ -54,7 +53,12 @@ __version__ = "0.1.0"
 
 def __getattr__(name: str):
     """``DEFAULT_DB_PATH``: the default store path, resolved when read (SPEC §1: not frozen at
-    import, so a later ``HERMES_HOME`` is honoured)."""
+    import, so a later ``HERMES_HOME`` is honoured). ``AsyncSessionDB`` is imported on first use
+    (asyncio costs every CLI command ~0.1-0.2 s of start-up otherwise)."""
+    if name == "AsyncSessionDB":
+        from .async_db import AsyncSessionDB
+
+        return AsyncSessionDB
     if name == "DEFAULT_DB_PATH":
         from .paths import default_db_path
 

@@ -31,6 +31,7 @@ from .cli_common import (
     _print_json,
     _require_store,
 )
+from .cli_progress import progress_display
 from .errors import HermesStateError
 
 
@@ -75,7 +76,8 @@ def cmd_backup(args: argparse.Namespace) -> int:
         return EXIT_OK
     if not _exists(path):
         raise CliError(f"no session store at {path}", "nothing to back up")
-    result = snapshots.create_snapshot(path, reason=args.reason)
+    with progress_display(args, "backup") as bar:
+        result = snapshots.create_snapshot(path, reason=args.reason, progress=bar)
     if args.json:
         _print_json(result)
     else:
@@ -210,47 +212,36 @@ def _open_fifo(path: str) -> int:
     return fd
 
 
-def _write_export(out, items, fmt: str) -> None:
-    """Stream ``items`` as json (an array written item by item), jsonl or md to ``out``."""
-    if fmt == "jsonl":
-        for item in items:
-            out.write(json.dumps(item, ensure_ascii=False, default=str) + "\n")
-    elif fmt == "md":
-        for item in items:
-            out.write(_markdown(item) + "\n")
-    else:
-        out.write("[")
-        for n, item in enumerate(items):
-            body = json.dumps(item, indent=2, ensure_ascii=False, default=str)
-            out.write(("," if n else "") + "\n  " + body.replace("\n", "\n  "))
-        out.write("\n]\n")
-
-
 def cmd_export(args: argparse.Namespace) -> int:
     """``sessions export [ID]``: json/jsonl/md streamed to stdout (``-o -``), a new or replaced
-    file (written as ``.partial``, 0600, fsynced, renamed) or a FIFO; never a store file."""
+    file (written as ``.partial``, 0600, fsynced, renamed) or a FIFO; never a store file. Written
+    as it is read (:mod:`hermes_state.exporting`): memory stays flat whatever the size."""
+    from .exporting import export_all_to, export_session_to
+
     output = None if args.output in (None, "-") else args.output
     kind = _check_export_target(output, _db_path(args)) if output else None
-    with _open_ro(args) as db:
-        if args.id:
-            data = db.export_session(args.id)
-            if data is None:
-                raise CliError(f"no session {args.id!r}", "list them with `sessions list`")
-            items = iter([data])
-        else:
-            items = db.iter_export(source=args.source)
+    with _open_ro(args) as db, progress_display(args, "exporting messages") as bar:
+        def write(out) -> None:
+            if args.id:
+                if not export_session_to(db, args.id, out, args.format, progress=bar.update):
+                    raise CliError(f"no session {args.id!r}", "list them with `sessions list`")
+            else:
+                export_all_to(db, out, args.format, source=args.source, progress=bar.update)
+
+        if args.id and db.get_session(args.id) is None:
+            raise CliError(f"no session {args.id!r}", "list them with `sessions list`")
         if output is None:
-            _write_export(sys.stdout, items, args.format)
+            write(sys.stdout)
             sys.stdout.flush()
         elif kind == "fifo":
             with open(_open_fifo(output), "w", encoding="utf-8") as out:
-                _write_export(out, items, args.format)
+                write(out)
         else:
             target = Path(output).expanduser().absolute()
             atomic.clean_partials(target.parent, rf"{re.escape(target.name)}(-\d+)?\.partial")
             with atomic.PartialFile(target) as part:
                 out = io.TextIOWrapper(part.file, encoding="utf-8")
-                _write_export(out, items, args.format)
+                write(out)
                 out.flush()
                 out.detach()  # part.file stays open: publish flushes and fsyncs it
                 failpoints.hit("cmd.export.before_publish")
@@ -376,8 +367,9 @@ def cmd_recover(args: argparse.Namespace) -> int:
     if not args.inspect_only and not args.output:
         raise CliError("recover needs --inspect-only or --output NEW.db",
                        "start with --inspect-only: it changes no file")
-    report = recover(source, output=args.output, inspect_only=args.inspect_only,
-                     allow_partial=args.allow_partial, report=args.report)
+    with progress_display(args, "recover") as bar:
+        report = recover(source, output=args.output, inspect_only=args.inspect_only,
+                         allow_partial=args.allow_partial, report=args.report, progress=bar)
     _print_json(report)
     print(_recover_summary(report), file=sys.stderr)
     return EXIT_OK if report.get("recoverable") and not report.get("failed") else EXIT_FAIL
@@ -556,6 +548,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--home", help="HERMES_HOME to use (default: $HERMES_HOME or ~/.hermes)")
     p.add_argument("-p", "--profile", help="named profile under <home>/profiles/<name>")
     p.add_argument("--version", action=_VersionAction, nargs=0, help="print the version and exit")
+    p.add_argument("--progress", action="store_true", default=False,
+                   help="show progress on stderr even when it is not a terminal")
     # The recovery guide writes `doctor -p <profile>`: every subcommand takes --home/-p too
     # (SUPPRESS keeps a value given before the subcommand when it is not repeated after it).
     common = argparse.ArgumentParser(add_help=False)
@@ -563,6 +557,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="HERMES_HOME to use (default: $HERMES_HOME or ~/.hermes)")
     common.add_argument("-p", "--profile", default=argparse.SUPPRESS,
                         help="named profile under <home>/profiles/<name>")
+    common.add_argument("--progress", action="store_true", default=argparse.SUPPRESS,
+                        help="show progress on stderr even when it is not a terminal (long "
+                             "commands show it by themselves on a terminal after 2 s)")
     sub = _Subparsers(p.add_subparsers(dest="cmd", required=True), common)
 
     doc = sub.add_parser("doctor", help="check the store; exit 1 when something needs action")

@@ -60,9 +60,11 @@ import stat
 import sqlite3
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
+from urllib.parse import quote
 
 from . import atomic, failpoints, holders
 from .errors import HermesStateError
@@ -135,6 +137,34 @@ def _hash_file(path: Path) -> str | None:
     return digest.hexdigest()
 
 
+class _Hasher:
+    """sha256 of the blocks fed to it, computed in a thread while the caller writes them
+    (``hashlib`` releases the GIL on large blocks: the copy costs the longer of writing and
+    hashing, not their sum)."""
+
+    def __init__(self) -> None:
+        import queue
+        import threading
+
+        self._digest = hashlib.sha256()
+        self._queue: queue.Queue = queue.Queue(maxsize=16)
+        self._thread = threading.Thread(target=self._run, name="recover-sha256", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while (block := self._queue.get()) is not None:
+            self._digest.update(block)
+
+    def feed(self, block: bytes) -> None:
+        self._queue.put(block)
+
+    def hexdigest(self) -> str:
+        """Wait for every block fed so far; the hex digest (the hasher is then finished)."""
+        self._queue.put(None)
+        self._thread.join()
+        return self._digest.hexdigest()
+
+
 def _source_files(source: Path) -> dict[str, Path]:
     """``{"state.db": source, "state.db-wal": source-wal, ...}``: copy-side name → source path."""
     files = {"state.db": source}
@@ -144,7 +174,8 @@ def _source_files(source: Path) -> dict[str, Path]:
 
 
 def _copy_source(source: Path, dest_dir: Path,
-                 after_copy_hook: Callable[[], None] | None = None) -> dict:
+                 after_copy_hook: Callable[[], None] | None = None,
+                 stats: dict | None = None, progress: Callable | None = None) -> dict:
     """Copy ``source`` and its sidecars into ``dest_dir`` as ``state.db[-wal|-shm|-journal]``.
 
     Every file is ``stat``-ed before and after the whole copy (device, inode, size, mtime,
@@ -157,6 +188,9 @@ def _copy_source(source: Path, dest_dir: Path,
         dest_dir: an existing private directory.
         after_copy_hook: called after the bytes are copied and before the second ``stat``
             (a test seam: a real writer can change the source exactly there).
+        stats: filled with ``{name: stat key}`` taken before the copy and ``"_t_ns"`` (wall
+            clock of that ``stat``), for :func:`_source_unchanged`.
+        progress: ``progress("copying the source", bytes_done, bytes_total)`` per MiB.
     Returns:
         ``{copy_name: {"path", "bytes", "sha256"} or None}`` (None = no such source file).
     Raises:
@@ -164,24 +198,34 @@ def _copy_source(source: Path, dest_dir: Path,
         OSError: a source file cannot be read.
     """
     files = _source_files(source)
+    t_ns = time.time_ns()
     before = {name: _stat_key(path) for name, path in files.items()}
+    if stats is not None:
+        stats.update(before, _t_ns=t_ns)
+    total = sum(k[2] for k in before.values() if k is not None)
+    done = 0
     copied: dict[str, dict | None] = {}
     for name, path in files.items():
         if before[name] is None:
             copied[name] = None
             continue
-        digest = hashlib.sha256()
         size = 0
+        hasher = _Hasher()
         try:
             with atomic.open_regular(path, follow=True) as src, \
                     os.fdopen(atomic.create_file(dest_dir / name), "wb") as dst:
                 for block in iter(lambda: src.read(1 << 20), b""):
+                    hasher.feed(block)
                     dst.write(block)
-                    digest.update(block)
                     size += len(block)
+                    done += len(block)
+                    if progress is not None:
+                        progress("copying the source", done, total)
         except FileNotFoundError:
             raise SourceChangedError(SOURCE_CHANGED, f"{path} vanished during the copy") from None
-        copied[name] = {"path": str(path), "bytes": size, "sha256": digest.hexdigest()}
+        finally:
+            digest = hasher.hexdigest()
+        copied[name] = {"path": str(path), "bytes": size, "sha256": digest}
     if after_copy_hook is not None:
         after_copy_hook()
     changed = [str(files[name]) for name in files if _stat_key(files[name]) != before[name]]
@@ -193,11 +237,34 @@ def _copy_source(source: Path, dest_dir: Path,
     return copied
 
 
-def _source_unchanged(source: Path, copied: dict) -> tuple[bool, list[str]]:
-    """Re-hash the source files and compare with what was copied; returns ``(same, changed)``."""
+#: A source file whose ctime is this close to the moment it was first examined may have been
+#: changed again within the same timestamp tick; only such a file is re-hashed at the end.
+CTIME_SLACK_NS = 1_000_000_000
+
+
+def _source_unchanged(source: Path, copied: dict,
+                      before: dict | None = None) -> tuple[bool, list[str]]:
+    """Is the source still what was copied? Returns ``(same, changed)``.
+
+    With ``before`` (``{name: stat key}`` and ``"_t_ns"``, the wall clock of the first ``stat``,
+    filled by :func:`_copy_source`): a file whose ``stat`` (device, inode, size, mtime, ctime)
+    differs has changed; one whose ctime was already older than ``_t_ns`` by more than
+    :data:`CTIME_SLACK_NS` and is the same now cannot have been written since (any write moves
+    ctime to at least that moment), so it is not read again; only a file changed just before
+    the copy is re-hashed and compared (issue 18: reading a 1 GB store a third time was a third
+    of ``--inspect-only``). Without ``before`` every file is re-hashed.
+    """
     changed = []
+    t_ns = before.get("_t_ns") if before else None
     for name, path in _source_files(source).items():
         info = copied.get(name)
+        if before is not None and name in before and t_ns is not None:
+            now_key = _stat_key(path)
+            if now_key != before[name]:
+                changed.append(str(path))
+                continue
+            if now_key is None or now_key[4] < t_ns - CTIME_SLACK_NS:
+                continue
         now = _hash_file(path)
         if (info is None) != (now is None) or (info is not None and info["sha256"] != now):
             changed.append(str(path))
@@ -338,14 +405,24 @@ def _prepare_table(conn: sqlite3.Connection, scan: _TableScan) -> None:
 
 
 def _iter_rows(conn: sqlite3.Connection, scan: _TableScan,
-               columns: list[str] | None = None) -> Iterator[tuple]:
+               columns: list[str] | None = None, *, values: bool = True) -> Iterator[tuple]:
     """Yield ``(rowid, *columns)`` of every readable row of the table in rowid order.
 
     Fills ``scan.rows``, ``scan.unreadable`` and ``scan.error``. Ranges that raise are bisected
     down to single-rowid seeks (SPEC §14).
+
+    With ``values=False`` (inspection) each column is read as ``length(CAST(col AS TEXT))``:
+    SQLite still reads every byte of every value, overflow pages included (a length of text
+    counts its characters, and a BLOB cast to text is read), so damage raises exactly where it
+    would, but no Python string is built for a gigabyte of content (issue 18: that made
+    inspection four times a bare scan).
     """
     cols = columns if columns is not None else scan.columns
-    select = f"SELECT rowid, {', '.join(_q(c) for c in cols)} FROM {_q(scan.name)}"
+    if values:
+        exprs = ", ".join(_q(c) for c in cols)
+    else:
+        exprs = ", ".join(f"length(CAST({_q(c)} AS TEXT))" for c in cols)
+    select = f"SELECT rowid, {exprs} FROM {_q(scan.name)}"
     if scan.lo is None:
         return
     a = scan.lo
@@ -359,10 +436,10 @@ def _iter_rows(conn: sqlite3.Connection, scan: _TableScan,
             scan.probes += 1
             try:
                 if lo == hi:
-                    rows = conn.execute(select + " WHERE rowid = ?", (lo,)).fetchall()
+                    rows = _fetch(conn, select + " WHERE rowid = ?", (lo,))
                 else:
-                    rows = conn.execute(select + " WHERE rowid BETWEEN ? AND ? ORDER BY rowid",
-                                        (lo, hi)).fetchall()
+                    rows = _fetch(conn, select + " WHERE rowid BETWEEN ? AND ? ORDER BY rowid",
+                                  (lo, hi))
             except sqlite3.DatabaseError as exc:
                 if not _is_damage(exc):
                     raise
@@ -402,10 +479,29 @@ def _iter_rows(conn: sqlite3.Connection, scan: _TableScan,
 
 
 def _open_copy(path: Path) -> sqlite3.Connection:
-    conn = sqlite3.connect(os.fspath(path), isolation_level=None, timeout=5.0)
-    # Text that is not valid UTF-8 (damage) is read with U+FFFD instead of failing the row.
-    conn.text_factory = lambda b: b.decode("utf-8", "replace")
-    return conn
+    # Text is decoded by sqlite3 in C; a range with text that is not valid UTF-8 (damage) is
+    # read again with U+FFFD in its place (:func:`_fetch`).
+    return sqlite3.connect(os.fspath(path), isolation_level=None, timeout=5.0)
+
+
+def _replace_decode(b: bytes) -> str:
+    return b.decode("utf-8", "replace")
+
+
+def _fetch(conn: sqlite3.Connection, sql: str, args: tuple) -> list:
+    """``fetchall`` of ``sql``; text that is not valid UTF-8 is read with U+FFFD instead of
+    failing the rows (a Python-level text factory for every value made inspection twice as
+    slow, so it is only used for the range that needs it)."""
+    try:
+        return conn.execute(sql, args).fetchall()
+    except sqlite3.OperationalError as exc:
+        if "decode" not in str(exc):
+            raise
+    conn.text_factory = _replace_decode
+    try:
+        return conn.execute(sql, args).fetchall()
+    finally:
+        conn.text_factory = str
 
 
 def _header_journal_mode(path: Path) -> str | None:
@@ -420,8 +516,12 @@ def _header_journal_mode(path: Path) -> str | None:
 
 
 def _inspect(conn: sqlite3.Connection | None, copy: Path, report: dict,
-             count_only: bool = True) -> dict[str, _TableScan]:
-    """Fill ``report`` with journal mode, schema version, per-table results and quick_check."""
+             count_only: bool = True, progress: Callable | None = None) -> dict[str, _TableScan]:
+    """Fill ``report`` with journal mode, schema version, per-table results and quick_check.
+
+    ``progress(phase, rows_read, rows_expected)`` every chunk (the expected count is what the
+    table's index records, None without one), then ``progress("quick_check", None, None)``.
+    """
     scans = {name: _TableScan(name) for name in CANONICAL_TABLES}
     report["journal_mode"] = _header_journal_mode(copy)
     if conn is None:
@@ -438,6 +538,11 @@ def _inspect(conn: sqlite3.Connection | None, copy: Path, report: dict,
         report["journal_mode"] = conn.execute("PRAGMA journal_mode").fetchone()[0].lower()
     except sqlite3.DatabaseError:
         pass
+    # quick_check beside the row scan, on its own read-only connection: the copy's WAL (if
+    # any) is indexed already by ``conn``, and neither connection writes.
+    pool = ThreadPoolExecutor(max_workers=1)
+    check = pool.submit(_quick_check, copy)
+    pool.shutdown(wait=False)
     try:
         row = conn.execute("SELECT max(version) FROM schema_version").fetchone()
         report["schema_version"] = row[0] if row else None
@@ -449,8 +554,11 @@ def _inspect(conn: sqlite3.Connection | None, copy: Path, report: dict,
             continue
         try:
             _prepare_table(conn, scan)
-            for _row in _iter_rows(conn, scan):
-                pass
+            phase = f"reading {name}"
+            expected = None if scan.index_rowids is None else len(scan.index_rowids)
+            for n, _row in enumerate(_iter_rows(conn, scan, values=False), 1):
+                if progress is not None and n % CHUNK_ROWIDS == 0:
+                    progress(phase, n, expected)
         except sqlite3.DatabaseError as exc:
             if not _is_damage(exc):
                 raise
@@ -463,11 +571,26 @@ def _inspect(conn: sqlite3.Connection | None, copy: Path, report: dict,
             report["errors"].append(
                 f"{name}: {'an unknown number of' if lost is None else lost} row(s) unreadable "
                 f"(rowids {ranges}); {scan.rows} readable")
-    try:
-        report["integrity"] = [r[0] for r in conn.execute("PRAGMA quick_check")]
-    except sqlite3.DatabaseError as exc:
-        report["integrity"] = [f"error: {exc}"]
+    if progress is not None:
+        progress("quick_check", None, None)
+    report["integrity"] = check.result()
     return scans
+
+
+def _quick_check(copy: Path) -> list[str]:
+    """``PRAGMA quick_check`` of the copy on a connection of its own (run in a thread beside
+    the row scan: SQLite releases the GIL); a check that cannot run says why."""
+    try:
+        conn = sqlite3.connect(f"file:{quote(os.fspath(copy))}?mode=ro", uri=True,
+                               timeout=5.0)
+    except sqlite3.Error as exc:
+        return [f"error: {exc}"]
+    try:
+        return [r[0] for r in conn.execute("PRAGMA quick_check")]
+    except sqlite3.DatabaseError as exc:
+        return [f"error: {exc}"]
+    finally:
+        conn.close()
 
 
 # =========================================================================== building the output
@@ -755,6 +878,7 @@ def _next_step(report: dict, source: Path) -> str:
 def recover(source: str | os.PathLike, *, output: str | os.PathLike | None = None,
             inspect_only: bool = False, allow_partial: bool = False,
             report: str | os.PathLike | None = None, tmp_dir: str | os.PathLike | None = None,
+            progress: Callable[[str, int | None, int | None], None] | None = None,
             _after_copy_hook: Callable[[], None] | None = None) -> dict:
     """Inspect a (possibly damaged) store and optionally salvage it into a new one (SPEC §14).
 
@@ -772,6 +896,8 @@ def recover(source: str | os.PathLike, *, output: str | os.PathLike | None = Non
         report: also write the JSON report to this file (replaced if it exists; refused if it
             names a source or output file).
         tmp_dir: where the private copy is made (default: the system temporary directory).
+        progress: ``progress(phase, done, total)`` as the copy and the inspection advance
+            (``done``/``total`` None when unknown), for a progress display.
         _after_copy_hook: test seam passed to :func:`_copy_source`.
     Returns:
         The report: ``operation`` ("inspect"|"recover"), ``source``, ``source_files`` ({name:
@@ -881,8 +1007,10 @@ def recover(source: str | os.PathLike, *, output: str | os.PathLike | None = Non
             atomic.clean_partials(out_path.parent, _output_partial_re(out_path))
             out_partial = stack.enter_context(atomic.PartialDir(
                 out_path.parent, f".{out_path.name}.recover")).path / "state.db"
+        before: dict = {}
         try:
-            copied = _copy_source(src, work_dir, _after_copy_hook)
+            copied = _copy_source(src, work_dir, _after_copy_hook, stats=before,
+                                  progress=progress)
             failpoints.hit("cmd.recover.after_copy")
         except SourceChangedError as exc:
             rep["errors"].append(f"{SOURCE_CHANGED} ({exc.operator_detail})")
@@ -899,7 +1027,7 @@ def recover(source: str | os.PathLike, *, output: str | os.PathLike | None = Non
         except sqlite3.Error as exc:
             rep["errors"].append(f"the copy cannot be opened: {exc}")
         try:
-            scans = _inspect(conn, copy, rep)
+            scans = _inspect(conn, copy, rep, progress=progress)
             rep["tables"] = {name: s.report() for name, s in scans.items()}
             rep["recoverable"] = scans["sessions"].readable() and scans["messages"].readable()
             if not rep["recoverable"]:
@@ -910,7 +1038,7 @@ def recover(source: str | os.PathLike, *, output: str | os.PathLike | None = Non
         finally:
             if conn is not None:
                 conn.close()
-        same, changed = _source_unchanged(src, copied)
+        same, changed = _source_unchanged(src, copied, before)
         rep["source_unchanged"] = same
         if not same:
             rep["errors"].append(f"{SOURCE_CHANGED} (now different: {', '.join(changed)})")

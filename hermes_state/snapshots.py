@@ -57,6 +57,7 @@ import sqlite3
 import stat
 import time
 from pathlib import Path
+from typing import Callable
 from urllib.parse import quote
 
 from . import atomic, checkpoint_lock, failpoints, holders
@@ -255,6 +256,18 @@ def _inspect_image(image: Path) -> dict:
     return out
 
 
+def _verify_image(image: Path) -> tuple[dict, str]:
+    """:func:`_inspect_image` and the image's sha256, side by side: the hash runs in a thread
+    while SQLite checks the b-trees (both release the GIL), so verifying costs the longer of
+    the two, not their sum (issue 18)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        digest = pool.submit(_sha256, image)
+        facts = _inspect_image(image)
+        return facts, digest.result()
+
+
 def _facts(conn: sqlite3.Connection) -> dict:
     """Page size/count, schema version and the session/message counts read through ``conn``."""
     out = {}
@@ -307,7 +320,9 @@ def _bak_key(name: str) -> tuple[str, int] | None:
 # --------------------------------------------------------------------------- create
 
 def create_snapshot(db_path: str | os.PathLike, reason: str = "manual", *,
-                    keep: int = DEFAULT_KEEP, _protect: frozenset = frozenset()) -> dict:
+                    keep: int = DEFAULT_KEEP, _protect: frozenset = frozenset(),
+                    progress: Callable[[str, int | None, int | None], None] | None = None
+                    ) -> dict:
     """Take a consistent, verified snapshot of the store (SPEC §13 ``backup [--reason R]``).
 
     Writes ``state-snapshots/<UTCSTAMP>-<reason>/state.db`` beside the store with the online
@@ -322,6 +337,7 @@ def create_snapshot(db_path: str | os.PathLike, reason: str = "manual", *,
         reason: free text, sanitized to ``[a-z0-9-]`` (:func:`sanitize_reason`).
         keep: how many verified snapshots to keep (>= 1); ignored for ``pre-update`` (always 2).
         _protect: snapshot ids retention must not delete (used by :func:`restore_snapshot`).
+        progress: ``progress(phase, None, None)`` at each phase (a progress display).
     Returns:
         The manifest plus location: ``{"id", "kind" ("snapshot"|"pre-update"), "path" (the
         image), "dir" (snapshot directory or None), "reason", "created_at", "source",
@@ -355,13 +371,18 @@ def create_snapshot(db_path: str | os.PathLike, reason: str = "manual", *,
         os.close(atomic.create_file(image))  # 0600 from the start; SQLite fills it
         sizes = _store_sizes(db)
         backup_error = None
+        if progress is not None:
+            progress("copying the store (online backup)", None, None)
         try:
             _backup_image(db, image)
         except sqlite3.Error as exc:
             backup_error = f"the online backup failed: {exc}"
-        facts = _inspect_image(image) if backup_error is None else {
+        if progress is not None:
+            progress("verifying the snapshot (quick_check, sha256)", None, None)
+        facts, digest = _verify_image(image) if backup_error is None else ({
             "quick_check": [], "verified": False, "schema_version": None, "sessions": None,
-            "messages": None, "page_size": None, "page_count": None, "error": backup_error}
+            "messages": None, "page_size": None, "page_count": None, "error": backup_error},
+            _sha256(image) if image.exists() else None)
         manifest = {
             "version": MANIFEST_VERSION,
             "kind": "snapshot",
@@ -371,7 +392,7 @@ def create_snapshot(db_path: str | os.PathLike, reason: str = "manual", *,
             "source_sizes": sizes,
             "file": IMAGE,
             "bytes": _size(image),
-            "sha256": _sha256(image) if image.exists() else None,
+            "sha256": digest,
             "schema_version": facts["schema_version"],
             "sessions": facts["sessions"],
             "messages": facts["messages"],
