@@ -1,26 +1,38 @@
-"""8 writer processes: SessionDB's jittered retry vs SQLite's busy handler alone (SPEC §17, §4).
+"""8 writer processes, and 8 writers around a long lock hold (issue 18, SPEC §4, §17).
 
-Three workloads on fresh stores (same schema, triggers and pragmas, created by ``SessionDB``),
-each writer a real OS process appending to its own session, all starting at one wall-clock
-instant:
+Every writer is a real OS process appending to its own session of a fresh store (schema,
+triggers and pragmas made by ``SessionDB``); all start at one wall-clock instant. A workload is
+one *configuration* of the writers:
 
-* ``single``  one process, ``SessionDB.append_message`` x (8 x ``per_writer``);
-* ``ours``    8 processes, ``SessionDB.append_message`` x ``per_writer`` each (the write path of
-  :meth:`hermes_state.connection.StoreConnection.execute_write`: BEGIN IMMEDIATE, 1 s busy
-  timeout, then a uniform 20-150 ms jittered retry, at most 15 attempts);
-* ``bare``    8 processes issuing the same statements through bare ``sqlite3`` with
-  ``timeout=30`` (SQLite's own busy handler only, no application retry), same pragmas, one
-  transaction per message (BEGIN IMMEDIATE; INSERT message; UPDATE session counters; COMMIT),
-  a PASSIVE checkpoint every 50 writes.
+=============  ============================================================================
+``ours``       ``SessionDB.append_message`` (SPEC §4 write path: BEGIN IMMEDIATE, 1 s busy
+               timeout, 20-150 ms jittered retry, 15 attempts, PASSIVE every 50 writes; the
+               checkpoint lock of issue 12 as this SQLite needs it, unless the environment
+               has ``HERMES_STATE_CHECKPOINT_LOCK=off``: ``bench_lock`` runs it both ways)
+``ours-nolock`` the same with ``HERMES_STATE_CHECKPOINT_LOCK=off`` (the lock's cost)
+``busy30``     bare ``sqlite3``, ``timeout=30``: SQLite's busy handler only, no application
+               retry; the same statements (BEGIN IMMEDIATE; INSERT; UPDATE; COMMIT) and a
+               PASSIVE checkpoint every 50 writes
+``naive``      bare ``sqlite3``, ``timeout=1``, no retry (what a first implementation does)
+=============  ============================================================================
 
-Figures per workload: aggregate throughput (messages / s, from the common start to the last
-writer's end), per-call latency percentiles pooled over every writer (s), errors that reached
-the caller. Rows of SPEC §17 built from them (see :func:`measure`):
+Two measurements (:func:`measure_writers8`, :func:`measure_stall`):
 
-* 8 writers vs one process: aggregate >= 0.7x, 0 errors, p99 <= 20x p50;
-* jittered retry vs busy handler only: p99 latency ratio <= 0.5x.
+* **writers8**: 8 x ``per_writer`` appends, beside one process doing all of them (``single``)
+  and beside ``busy30``: aggregate throughput, pooled latency percentiles, caller errors;
+* **stall**: writers append for ``duration`` seconds (a short think time between appends)
+  while a *staller* process takes the store's write lock for ``HOLD_S`` every ``PERIOD_S``
+  (standing in for a VACUUM or TRUNCATE checkpoint: the checkpoint lock exclusively when the
+  store uses it, as maintenance does, then BEGIN IMMEDIATE, sleep, ROLLBACK). Per config:
+  caller errors, p99, max latency, fairness (slowest writer's appends / fastest's).
 
-Usage: ``python benchmarks/bench_contention.py [--per-writer 400] [--runs 3]``
+The ``ours`` writers subscribe to the store's events and count, per statement, every lock error
+that led to a retry (``retry`` events: ``stage`` begin/statement/commit/checkpoint lock, the
+SQLite error name, and whether it came *at once* or after the busy timeout), every write that
+met a checkpoint holding the lock (``write`` events, ``met``), and the checkpoints (count,
+time inside ``wal_checkpoint``, skipped): the retry-cause analysis of issue 18.
+
+Usage: ``python benchmarks/bench_contention.py [--per-writer 400] [--runs 3] [--stall 15]``
 """
 
 from __future__ import annotations
@@ -35,13 +47,20 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hermes_state import SessionDB  # noqa: E402
+from hermes_state.checkpoint_lock import ENV_VAR, CheckpointLock  # noqa: E402
+from hermes_state.connection import BUSY_TIMEOUT_S  # noqa: E402
 
 WRITERS = 8
+HOLD_S = 1.5  # the staller's hold
+PERIOD_S = 5.0  # one hold every PERIOD_S
+FIRST_HOLD_S = 1.0  # after the start
+THINK_S = 0.005  # pause between two appends of one stall writer
 TEXT = "the quick brown fox jumps over the lazy dog while the gateway appends messages " * 3
 INSERT = ("INSERT INTO messages (session_id, role, content, tool_name, tool_calls, tool_call_id, "
           "token_count, finish_reason, reasoning, reasoning_content, reasoning_details, "
@@ -50,10 +69,67 @@ INSERT = ("INSERT INTO messages (session_id, role, content, tool_name, tool_call
 UPDATE = ("UPDATE sessions SET message_count = message_count + 1, "
           "tool_call_count = tool_call_count + ? WHERE id = ?")
 
+#: config name -> (writer kind, bare busy timeout s, checkpoint lock: None = as the
+#: environment says (on unless HERMES_STATE_CHECKPOINT_LOCK=off), False = off)
+CONFIGS = {
+    "ours": ("ours", None, None),
+    "ours-nolock": ("ours", None, False),
+    "busy30": ("bare", 30.0, None),
+    "naive": ("bare", 1.0, None),
+}
 
-def _worker(mode: str, path: str, sid: str, n: int, start_at: float) -> dict:
-    """One writer process: ``n`` appends to ``sid``; returns latencies (s) and errors."""
-    if mode == "ours":
+
+def _env(lock: bool | None) -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1]) + os.pathsep + \
+        env.get("PYTHONPATH", "")
+    if lock is False:
+        env[ENV_VAR] = "off"
+    return env
+
+
+class _Causes:
+    """Event listener of an ``ours`` writer: retry causes, checkpoint meetings, checkpoints."""
+
+    def __init__(self) -> None:
+        self.retries: Counter = Counter()
+        self.met_writes = 0
+        self.met_total = 0
+        self.ckpt = {"n": 0, "skipped": 0, "s": 0.0, "max_s": 0.0}
+
+    def __call__(self, ev: dict) -> None:
+        kind = ev["event"]
+        if kind == "retry":
+            waited = ev.get("waited_s")
+            when = ("at once" if waited is not None and waited < 0.9 * BUSY_TIMEOUT_S
+                    else "after the busy timeout")
+            self.retries[f"{ev.get('stage', '?')} | {ev.get('code') or '-'} | {when}"] += 1
+        elif kind == "write" and ev.get("met"):
+            self.met_writes += 1
+            self.met_total += ev["met"]
+        elif kind == "checkpoint":
+            self.ckpt["n"] += 1
+            if ev.get("skipped"):
+                self.ckpt["skipped"] += 1
+            elif ev.get("t_end") is not None:
+                d = ev["t_end"] - ev["t_start"]
+                self.ckpt["s"] += d
+                self.ckpt["max_s"] = max(self.ckpt["max_s"], d)
+
+    def as_dict(self) -> dict:
+        return {"retries": dict(self.retries), "met_writes": self.met_writes,
+                "met_total": self.met_total, "checkpoints": self.ckpt}
+
+
+def _writer(spec: dict) -> dict:
+    """One writer process: appends until ``n`` done or ``until`` (epoch s); latencies (s)."""
+    kind, path, sid = spec["kind"], spec["path"], spec["sid"]
+    causes = None
+    if kind == "ours":
+        from hermes_state import events
+
+        causes = _Causes()
+        events.add_listener(causes)
         db = SessionDB(path)
 
         def write(i: int) -> None:
@@ -61,10 +137,11 @@ def _worker(mode: str, path: str, sid: str, n: int, start_at: float) -> dict:
 
         close = db.close
     else:
-        conn = sqlite3.connect(path, timeout=30.0, isolation_level=None)
+        conn = sqlite3.connect(path, timeout=spec["timeout"], isolation_level=None)
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA foreign_keys=ON")
         conn.execute("PRAGMA synchronous=NORMAL")
+        done = [0]
 
         def write(i: int) -> None:
             conn.execute("BEGIN IMMEDIATE")
@@ -74,27 +151,67 @@ def _worker(mode: str, path: str, sid: str, n: int, start_at: float) -> dict:
                 conn.execute(UPDATE, (0, sid))
                 conn.execute("COMMIT")
             except BaseException:
-                conn.execute("ROLLBACK")
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
                 raise
-            if (i + 1) % 50 == 0:
-                conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+            done[0] += 1
+            if done[0] % 50 == 0:
+                try:
+                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+                except sqlite3.OperationalError:
+                    pass  # housekeeping, as in the store
 
         close = conn.close
     lat: list[float] = []
     errors: list[str] = []
-    delay = start_at - time.time()
+    n, until, think = spec.get("n"), spec.get("until"), spec.get("think", 0.0)
+    delay = spec["start_at"] - time.time()
     if delay > 0:
         time.sleep(delay)
-    for i in range(n):
+    i = 0
+    while (n is not None and i < n) or (until is not None and time.time() < until):
         t = time.perf_counter()
         try:
             write(i)
             lat.append(time.perf_counter() - t)
         except Exception as exc:  # an error that reached the caller: counted, not fatal
             errors.append(f"{type(exc).__name__}: {exc}"[:200])
+        i += 1
+        if think:
+            time.sleep(think)
     end = time.time()
     close()
-    return {"lat": lat, "errors": errors, "end": end}
+    return {"lat": lat, "errors": errors, "end": end,
+            "causes": causes.as_dict() if causes else None}
+
+
+def _staller(spec: dict) -> dict:
+    """Hold the write lock ``hold`` s every ``period`` s from ``first`` s after the start.
+
+    Takes the checkpoint lock exclusively first (a no-op when it is off), as maintenance does.
+    Returns the holds as ``[[start, end], ...]`` epoch seconds.
+    """
+    path = spec["path"]
+    conn = sqlite3.connect(path, timeout=60.0, isolation_level=None)
+    guard = CheckpointLock(path)
+    holds = []
+    t = spec["start_at"] + spec["first"]
+    while t + spec["hold"] < spec["until"]:
+        delay = t - time.time()
+        if delay > 0:
+            time.sleep(delay)
+        guard.acquire_exclusive(60.0)
+        conn.execute("BEGIN IMMEDIATE")
+        a = time.time()
+        time.sleep(spec["hold"])
+        b = time.time()
+        conn.execute("ROLLBACK")
+        guard.release()
+        holds.append([a, b])
+        t += spec["period"]
+    guard.close()
+    conn.close()
+    return {"holds": holds}
 
 
 def _fresh_store(root: Path, name: str, sessions: list[str]) -> Path:
@@ -112,54 +229,124 @@ def _pct(sorted_vals: list[float], q: float) -> float:
     return sorted_vals[k]
 
 
-def run_workload(root: Path, name: str, mode: str, writers: int, per_writer: int) -> dict:
-    """Run ``writers`` processes of ``mode`` (``ours`` / ``bare``) on a fresh store.
+def _spawn(role: str, spec: dict, env: dict) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, str(Path(__file__).resolve()), f"--{role}",
+                             json.dumps(spec)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=env, text=True)
 
+
+def _collect(p: subprocess.Popen, what: str) -> dict:
+    out, err = p.communicate(timeout=900)
+    if p.returncode != 0:
+        raise RuntimeError(f"{what} exited {p.returncode}: {err[-2000:]}")
+    return json.loads(out)
+
+
+def run_workload(root: Path, name: str, config: str, writers: int,
+                 per_writer: int | None = None, *, duration: float | None = None,
+                 stall: bool = False, think: float = 0.0) -> dict:
+    """Run ``writers`` processes of ``config`` (see :data:`CONFIGS`) on a fresh store.
+
+    Args:
+        per_writer: appends per writer (count mode), or
+        duration: seconds each writer appends for (time mode).
+        stall: a staller process holds the write lock (``HOLD_S`` every ``PERIOD_S``).
+        think: seconds between two appends of one writer.
     Returns:
-        ``{"throughput": msgs/s, "p50": s, "p99": s, "errors": int, "error_samples": [str],
-        "messages": int, "wall_s": s}``.
+        ``{"throughput": msgs/s, "p50", "p99", "max": s, "errors": int, "error_samples": [str],
+        "messages": int, "wall_s": s, "fairness": slowest/fastest writer's appends,
+        "causes": merged retry causes of ``ours`` writers or None, "holds": [[a, b]]}``.
     """
+    kind, timeout, lock = CONFIGS[config]
     sids = [f"w{k}" for k in range(writers)]
     path = _fresh_store(root, name, sids)
+    env = _env(lock)
     start_at = time.time() + 1.0 + 0.15 * writers  # every process opened before the gun
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1]) + os.pathsep + \
-        env.get("PYTHONPATH", "")
-    procs = [subprocess.Popen(
-        [sys.executable, str(Path(__file__).resolve()), "--worker", mode, str(path), sid,
-         str(per_writer), repr(start_at)], stdout=subprocess.PIPE, env=env, text=True)
-        for sid in sids]
-    outs = []
-    for p in procs:
-        out, _ = p.communicate(timeout=600)
-        if p.returncode != 0:
-            raise RuntimeError(f"{mode} writer exited {p.returncode}")
-        outs.append(json.loads(out))
+    until = start_at + duration if duration is not None else None
+    procs = [_spawn("worker", {"kind": kind, "path": str(path), "sid": sid, "n": per_writer,
+                               "until": until, "think": think, "timeout": timeout,
+                               "start_at": start_at}, env) for sid in sids]
+    staller = _spawn("staller", {"path": str(path), "start_at": start_at, "until": until,
+                                 "first": FIRST_HOLD_S, "hold": HOLD_S, "period": PERIOD_S},
+                     env) if stall else None
+    outs = [_collect(p, f"{config} writer") for p in procs]
+    holds = _collect(staller, "staller")["holds"] if staller else []
     lat = sorted(x for o in outs for x in o["lat"])
     errors = [e for o in outs for e in o["errors"]]
     wall = max(o["end"] for o in outs) - start_at
+    done = [len(o["lat"]) for o in outs]
+    causes = _merge([o["causes"] for o in outs]) if kind == "ours" else None
     return {"throughput": len(lat) / wall, "p50": _pct(lat, 0.50), "p99": _pct(lat, 0.99),
-            "errors": len(errors), "error_samples": errors[:3], "messages": len(lat),
-            "wall_s": wall}
+            "max": lat[-1] if lat else float("nan"), "errors": len(errors),
+            "error_samples": errors[:3], "messages": len(lat), "wall_s": wall,
+            "fairness": (min(done) / max(done)) if max(done) else float("nan"),
+            "causes": causes, "holds": holds}
 
 
-def measure(per_writer: int = 400, runs: int = 3, writers: int = WRITERS) -> dict:
-    """Alternate single / ours / bare ``runs`` times; medians and min-max of each figure.
+def measure_writers8(per_writer: int = 400, runs: int = 3, writers: int = WRITERS,
+                     configs: tuple[str, ...] = ("ours", "ours-nolock", "busy30")) -> dict:
+    """Alternate ``single`` and each config ``runs`` times (count mode, no think time).
 
     Returns:
-        ``{"single": [run dicts], "ours": [...], "bare": [...]}`` (see :func:`run_workload`).
+        ``{"single": [run dicts], "ours": [...], ...}`` (see :func:`run_workload`).
     """
     root = Path(tempfile.mkdtemp(prefix="bench-contention-"))
-    out: dict[str, list[dict]] = {"single": [], "ours": [], "bare": []}
+    out: dict[str, list[dict]] = {"single": [], **{c: [] for c in configs}}
     try:
         for k in range(runs):
+            order = list(configs) if k % 2 == 0 else list(reversed(configs))
             out["single"].append(run_workload(root, f"single{k}", "ours", 1,
-                                              per_writer * writers))
-            out["ours"].append(run_workload(root, f"ours{k}", "ours", writers, per_writer))
-            out["bare"].append(run_workload(root, f"bare{k}", "bare", writers, per_writer))
+                                              per_writer=per_writer * writers))
+            for c in order:
+                out[c].append(run_workload(root, f"{c}{k}", c, writers, per_writer=per_writer))
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return out
+
+
+def measure_stall(duration: float = 15.0, runs: int = 3, writers: int = WRITERS,
+                  configs: tuple[str, ...] = ("ours", "ours-nolock", "naive", "busy30")
+                  ) -> dict:
+    """Alternate the configs ``runs`` times, writers appending ``duration`` s around holds.
+
+    Returns:
+        ``{config: [run dicts]}`` (see :func:`run_workload`).
+    """
+    root = Path(tempfile.mkdtemp(prefix="bench-stall-"))
+    out: dict[str, list[dict]] = {c: [] for c in configs}
+    try:
+        for k in range(runs):
+            order = list(configs) if k % 2 == 0 else list(reversed(configs))
+            for c in order:
+                out[c].append(run_workload(root, f"stall-{c}{k}", c, writers, duration=duration,
+                                           stall=True, think=THINK_S))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return out
+
+
+def _merge(causes: list[dict | None]) -> dict:
+    """Sum cause dicts (:class:`_Causes`.as_dict, or earlier merges)."""
+    retries: Counter = Counter()
+    met_writes = met_total = 0
+    ck: Counter = Counter()
+    max_s = 0.0
+    for c in causes:
+        if not c:
+            continue
+        retries.update(c["retries"])
+        met_writes += c["met_writes"]
+        met_total += c["met_total"]
+        ck.update({k: v for k, v in c["checkpoints"].items() if k != "max_s"})
+        max_s = max(max_s, c["checkpoints"].get("max_s", 0.0))
+    return {"retries": dict(retries), "met_writes": met_writes, "met_total": met_total,
+            "checkpoints": {**dict(ck), "max_s": max_s}}
+
+
+def merged_causes(samples: list[dict]) -> dict:
+    """The retry causes of run dicts summed, with ``writes`` (appends that succeeded)."""
+    return {**_merge([s.get("causes") for s in samples]),
+            "writes": sum(s["messages"] for s in samples)}
 
 
 def summary(samples: list[dict], key: str) -> tuple[float, float, float]:
@@ -170,21 +357,31 @@ def summary(samples: list[dict], key: str) -> tuple[float, float, float]:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv and argv[0] == "--worker":
-        mode, path, sid, n, start_at = argv[1:6]
-        print(json.dumps(_worker(mode, path, sid, int(n), float(start_at))))
+    if argv and argv[0] in ("--worker", "--staller"):
+        fn = _writer if argv[0] == "--worker" else _staller
+        print(json.dumps(fn(json.loads(argv[1]))))
         return 0
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--per-writer", type=int, default=400)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--stall", type=float, default=0.0,
+                    help="also run the stall workload for this many seconds per config")
     args = ap.parse_args(argv)
-    res = measure(args.per_writer, args.runs)
-    for name in ("single", "ours", "bare"):
-        tp = summary(res[name], "throughput")
-        p50, p99 = summary(res[name], "p50")[0], summary(res[name], "p99")[0]
-        errs = sum(s["errors"] for s in res[name])
-        print(f"{name:6} {tp[0]:8.0f} msg/s ({tp[1]:.0f}-{tp[2]:.0f})  p50 {p50 * 1e3:7.2f} ms  "
-              f"p99 {p99 * 1e3:8.2f} ms  errors {errs}")
+    res = measure_writers8(args.per_writer, args.runs)
+    if args.stall:
+        res.update({f"stall {k}": v for k, v in measure_stall(args.stall, args.runs).items()})
+    for name, samples in res.items():
+        tp = summary(samples, "throughput")
+        print(f"{name:18} {tp[0]:7.0f} msg/s ({tp[1]:.0f}-{tp[2]:.0f})  "
+              f"p50 {summary(samples, 'p50')[0] * 1e3:6.2f} ms  "
+              f"p99 {summary(samples, 'p99')[0] * 1e3:7.2f} ms  "
+              f"max {summary(samples, 'max')[0] * 1e3:7.1f} ms  "
+              f"fair {summary(samples, 'fairness')[0]:.2f}  "
+              f"errors {sum(s['errors'] for s in samples)}")
+        c = merged_causes(samples)
+        if c["writes"] and any(s.get("causes") for s in samples):
+            print(f"{'':18} retries {c['retries']}; met a checkpoint: {c['met_writes']} writes "
+                  f"({c['met_total']} times); checkpoints {c['checkpoints']}")
     return 0
 
 

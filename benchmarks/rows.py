@@ -1,0 +1,395 @@
+"""The rows of ``python -m benchmarks``: each runs its workload beside its reference.
+
+A row is a dict (see :func:`row`): ``id``, ``what``, ``reference``, ``unit``, ``ours`` and
+``ref`` (median, min, max, samples), ``ratio``, ``target``, ``pass`` (True/False, None for an
+information row), ``extra`` (the figures that decide or explain it) and optionally ``detail``
+(a small table: ``{"title", "columns", "rows"}``). Row functions take the run's
+:class:`Sizes` and the cache directory and return a list of rows (rows measured together are
+returned together).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from hermes_state.schema import SCHEMA_VERSION
+
+from . import (bench_append, bench_chaos, bench_contention, bench_fs, bench_growth, bench_lock,
+               bench_migration, bench_ops, bench_peer, bench_search, bench_suite, bigstore)
+
+
+@dataclass
+class Sizes:
+    """Workload sizes of one run (``FULL`` follows issue 18 and SPEC §17; ``QUICK`` fits in
+    2 minutes and covers every row)."""
+
+    append_n: int
+    append_runs: int
+    per_writer: int
+    contention_runs: int
+    stall_s: float
+    stall_runs: int
+    search_messages: int
+    search_runs: int
+    migration_messages: int
+    migration_runs: int
+    chaos_runs: int
+    peer_n: int
+    peer_runs: int
+    big_mb: int
+    ops_runs: int
+    growth_sizes: tuple
+    growth_appends: int
+    quick_suites: bool
+
+    def scaled(self, factor: float) -> "Sizes":
+        """Every count times ``factor`` (with floors); runs unchanged."""
+        def s(v: int, low: int = 50) -> int:
+            return max(low, int(v * factor))
+        return Sizes(s(self.append_n), self.append_runs, s(self.per_writer, 10),
+                     self.contention_runs, max(bench_contention.FIRST_HOLD_S
+                                               + bench_contention.HOLD_S + 0.5,
+                                               self.stall_s * factor), self.stall_runs,
+                     s(self.search_messages, 200), self.search_runs,
+                     s(self.migration_messages, 200), self.migration_runs, self.chaos_runs,
+                     s(self.peer_n), self.peer_runs, s(self.big_mb, 8), self.ops_runs,
+                     tuple(s(n, 200) for n in self.growth_sizes), s(self.growth_appends, 100),
+                     self.quick_suites)
+
+
+FULL = Sizes(append_n=5000, append_runs=5, per_writer=500, contention_runs=3, stall_s=15.0,
+             stall_runs=3, search_messages=1_000_000, search_runs=7, migration_messages=100_000,
+             migration_runs=3, chaos_runs=3, peer_n=5000, peer_runs=3, big_mb=1024, ops_runs=3,
+             growth_sizes=bench_growth.SIZES_FULL, growth_appends=1000, quick_suites=False)
+QUICK = Sizes(append_n=1000, append_runs=3, per_writer=100, contention_runs=2, stall_s=3.5,
+              stall_runs=1, search_messages=20_000, search_runs=5, migration_messages=10_000,
+              migration_runs=2, chaos_runs=1, peer_n=1000, peer_runs=2, big_mb=24, ops_runs=1,
+              growth_sizes=bench_growth.SIZES_QUICK, growth_appends=200, quick_suites=True)
+
+
+def stats(vals: list[float]) -> dict:
+    """``{"median", "min", "max", "samples"}`` (NaN for an empty list)."""
+    if not vals:
+        nan = float("nan")
+        return {"median": nan, "min": nan, "max": nan, "samples": []}
+    return {"median": statistics.median(vals), "min": min(vals), "max": max(vals),
+            "samples": vals}
+
+
+def row(id_: str, what: str, reference: str, unit: str, ours: list[float], ref: list[float],
+        ratio: float, target: str, passed: bool | None, detail: dict | None = None,
+        **extra) -> dict:
+    """One row of the table (module docstring)."""
+    out = {"id": id_, "what": what, "reference": reference, "unit": unit, "ours": stats(ours),
+           "ref": stats(ref), "ratio": ratio, "target": target, "pass": passed, "extra": extra}
+    if detail is not None:
+        out["detail"] = detail
+    return out
+
+
+def _med(vals) -> float:
+    vals = list(vals)
+    return statistics.median(vals) if vals else float("nan")
+
+
+# ------------------------------------------------------------------------------- append
+
+def row_append(sz: Sizes, cache: Path) -> list[dict]:
+    res = bench_append.measure(sz.append_n, sz.append_runs)
+    ratio = _med(res["ours"]) / _med(res["bare"])
+    return [row("append", f"append_message x{sz.append_n}, one process",
+                "same SQL via bare sqlite3 (same pragmas, FTS triggers)", "s", res["ours"],
+                res["bare"], ratio, "<= 1.3x", ratio <= 1.3)]
+
+
+# --------------------------------------------------------------------------- contention
+
+def _causes_note(c: dict) -> str:
+    retries = ", ".join(f"{k}: {v}" for k, v in sorted(c["retries"].items())) or "none"
+    ck = c["checkpoints"]
+    return (f"retries by statement: {retries}; writes that met a checkpoint holding the lock: "
+            f"{c['met_writes']} of {c['writes']} ({c['met_total']} meetings); checkpoints "
+            f"{ck.get('n', 0)} ({ck.get('skipped', 0)} skipped), "
+            f"{ck.get('s', 0.0) * 1e3:.0f} ms inside wal_checkpoint (max "
+            f"{ck.get('max_s', 0.0) * 1e3:.0f} ms)")
+
+
+def row_contention(sz: Sizes, cache: Path) -> list[dict]:
+    """``writers8`` and ``writers8-p99`` from one measurement (the lock's cost with 8 writers is
+    the ``lock-writers8`` row)."""
+    res = bench_contention.measure_writers8(sz.per_writer, sz.contention_runs)
+    n = sz.per_writer * bench_contention.WRITERS
+    tp1 = [r["throughput"] for r in res["single"]]
+    busy = res["busy30"]
+    p99_busy = [r["p99"] * 1e3 for r in busy]
+    samples = res["ours"]
+    tp = [r["throughput"] for r in samples]
+    agg = _med(tp) / _med(tp1)
+    errors = sum(r["errors"] for r in samples)
+    p99 = [r["p99"] * 1e3 for r in samples]
+    p99_ratio = _med(p99) / _med(p99_busy)
+    causes = bench_contention.merged_causes(samples)
+    extra = dict(errors=errors, p50_ms=_med(r["p50"] for r in samples) * 1e3,
+                 p99_ms=_med(p99), max_ms=_med(r["max"] for r in samples) * 1e3,
+                 p99_busy30_ms=_med(p99_busy), p99_ratio=p99_ratio,
+                 busy30_throughput=_med(r["throughput"] for r in busy),
+                 busy30_errors=sum(r["errors"] for r in busy), causes=causes,
+                 causes_note=_causes_note(causes),
+                 error_samples=[e for r in samples for e in r["error_samples"]][:3])
+    return [
+        row("writers8", f"append_message, 8 writer processes, {n} msgs total",
+            f"one process, same {n} msgs", "msg/s", tp, tp1, agg, ">= 0.8x, 0 errors",
+            agg >= 0.8 and errors == 0, **extra),
+        row("writers8-p99", "p99 append latency, 8 writer processes (SessionDB)",
+            "same workload, bare sqlite3 timeout=30 s, busy handler only", "ms p99", p99,
+            p99_busy, p99_ratio, "<= 1.1x", p99_ratio <= 1.1, **extra),
+    ]
+
+
+def row_stall(sz: Sizes, cache: Path) -> list[dict]:
+    res = bench_contention.measure_stall(sz.stall_s, sz.stall_runs)
+    hold = bench_contention.HOLD_S
+    limit = hold + 0.5
+    ours = res["ours"]
+    max_ours = [r["max"] for r in ours]
+    max_busy = [r["max"] for r in res["busy30"]]
+    errors = sum(r["errors"] for r in ours)
+    ok = errors == 0 and max(max_ours) <= limit
+    names = {"ours": "SessionDB (1 s busy timeout + jittered retry)",
+             "ours-nolock": "SessionDB, checkpoint lock off",
+             "naive": "bare sqlite3, timeout 1 s, no retry",
+             "busy30": "bare sqlite3, timeout 30 s (busy handler only)"}
+    detail_rows = []
+    for cfg, samples in res.items():
+        detail_rows.append([names.get(cfg, cfg), sum(r["errors"] for r in samples),
+                            round(_med(r["p99"] for r in samples) * 1e3, 1),
+                            round(max(r["max"] for r in samples) * 1e3, 1),
+                            round(min(r["fairness"] for r in samples), 2),
+                            round(_med(r["throughput"] for r in samples))])
+    holds = [b - a for r in ours for a, b in r["holds"]]
+    causes = bench_contention.merged_causes(ours)
+    return [row("stall", f"8 writers for {sz.stall_s:g} s while one process holds the write "
+                f"lock {hold:g} s every {bench_contention.PERIOD_S:g} s: worst append latency",
+                "the same with the 30 s busy handler alone", "s max", max_ours, max_busy,
+                _med(max_ours) / _med(max_busy),
+                f"0 errors, max <= {limit:g} s", ok, errors=errors,
+                holds=len(holds), hold_s=_med(holds), causes=causes,
+                causes_note=_causes_note(causes),
+                detail={"title": "stall: every configuration (worst run; fairness = slowest "
+                                 "writer's appends / fastest's)",
+                        "columns": ["configuration", "caller errors", "p99 ms", "max ms",
+                                    "fairness", "msg/s"],
+                        "rows": detail_rows})]
+
+
+def row_lock(sz: Sizes, cache: Path) -> list[dict]:
+    """Rows ``lock-append``, ``lock-writers8``, ``lock-stall``: with the checkpoint lock vs
+    without it (issue 12), alternating on fresh stores (:mod:`benchmarks.bench_lock`)."""
+    a = bench_lock.measure_append(sz.append_n, sz.append_runs)
+    w = bench_lock.measure_writers(sz.per_writer, sz.contention_runs)
+    st = bench_lock.measure_writers(sz.per_writer, sz.contention_runs,
+                                    bench_lock.STALL_WRITERS, stall=True)
+    tp = {m: [r["throughput"] for r in w[m]] for m in w}
+    p99 = {m: [r["p99"] * 1e3 for r in w[m]] for m in w}
+    sp99 = {m: [r["p99"] * 1e3 for r in st[m]] for m in st}
+    stp = {m: [r["throughput"] for r in st[m]] for m in st}
+    off = "the same, HERMES_STATE_CHECKPOINT_LOCK=off"
+    return [
+        row("lock-append", f"append_message x{sz.append_n}, one process, with the lock", off,
+            "s", a["on"], a["off"], bench_lock.ratio(a["on"], a["off"]), "none (cost)", None),
+        row("lock-writers8", f"8 writer processes, {sz.per_writer} msgs each, with the lock",
+            off, "msg/s", tp["on"], tp["off"], bench_lock.ratio(tp["on"], tp["off"]),
+            "none (cost)", None, p99_on_ms=_med(p99["on"]), p99_off_ms=_med(p99["off"]),
+            errors=sum(r["errors"] for m in w for r in w[m])),
+        row("lock-stall", f"{bench_lock.STALL_WRITERS} writers beside a BEGIN IMMEDIATE "
+            f"holder ({bench_lock.STALL_HOLD_S:g} s every {bench_lock.STALL_EVERY_S:g} s), "
+            "p99, with the lock", off, "ms p99", sp99["on"], sp99["off"],
+            bench_lock.ratio(sp99["on"], sp99["off"]), "none (cost)", None,
+            throughput_on=_med(stp["on"]), throughput_off=_med(stp["off"]),
+            errors=sum(r["errors"] for m in st for r in st[m])),
+    ]
+
+
+# ---------------------------------------------------------------------------- big store
+
+def row_ops(sz: Sizes, cache: Path) -> list[dict]:
+    store, info = bigstore.cached(cache, sz.big_mb)
+    build_s = info["build_s"] if info["built_now"] else None
+    inline = bench_ops.inline_store(store, store.parent.with_name(store.parent.name + "-inline"))
+    res = bench_ops.measure(store, sz.ops_runs, inline=inline, largest=info["largest_session"])
+    meta = res.pop("_meta")
+    refs = {"doctor": "PRAGMA integrity_check", "backup": "the online backup API (one step)",
+            "optimize": "VACUUM", "optimize-storage": "VACUUM INTO + FTS rebuild (v23 tables)",
+            "recover": "SELECT rowid, * of every canonical table",
+            "prune": "the same sessions deleted with bare DELETEs (FTS triggers fire)",
+            "export": "bare SELECT of its row and messages written as JSON objects"}
+    whats = {"doctor": "doctor --json", "backup": "backup",
+             "optimize": "sessions optimize", "optimize-storage":
+             "sessions optimize-storage (upstream inline FTS layout -> v23)",
+             "recover": "sessions recover --inspect-only",
+             "prune": f"sessions prune of {meta['prune_sessions']} sessions (10 %)",
+             "export": f"sessions export of the largest session ({meta['largest']})"}
+    out = []
+    size = f"{meta['store_bytes'] / 2**20:,.0f} MiB store"
+    for name, r in res.items():
+        ratio = _med(r["ours"]) / _med(r["bare"])
+        rss = max(r["ours_rss_mb"])
+        ok = ratio <= bench_ops.TARGET and rss <= bench_ops.RSS_LIMIT_MB and \
+            all(e == 0 for e in r["exits"])
+        out.append(row(name, f"{whats[name]}, {size}", refs[name], "s", r["ours"], r["bare"],
+                       ratio, f"<= {bench_ops.TARGET}x, RSS <= {bench_ops.RSS_LIMIT_MB:g} MB",
+                       ok, rss_mb=rss, bare_rss_mb=max(r["bare_rss_mb"]), exits=r["exits"],
+                       stderr_tail=r["stderr"][-300:], store_build_s=build_s,
+                       sessions=info.get("sessions"), messages=info.get("messages")))
+    return out
+
+
+# ------------------------------------------------------------------------------- growth
+
+def row_growth(sz: Sizes, cache: Path) -> list[dict]:
+    res = bench_growth.measure(tuple(sz.growth_sizes), cache, sz.growth_appends,
+                               sz.search_runs)
+    png = bench_growth.plot(res, Path(__file__).resolve().parent / "results" /
+                            ("growth-quick.png" if sz.quick_suites else "growth.png"))
+    pts = res["points"]
+    first, last = pts[0], pts[-1]
+    a_ratio = last["append"]["ours"]["p50"] / first["append"]["ours"]["p50"]
+    s_ratios = [p["search"]["ratio"] for p in pts]
+    detail = {"title": "growth: latency per call (ms) as the store grows",
+              "columns": ["messages", "append p50 ours/bare", "append p95 ours/bare",
+                          "search p50 ours/bare", "search p95 ours/bare", "search ratio"],
+              "rows": [[f"{p['messages']:,}",
+                        f"{p['append']['ours']['p50']:.3f} / {p['append']['bare']['p50']:.3f}",
+                        f"{p['append']['ours']['p95']:.2f} / {p['append']['bare']['p95']:.2f}",
+                        f"{p['search']['ours']['p50']:.2f} / {p['search']['bare']['p50']:.2f}",
+                        f"{p['search']['ours']['p95']:.2f} / {p['search']['bare']['p95']:.2f}",
+                        f"{p['search']['ratio']:.2f}x"] for p in pts]}
+    sizes = f"{first['messages']:,} -> {last['messages']:,} msgs"
+    return [
+        row("growth-append", f"append_message p50 at {last['messages']:,} msgs",
+            f"the same at {first['messages']:,} msgs", "ms p50",
+            [last["append"]["ours"]["p50"]], [first["append"]["ours"]["p50"]], a_ratio,
+            "<= 1.2x", a_ratio <= 1.2, detail=detail, png=str(png) if png else None,
+            points=pts),
+        row("growth-search", f"search_messages vs bare FTS5 at every size ({sizes}; worst "
+            "ratio of summed per-query medians)", "bare FTS5 MATCH + snippet() at each size",
+            "ratio", s_ratios, [1.0], max(s_ratios), "<= 1.5x at every size",
+            max(s_ratios) <= 1.5),
+    ]
+
+
+# ------------------------------------------------------------------------------ suites
+
+def row_suites(sz: Sizes, cache: Path) -> list[dict]:
+    res = bench_suite.measure(quick=sz.quick_suites)
+    out = []
+    for key, rid, limit in (("gate", "gate", 600.0), ("pytest", "pytest", 240.0)):
+        r = res[key]
+        out.append(row(rid, r["what"], f"target {limit:g} s on 2 cores", "s", [r["wall_s"]],
+                       [limit], r["wall_s"] / limit, f"<= {limit:g} s" +
+                       (" (quick: a subset, info)" if sz.quick_suites else ""),
+                       None if sz.quick_suites else (r["wall_s"] <= limit and r["exit"] == 0),
+                       exit=r["exit"], slowest=r["slowest"], command=r["command"],
+                       detail={"title": f"{rid}: the ten slowest", "columns": ["s", "name"],
+                               "rows": [[f"{s:.1f}", n] for s, n in r["slowest"]]}))
+    return out
+
+
+# ------------------------------------------------------------------ rows kept from SPEC §17
+
+def row_search(sz: Sizes, cache: Path) -> list[dict]:
+    n = sz.search_messages
+    path, build_s = bench_growth.cached_store(cache, n)
+    res = bench_search.bench(path, sz.search_runs, quiet=True)
+    ours = [q["search_s"] * 1e3 for q in res["queries"]]
+    ref = [q["bare_s"] * 1e3 for q in res["queries"]]
+    return [row("search", f"search_messages, {len(ours)} queries, {res['messages']:,} msgs "
+                "(ratio of the summed per-query medians)",
+                "bare FTS5 MATCH + snippet() on the same index", "ms/query", ours, ref,
+                res["ratio"], "<= 1.5x", res["ratio"] <= 1.5, store=str(path),
+                store_build_s=build_s, sum_search_ms=res["search_s"] * 1e3,
+                sum_bare_ms=res["bare_s"] * 1e3, geomean=res["geomean"],
+                queries=res["queries"])]
+
+
+def row_migration(sz: Sizes, cache: Path) -> list[dict]:
+    res = bench_migration.measure(sz.migration_messages, runs=sz.migration_runs)
+    ours = [r["migrate_s"] for r in res["runs"]]
+    ref = [r["vacuum_s"] for r in res["runs"]]
+    ratio = _med(ours) / _med(ref)
+    last = res["runs"][-1]
+    return [row("migration", f"open = migration v1 -> v{SCHEMA_VERSION}, "
+                f"{res['messages']:,} msgs", "VACUUM INTO of the same store", "s", ours, ref,
+                ratio, "<= 3x", ratio <= 3.0, store_bytes=res["store_bytes"],
+                steps_s=last["steps"], stats=last["stats"],
+                fts_pending_after_open=last["fts_pending_after_open"],
+                fts_backfill_to_complete_s=last["backfill_s"])]
+
+
+def row_chaos(sz: Sizes, cache: Path) -> list[dict]:
+    res = bench_chaos.measure(sz.chaos_runs)
+    wall = [r["wall_s"] for r in res]
+    dur = [r["duration_s"] for r in res]
+    over = _med(r["overhead_s"] for r in res)
+    exits = [r["exit"] for r in res]
+    return [row("chaos", "python -m chaos run, 3 roles, 10 s scenario (wall)",
+                "the scenario's own duration", "s", wall, dur, _med(wall) / _med(dur),
+                "overhead <= 2 s", over <= 2.0 and all(e == 0 for e in exits), overhead_s=over,
+                exits=exits, stderr_tail=[r["stderr_tail"] for r in res if r["stderr_tail"]][:1])]
+
+
+def row_peer(sz: Sizes, cache: Path) -> list[dict]:
+    try:
+        res = bench_peer.measure(sz.peer_n, sz.peer_runs)
+    except ImportError as exc:
+        nan = float("nan")
+        return [row("peer", "append_message (peer comparison)", "sqlite-utils insert + FTS",
+                    "msg/s", [nan], [nan], nan, "none", None,
+                    skipped=f"{exc}: pip install -e '.[bench]'")]
+    ours = [sz.peer_n / s for s in res["ours"]]
+    peer = [sz.peer_n / s for s in res["peer"]]
+    return [row("peer", f"append_message x{sz.peer_n} throughput",
+                "sqlite-utils insert x1 + FTS triggers (peer)", "msg/s", ours, peer,
+                _med(ours) / _med(peer), "none (info)", None)]
+
+
+def row_faultyfs(sz: Sizes, cache: Path) -> list[dict]:
+    n = max(200, sz.append_n // 2)
+    try:
+        res = bench_fs.measure(n, sz.append_runs)
+    except bench_fs.FsUnavailable as exc:
+        nan = float("nan")
+        return [row("faultyfs", "append_message on the faulty FUSE filesystem", "plain disk",
+                    "msg/s", [nan], [nan], nan, "none", None, skipped=str(exc))]
+    ratio = _med(res["fs"]) / _med(res["plain"])
+    return [row("faultyfs", f"append_message x{n} on the faulty FUSE filesystem (chaos.fs)",
+                "the same on a plain directory of the same disk", "msg/s", res["fs"],
+                res["plain"], ratio, "none (info: the FUSE tier's cost)", None)]
+
+
+#: ``--only`` name -> (group, function); rows of one group are measured together.
+ROWS = {
+    "append": ("append", row_append),
+    "writers8": ("contention", row_contention), "writers8-p99": ("contention", row_contention),
+    "stall": ("stall", row_stall),
+    "lock-append": ("lock", row_lock), "lock-writers8": ("lock", row_lock),
+    "lock-stall": ("lock", row_lock),
+    **{name: ("ops", row_ops) for name in bench_ops.BARE},
+    "growth-append": ("growth", row_growth), "growth-search": ("growth", row_growth),
+    "search": ("search", row_search), "migration": ("migration", row_migration),
+    "chaos": ("chaos", row_chaos), "gate": ("suites", row_suites),
+    "pytest": ("suites", row_suites), "peer": ("peer", row_peer),
+    "faultyfs": ("faultyfs", row_faultyfs),
+}
+
+
+def loadavg() -> list[float] | None:
+    """``os.getloadavg()`` as a list (None where unavailable)."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None

@@ -1,0 +1,187 @@
+"""Printing a results file: the rich table, its markdown, and the README section made from it.
+
+The README's benchmark section between ``<!-- bench-table -->`` and ``<!-- /bench-table -->``
+is generated from ``benchmarks/results/latest.json`` by :func:`update_readme` (``python -m
+benchmarks --readme``), never edited by hand; text that explains the figures lives in
+``benchmarks/results/notes.md`` and is copied in after the tables.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+README = Path(__file__).resolve().parents[1] / "README.md"
+NOTES = RESULTS / "notes.md"
+BEGIN, END = "<!-- bench-table -->", "<!-- /bench-table -->"
+
+_HEAD = ["row", "ours: median (min-max)", "reference: median (min-max)", "ratio", "target",
+         "result"]
+
+
+def fmt(v: float) -> str:
+    """A figure with 3 significant-ish digits; ``-`` for NaN."""
+    if v != v:  # NaN
+        return "-"
+    if abs(v) >= 100:
+        return f"{v:,.0f}"
+    if abs(v) >= 1:
+        return f"{v:.2f}"
+    return f"{v:.3f}"
+
+
+def cells(r: dict) -> list[str]:
+    o, f = r["ours"], r["ref"]
+    return [r["id"], f"{fmt(o['median'])} {r['unit']} ({fmt(o['min'])}-{fmt(o['max'])})",
+            f"{fmt(f['median'])} {r['unit']} ({fmt(f['min'])}-{fmt(f['max'])})",
+            f"{fmt(r['ratio'])}x", r["target"],
+            {True: "PASS", False: "FAIL", None: "info"}[r["pass"]]]
+
+
+def note(r: dict) -> str:
+    """The extra figures that decide or explain a row (errors, p99, RSS, causes, ...)."""
+    e = r.get("extra", {})
+    rid = r["id"]
+    if rid == "lock-writers8":
+        return (f"p99 {e['p99_on_ms']:.1f} ms with, {e['p99_off_ms']:.1f} ms without; "
+                f"{e['errors']} errors")
+    if rid == "lock-stall":
+        return (f"{e['throughput_on']:.0f} msg/s with, {e['throughput_off']:.0f} without; "
+                f"{e['errors']} errors")
+    if rid == "writers8":
+        return (f"{e['errors']} caller errors; p50 {e['p50_ms']:.2f} ms, p99 {e['p99_ms']:.1f} ms "
+                f"(busy handler {e['p99_busy30_ms']:.1f} ms, {e['p99_ratio']:.2f}x), max "
+                f"{e['max_ms']:.0f} ms; {e['causes_note']}")
+    if rid == "writers8-p99":
+        return (f"p50 {e['p50_ms']:.2f} ms; busy handler alone: {e['busy30_throughput']:,.0f} "
+                f"msg/s, {e['busy30_errors']} errors")
+    if rid == "stall":
+        return (f"{e['errors']} caller errors; {e['holds']} holds of {e['hold_s']:.2f} s; "
+                f"{e['causes_note']}")
+    if "rss_mb" in e:
+        bad = [x for x in e.get("exits", []) if x != 0]
+        return (f"peak RSS {e['rss_mb']:.0f} MB (bare {e['bare_rss_mb']:.0f} MB)"
+                + (f"; exits {e['exits']}: {e['stderr_tail']}" if bad else ""))
+    if rid in ("gate", "pytest"):
+        top = "; ".join(f"{n.split('::')[-1]} {s:.0f} s" for s, n in e["slowest"][:3])
+        return f"exit {e['exit']}; slowest: {top}" if top else f"exit {e['exit']}"
+    if rid == "growth-append" and e.get("png"):
+        return f"plot: {Path(e['png']).name}"
+    if rid == "migration" and e.get("fts_backfill_to_complete_s") is not None:
+        return (f"{e['stats'].get('fts_deferred', 0):,} rows left to the background FTS "
+                f"back-fill, complete {e['fts_backfill_to_complete_s']:.1f} s later")
+    if rid == "chaos":
+        return f"overhead {e['overhead_s']:.2f} s, exits {e['exits']}"
+    if rid == "search":
+        return f"sum of medians {e['sum_search_ms']:.0f} / {e['sum_bare_ms']:.0f} ms"
+    return e.get("skipped", "")
+
+
+def _title(result: dict) -> str:
+    m = result["machine"]
+    load = m.get("loadavg_at_start")
+    end = result.get("loadavg_at_end")
+    return (f"benchmarks ({result['mode']}): {m['cpu_count']} CPUs"
+            + (f", load {load[0]:.1f} at the start" if load else "")
+            + (f", {end[0]:.1f} at the end" if end else "")
+            + f", Python {m['python']}, SQLite {m['sqlite']}")
+
+
+def render(result: dict, console=None) -> None:
+    """Print the rows of ``result`` as a rich table, the detail tables, then the notes."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console(width=max(150, Console().width))
+    table = Table(title=_title(result))
+    for col in _HEAD + ["load"]:
+        table.add_column(col, no_wrap=True)
+    colour = {"PASS": "[green]PASS[/]", "FAIL": "[red]FAIL[/]", "info": "info"}
+    for r in result["rows"]:
+        c = cells(r)
+        c[-1] = colour[c[-1]]
+        load = r.get("load")
+        table.add_row(*c, f"{load[0]:.1f}" if load else "-")
+    console.print(table)
+    for r in result["rows"]:
+        d = r.get("detail")
+        if d:
+            t = Table(title=d["title"])
+            for col in d["columns"]:
+                t.add_column(col)
+            for values in d["rows"]:
+                t.add_row(*[str(v) for v in values])
+            console.print(t)
+    for r in result["rows"]:
+        n = note(r)
+        console.print(f"  {r['id']}: {r['what']}  vs  {r['reference']}" + (f"  [{n}]" if n else ""),
+                      highlight=False, markup=False)
+    console.print(f"total {result['total_s']:.1f} s; command: {result['command']}",
+                  highlight=False)
+
+
+def markdown(result: dict) -> str:
+    """The tables of ``result`` as GitHub markdown."""
+    lines = ["| " + " | ".join(_HEAD[:1] + ["what", "compared with"] + _HEAD[1:]
+                               + ["load", "notes"]) + " |", "|" + "---|" * (len(_HEAD) + 4)]
+    for r in result["rows"]:
+        c = cells(r)
+        load = r.get("load")
+        lines.append("| " + " | ".join([c[0], r["what"], r["reference"]] + c[1:]
+                                       + [f"{load[0]:.1f}" if load else "-",
+                                          note(r).replace("|", "/")]) + " |")
+    for r in result["rows"]:
+        d = r.get("detail")
+        if d:
+            lines += ["", f"**{d['title']}**", "",
+                      "| " + " | ".join(d["columns"]) + " |", "|" + "---|" * len(d["columns"])]
+            lines += ["| " + " | ".join(str(v).replace("|", "/") for v in values) + " |"
+                      for values in d["rows"]]
+    return "\n".join(lines)
+
+
+def readme_section(result: dict, results_file: str) -> str:
+    """The generated README section: provenance, machine and load, the tables, the notes."""
+    m = result["machine"]
+    load = m.get("loadavg_at_start")
+    end = result.get("loadavg_at_end")
+    head = (f"Generated by `python -m benchmarks --readme` from `{results_file}`, made with "
+            f"`{result['command']}` on {result['started']}: {m['cpu_count']} CPUs, load average "
+            f"{load[0]:.1f} at the start and {end[0]:.1f} at the end" if load and end else
+            f"Generated by `python -m benchmarks --readme` from `{results_file}`, made with "
+            f"`{result['command']}` on {result['started']}: {m['cpu_count']} CPUs")
+    head += (f" (each row's own 1-minute load is in its `load` column), Python {m['python']}, "
+             f"SQLite {m['sqlite']}; total {result['total_s']:.0f} s.")
+    notes = NOTES.read_text().strip() if NOTES.exists() else ""
+    png = [r["extra"].get("png") for r in result["rows"] if r["id"] == "growth-append"]
+    plot = ""
+    if png and png[0]:
+        plot = f"\n\n![growth curves](benchmarks/results/{Path(png[0]).name})"
+    return "\n".join([BEGIN, head, "", markdown(result)]) + plot + \
+        ("\n\n" + notes if notes else "") + "\n" + END
+
+
+def update_readme(results: Path, readme: Path = README) -> bool:
+    """Replace the README's generated section with the one made from ``results``.
+
+    Returns:
+        True when the README changed.
+    Raises:
+        ValueError: the README has no ``<!-- bench-table -->`` ... ``<!-- /bench-table -->``.
+    """
+    import json
+
+    text = readme.read_text()
+    pattern = re.compile(re.escape(BEGIN) + r".*?" + re.escape(END), re.S)
+    if not pattern.search(text):
+        raise ValueError(f"{readme} has no {BEGIN} ... {END} section")
+    try:
+        name = str(results.resolve().relative_to(readme.resolve().parent))
+    except ValueError:
+        name = str(results)
+    section = readme_section(json.loads(results.read_text()), name)
+    new = pattern.sub(lambda _m: section, text)
+    if new != text:
+        readme.write_text(new)
+    return new != text
