@@ -348,6 +348,7 @@ class StoreConnection:
         self._lock = threading.RLock()
         self._rng = random.Random()  # seeded from os.urandom: jitter must not follow a run seed
         self._writes = 0
+        self._stage = "begin"  # the write path's statement running now (retry events)
         self._sticky: BaseException | None = None
         self._retired = False
         self._closed = False
@@ -772,6 +773,7 @@ class StoreConnection:
             owner_run: tuple[int, float, float, int] | None = None
             wait_first = False  # the last attempt met a checkpoint: wait for its lock first
             met = 0  # checkpoints met right after BEGIN (each waited out, holding nothing)
+            t_attempt = t0  # when the current attempt began (retry events: waited_s)
 
             def body(c: sqlite3.Connection) -> T:
                 failpoints.hit("write.after_begin")
@@ -785,6 +787,7 @@ class StoreConnection:
                 attempt += 1
                 try:
                     if wait_first:
+                        self._stage = "checkpoint lock"
                         self._wait_lock_free()
                         wait_first = False
                     result, t_begin, t_commit, held = self._transaction(body)
@@ -795,6 +798,9 @@ class StoreConnection:
                     # got the lock in time, a checkpoint waited out is not a failed attempt: only
                     # a wait that times out is (SQLITE_BUSY-coded, below).
                     met += 1
+                    events.enabled() and events.emit(
+                        "checkpoint_wait", op=op, attempt=attempt, met=met,
+                        waited_s=time.monotonic() - t_attempt)
                     if met > _MAX_CHECKPOINTS_MET:
                         raise self._gave_up(attempt, time.monotonic() - t0,
                                             self._lock_busy_error(), owner_run) from None
@@ -820,16 +826,21 @@ class StoreConnection:
                         raise self._gave_up(attempt, time.monotonic() - t0, exc,
                                             owner_run) from exc
                     sleep_s = self._rng.uniform(RETRY_SLEEP_MIN_S, RETRY_SLEEP_MAX_S)
-                    events.enabled() and events.emit("retry", attempt=attempt, sleep_s=sleep_s,
-                                                     error=str(exc), op=op)
+                    # Which statement met the lock error, and after how long (issue 18: a
+                    # BUSY at once is a different cause from a busy timeout that ran out).
+                    events.enabled() and events.emit(
+                        "retry", attempt=attempt, sleep_s=sleep_s, error=str(exc), op=op,
+                        stage=self._stage, code=getattr(exc, "sqlite_errorname", None),
+                        waited_s=time.monotonic() - t_attempt)
                     time.sleep(sleep_s)
+                    t_attempt = time.monotonic()
                     continue
                 break
             failpoints.hit("write.after_commit")
             self._writes += 1
             events.enabled() and events.emit(
                 "write", seq=self._writes, attempts=attempt, op=op, t_begin=t_begin,
-                t_commit=t_commit, lock="shared" if held else self._unlocked_why())
+                t_commit=t_commit, met=met, lock="shared" if held else self._unlocked_why())
             if self._writes % _CHECKPOINT_EVERY_N_WRITES == 0:
                 self.checkpoint("PASSIVE", trigger="cadence")
             return result
@@ -849,11 +860,15 @@ class StoreConnection:
         conn = self.conn
         held = False
         try:
+            self._stage = "begin"
             conn.execute("BEGIN IMMEDIATE")
             try:
+                failpoints.hit("write.before_lock")
                 held = self._enter_shared()
                 t_begin = time.monotonic()
+                self._stage = "statement"
                 result = fn(conn)
+                self._stage = "commit"
                 conn.execute("COMMIT")
                 return result, t_begin, time.monotonic(), held
             except BaseException:

@@ -6,8 +6,17 @@ An event is a plain dict with at least ``{"event": kind, "pid": int, "t": monoto
 ====================  =========================================================================
 kind                  fields
 ====================  =========================================================================
-``retry``             ``attempt`` (1-based, the attempt that failed), ``sleep_s``, ``error``
-``write``             ``seq`` (successful writes on this connection), ``attempts``, ``op``
+``retry``             ``attempt`` (1-based, the attempt that failed), ``sleep_s``, ``error``,
+                      ``op``, ``stage`` (the statement that met the lock error: ``begin``,
+                      ``statement``, ``commit`` or ``checkpoint lock``), ``code`` (SQLite error
+                      name), ``waited_s`` (how long that attempt waited before the error)
+``checkpoint_wait``   a write met a checkpoint holding the checkpoint lock right after its
+                      BEGIN IMMEDIATE: ``op``, ``attempt``, ``met`` (meetings so far in this
+                      write), ``waited_s`` (in this attempt); it rolls back and waits for
+                      the lock, holding nothing, up to the busy timeout: not a failed attempt
+``write``             ``seq`` (successful writes on this connection), ``attempts``, ``op``,
+                      ``met`` (checkpoints this write waited for), ``t_begin``, ``t_commit``,
+                      ``lock``
 ``checkpoint``        ``mode``, ``trigger`` (``cadence``/``close``/...), ``seq``, ``busy``,
                       ``log``, ``checkpointed`` (frames) or ``error``
 ``refusal``           ``reason`` (``retired_wal``/``replaced_db``/``open_scan``/...), ``detail``

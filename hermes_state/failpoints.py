@@ -43,6 +43,8 @@ FILE_ENV_VAR = "HERMES_STATE_FAILPOINTS_FILE"
 NAMES: dict[str, str] = {
     "open.before_connect": "SessionDB open: after the stale-generation scan, before sqlite3.connect",
     "open.after_schema": "SessionDB open: schema created/migrated, identities not yet recorded",
+    "write.before_lock": "write path: BEGIN IMMEDIATE succeeded, the checkpoint lock not yet "
+                         "tried (issue 12)",
     "write.after_begin": "write path: BEGIN IMMEDIATE succeeded, generation not yet checked",
     "write.before_commit": "write path: the transaction's statements ran, COMMIT not yet issued",
     "write.after_commit": "write path: COMMIT returned, the caller not yet told",
