@@ -4,7 +4,8 @@ Both run as the developer runs them, in a new process from the repository root, 
 written to a temporary file; the ten slowest test cases (gate: scenario runs and matrix cells;
 pytest: tests, setup and call together) are read back from it. Targets (issue 18): gate
 <= 10 min, pytest <= 4 min on 2 cores. ``quick`` runs a small subset of each (one scenario
-file and the quick matrix at two versions; one test module) so that ``--quick`` covers the row.
+file and the plain matrix cells at two versions; one test module without xdist) so that
+``--quick`` covers the row.
 """
 
 from __future__ import annotations
@@ -71,13 +72,13 @@ def measure_gate(quick: bool, work: Path) -> dict:
 def measure_pytest(quick: bool, work: Path) -> dict:
     """``pytest -n auto`` (the whole suite) or one module."""
     junit = work / "pytest.xml"
-    argv = [sys.executable, "-m", "pytest", "-n", "auto", "-q", "-p", "no:cacheprovider",
-            f"--junitxml={junit}"]
+    argv = [sys.executable, "-m", "pytest", "-n", "0" if quick else "auto", "-q", "-p",
+            "no:cacheprovider", f"--junitxml={junit}"]
     if quick:
         argv.append(QUICK_TESTS)
     res = _run(argv, junit, 3600)
-    res["what"] = "pytest -n auto" + (f" (quick subset: {QUICK_TESTS})" if quick else
-                                      " (the whole suite)")
+    res["what"] = (f"pytest -n 0 {QUICK_TESTS} (quick subset; the full run is pytest -n auto)"
+                   if quick else "pytest -n auto (the whole suite)")
     res["command"] = "python -m " + " ".join(argv[2:])
     return res
 

@@ -9,9 +9,9 @@ self-contained database.
 Shape (per session, drawn from the seed):
 
 * sources ``cli``/``telegram``/``discord``/``slack``/``cron``; 10 % of sessions are CJK
-  (Chinese or Japanese user and assistant text); about 95 % ended; a few are children
-  (``parent_session_id``) of an earlier one; one in 400 is long-running (a gateway thread
-  of several thousand turns), and session ``s00000`` is the longest of all;
+  (Chinese or Japanese user and assistant text); about 95 % ended; 5 % are children
+  (``parent_session_id``) of an earlier one; one in 400 is long-running (200-1200 turns, a
+  gateway thread), and session ``s00000`` is the longest of all (4000 turns in a 1 GB store);
 * turns: a user message (one sentence to a paragraph), an assistant reply (a few sentences,
   sometimes with ``reasoning``), and in half the turns one to three tool calls
   (``tool_calls`` JSON on the assistant row) each followed by a ``tool`` row whose content is
@@ -231,17 +231,19 @@ def build(path: Path, target_bytes: int, seed: int = 18, progress=None) -> dict:
     t0 = time.perf_counter()
     k = 0
     n_msgs = 0
+    longest = 0  # turns of session s00000, the longest
     batch_bytes = max(1 << 20, min(16 << 20, target_bytes // 64))
     with SessionDB(path) as db:
         while True:
             sessions, messages, size = [], [], 0
             while size < batch_bytes:
                 if k == 0:
-                    turns = max(1600, min(4000, target_bytes // 250_000))  # the longest session
+                    turns = longest = max(30, min(4000, target_bytes // 250_000))
                 elif g.rng.random() < 1 / 400:
-                    turns = g.rng.randint(200, 1200)
+                    turns = g.rng.randint(min(200, longest - 1), min(1200, longest - 1))
                 else:
-                    turns = max(1, int(g.rng.lognormvariate(math.log(12), 0.9)))
+                    turns = max(1, min(longest - 1,
+                                       int(g.rng.lognormvariate(math.log(12), 0.9))))
                 s, rows = _session(g, k, turns)
                 sessions.append(s)
                 messages += rows

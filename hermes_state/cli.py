@@ -39,7 +39,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     """``doctor [--fix] [--json]`` (SPEC §9); returns 1 when something needs action."""
     from .doctor import run_doctor
 
-    report = run_doctor(_db_path(args), fix=args.fix)
+    with progress_display(args, "checking the store (holders, quick_check)"):
+        report = run_doctor(_db_path(args), fix=args.fix)
     if args.json:
         _print_json(report.to_dict())
     else:
@@ -301,7 +302,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
                 f"request {rid}")
             args.json and _print_json(result)
             return EXIT_OK
-        with _open_rw(args) as db:
+        with _open_rw(args) as db, progress_display(args, "pruning (one transaction)"):
             n = db.prune_sessions(older_than_days=args.older_than, source=args.source)
     result["pruned"] = n
     say(f"pruned {n} session(s)")
@@ -319,7 +320,8 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         print(f"would optimize {path} ({size} bytes): FTS merge, PASSIVE checkpoint, VACUUM, "
               "TRUNCATE checkpoint")
         return EXIT_OK
-    with maintenance.gate_held(path, "optimize", force=args.force), _open_rw(args) as db:
+    with maintenance.gate_held(path, "optimize", force=args.force), _open_rw(args) as db, \
+            progress_display(args, "optimizing (FTS merge, checkpoint, VACUUM, TRUNCATE)"):
         result = maintenance.optimize(db)
     if args.json:
         _print_json(result)
@@ -344,15 +346,9 @@ def cmd_optimize_storage(args: argparse.Namespace) -> int:
               else "would move the FTS tables to the external-content layout and rebuild them")
         return EXIT_OK
 
-    def progress(done: int, total: int) -> None:
-        if sys.stderr.isatty():
-            print(f"\r  indexed {done}/{total}", end="", file=sys.stderr, flush=True)
-
     with maintenance.gate_held(path, "optimize-storage", force=args.force), \
-            _open_rw(args) as db:
-        result = optimize_storage(db, progress=progress)
-    if sys.stderr.isatty():
-        print(file=sys.stderr)
+            _open_rw(args) as db, progress_display(args, "indexing messages") as bar:
+        result = optimize_storage(db, progress=bar.update)
     _print_json(result) if args.json else print(
         "nothing to do" if result.get("status") == "nothing to do"
         else f"optimize-storage done: {json.dumps(result, default=str)}")
