@@ -122,47 +122,42 @@ class _Gen:
         return " ".join(self.sentence_en() for _ in range(n))
 
     def tool_output(self) -> str:
+        """Command output of 300 B to 60 KB (log-normal): log lines, JSON, source or a listing."""
         size = int(min(60_000, max(300, self.rng.lognormvariate(math.log(2500), 1.0))))
         kind = self.rng.random()
         r = self.rng
+        if kind < 0.4:
+            make, sep, wrap = (lambda: f"2025-{r.randint(1, 12):02d}-{r.randint(1, 28):02d} "
+                               f"{r.randint(0, 23):02d}:{r.randint(0, 59):02d}:"
+                               f"{r.randint(0, 59):02d} {r.choice(_LEVELS)} "
+                               f"worker[{r.randint(100, 999)}]: {self.words(3, 12)} "
+                               f"in {r.randint(1, 900)}ms"), "\n", "{}"
+        elif kind < 0.65:
+            make, sep, wrap = (lambda: json.dumps({
+                "id": r.randint(1, 10**6), "name": self.words(1, 3),
+                "status": r.choice(("ok", "failed", "pending")),
+                "latency_ms": round(r.random() * 500, 2),
+                "tags": self.words(1, 4).split()})), ",\n", "[{}]"
+        elif kind < 0.85:
+            make, sep, wrap = (lambda: f"def {r.choice(_EN)}_{r.choice(_EN)}(value, "
+                               f"retries={r.randint(1, 9)}):\n"
+                               f"    \"\"\"{self.sentence_en()}\"\"\"\n"
+                               f"    for attempt in range(retries):\n"
+                               f"        result = {r.choice(_EN)}.{r.choice(_EN)}(value)\n"
+                               f"        if result:\n            return result\n"
+                               f"    return None\n"), "\n", "{}"
+        else:
+            make, sep, wrap = (lambda: f"-rw-r--r-- 1 user user {r.randint(10, 10**7):>9} Dec "
+                               f"{r.randint(1, 28):2d} {r.randint(0, 23):02d}:"
+                               f"{r.randint(0, 59):02d} {r.choice(_EN)}_{r.choice(_EN)}."
+                               f"{r.choice(('py', 'md', 'json', 'log'))}"), "\n", "{}"
         parts: list[str] = []
         n = 0
-        if kind < 0.4:  # log lines
-            while n < size:
-                line = (f"2025-{r.randint(1, 12):02d}-{r.randint(1, 28):02d} "
-                        f"{r.randint(0, 23):02d}:{r.randint(0, 59):02d}:{r.randint(0, 59):02d} "
-                        f"{r.choice(_LEVELS)} worker[{r.randint(100, 999)}]: {self.words(3, 12)} "
-                        f"in {r.randint(1, 900)}ms")
-                parts.append(line)
-                n += len(line) + 1
-            return "\n".join(parts)
-        if kind < 0.65:  # JSON
-            while n < size:
-                item = json.dumps({"id": r.randint(1, 10**6), "name": self.words(1, 3),
-                                   "status": r.choice(("ok", "failed", "pending")),
-                                   "latency_ms": round(r.random() * 500, 2),
-                                   "tags": self.words(1, 4).split()})
-                parts.append(item)
-                n += len(item) + 2
-            return "[" + ",\n".join(parts) + "]"
-        if kind < 0.85:  # a source file
-            while n < size:
-                name = r.choice(_EN) + "_" + r.choice(_EN)
-                block = (f"def {name}(value, retries={r.randint(1, 9)}):\n"
-                         f"    \"\"\"{self.sentence_en()}\"\"\"\n"
-                         f"    for attempt in range(retries):\n"
-                         f"        result = {r.choice(_EN)}.{r.choice(_EN)}(value)\n"
-                         f"        if result:\n            return result\n    return None\n")
-                parts.append(block)
-                n += len(block) + 1
-            return "\n".join(parts)
-        while n < size:  # a directory listing
-            line = (f"-rw-r--r-- 1 user user {r.randint(10, 10**7):>9} Dec {r.randint(1, 28):2d} "
-                    f"{r.randint(0, 23):02d}:{r.randint(0, 59):02d} "
-                    f"{r.choice(_EN)}_{r.choice(_EN)}.{r.choice(('py', 'md', 'json', 'log'))}")
-            parts.append(line)
-            n += len(line) + 1
-        return "\n".join(parts)
+        while n < size:
+            item = make()
+            parts.append(item)
+            n += len(item) + len(sep)
+        return wrap.format(sep.join(parts))
 
     def tool_call(self, name: str) -> dict:
         self.call += 1

@@ -39,26 +39,24 @@ def cells(r: dict) -> list[str]:
             {True: "PASS", False: "FAIL", None: "info"}[r["pass"]]]
 
 
+#: Notes of the rows whose extra figures go straight into one sentence.
+_NOTES = {
+    "lock-writers8": "p99 {p99_on_ms:.1f} ms with, {p99_off_ms:.1f} ms without; {errors} errors",
+    "lock-stall": "{throughput_on:.0f} msg/s with, {throughput_off:.0f} without; {errors} errors",
+    "writers8": ("{errors} caller errors; p50 {p50_ms:.2f} ms, p99 {p99_ms:.1f} ms (busy handler "
+                 "{p99_busy30_ms:.1f} ms, {p99_ratio:.2f}x), max {max_ms:.0f} ms; {causes_note}"),
+    "writers8-p99": ("p50 {p50_ms:.2f} ms; busy handler alone: {busy30_throughput:,.0f} msg/s, "
+                     "{busy30_errors} errors"),
+    "stall": "{errors} caller errors; {holds} holds of {hold_s:.2f} s; {causes_note}",
+}
+
+
 def note(r: dict) -> str:
     """The extra figures that decide or explain a row (errors, p99, RSS, causes, ...)."""
     e = r.get("extra", {})
     rid = r["id"]
-    if rid == "lock-writers8":
-        return (f"p99 {e['p99_on_ms']:.1f} ms with, {e['p99_off_ms']:.1f} ms without; "
-                f"{e['errors']} errors")
-    if rid == "lock-stall":
-        return (f"{e['throughput_on']:.0f} msg/s with, {e['throughput_off']:.0f} without; "
-                f"{e['errors']} errors")
-    if rid == "writers8":
-        return (f"{e['errors']} caller errors; p50 {e['p50_ms']:.2f} ms, p99 {e['p99_ms']:.1f} ms "
-                f"(busy handler {e['p99_busy30_ms']:.1f} ms, {e['p99_ratio']:.2f}x), max "
-                f"{e['max_ms']:.0f} ms; {e['causes_note']}")
-    if rid == "writers8-p99":
-        return (f"p50 {e['p50_ms']:.2f} ms; busy handler alone: {e['busy30_throughput']:,.0f} "
-                f"msg/s, {e['busy30_errors']} errors")
-    if rid == "stall":
-        return (f"{e['errors']} caller errors; {e['holds']} holds of {e['hold_s']:.2f} s; "
-                f"{e['causes_note']}")
+    if rid in _NOTES:
+        return _NOTES[rid].format(**e)
     if "rss_mb" in e:
         bad = [x for x in e.get("exits", []) if x != 0]
         return (f"peak RSS {e['rss_mb']:.0f} MB (bare {e['bare_rss_mb']:.0f} MB)"

@@ -22,6 +22,24 @@ def _store(path):
         db.create_session("s", source="cli")
 
 
+def _append_releasing_on_retry(path, event_log: list, release) -> None:
+    """One append; at its first retry event (the writer holds nothing then) ``release()``."""
+    done: list[bool] = []
+
+    def on_retry(e: dict) -> None:
+        if e["event"] == "retry" and not done:
+            done.append(True)
+            release()
+
+    events.add_listener(on_retry)
+    try:
+        with SessionDB(path) as db:
+            event_log.clear()
+            db.append_message("s", "user", "x")
+    finally:
+        events.remove_listener(on_retry)
+
+
 def test_meeting_checkpoints_is_waiting_inside_one_attempt(tmp_path, armed, event_log):
     """20 checkpoints in a row take the lock right after the write's BEGIN: more than the 15
     attempts a write has, yet it commits on its first attempt, with no retry sleep."""
@@ -60,18 +78,9 @@ def test_a_checkpoint_lock_held_past_the_busy_timeout_is_one_retry(tmp_path, eve
     _store(path)
     other = CheckpointLock(path)
     assert other.acquire_exclusive(0)  # held until the writer gives up waiting for it
-
-    def release_on_retry(e: dict) -> None:
-        if e["event"] == "retry":
-            other.release()
-
-    events.add_listener(release_on_retry)
     try:
-        with SessionDB(path) as db:
-            event_log.clear()
-            db.append_message("s", "user", "x")
+        _append_releasing_on_retry(path, event_log, other.release)
     finally:
-        events.remove_listener(release_on_retry)
         other.close()
     (r,) = [e for e in event_log if e["event"] == "retry"]
     assert (r["stage"], r["code"], r["attempt"]) == ("checkpoint lock", "SQLITE_BUSY", 1)
@@ -87,18 +96,9 @@ def test_a_busy_begin_is_a_retry_after_the_busy_timeout_named_begin(tmp_path, ev
     _store(path)
     blocker = sqlite3.connect(path, isolation_level=None)
     blocker.execute("BEGIN IMMEDIATE")
-
-    def release_on_retry(e: dict) -> None:
-        if e["event"] == "retry" and blocker.in_transaction:
-            blocker.execute("ROLLBACK")
-
-    events.add_listener(release_on_retry)
     try:
-        with SessionDB(path) as db:
-            event_log.clear()
-            db.append_message("s", "user", "x")
+        _append_releasing_on_retry(path, event_log, lambda: blocker.execute("ROLLBACK"))
     finally:
-        events.remove_listener(release_on_retry)
         blocker.close()
     (r,) = [e for e in event_log if e["event"] == "retry"]
     assert (r["stage"], r["code"]) == ("begin", "SQLITE_BUSY")
