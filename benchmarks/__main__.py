@@ -26,6 +26,7 @@ Exit status: 0 when every row with a target passes, 1 otherwise, 2 on bad argume
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -92,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         "hermes-state-bench"
     cache.mkdir(parents=True, exist_ok=True)
     out = args.out or RESULTS / ("quick.json" if args.quick else "latest.json")
+    sizes = dataclasses.replace(sizes, out_dir=str(out.parent.absolute()))
     command = "python -m benchmarks" + " ".join([""] + (argv if argv is not None
                                                         else sys.argv[1:]))
     t0 = time.perf_counter()

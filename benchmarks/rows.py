@@ -45,6 +45,7 @@ class Sizes:
     growth_sizes: tuple
     growth_appends: int
     quick_suites: bool
+    out_dir: str = ""  # where the run's results (and the growth plot) go
 
     def scaled(self, factor: float) -> "Sizes":
         """Every count times ``factor`` (with floors); runs unchanged."""
@@ -58,7 +59,7 @@ class Sizes:
                      s(self.migration_messages, 200), self.migration_runs, self.chaos_runs,
                      s(self.peer_n), self.peer_runs, s(self.big_mb, 8), self.ops_runs,
                      tuple(s(n, 200) for n in self.growth_sizes), s(self.growth_appends, 100),
-                     self.quick_suites)
+                     self.quick_suites, self.out_dir)
 
 
 FULL = Sizes(append_n=5000, append_runs=5, per_writer=500, contention_runs=3, stall_s=15.0,
@@ -253,8 +254,9 @@ def row_ops(sz: Sizes, cache: Path) -> list[dict]:
 def row_growth(sz: Sizes, cache: Path) -> list[dict]:
     res = bench_growth.measure(tuple(sz.growth_sizes), cache, sz.growth_appends,
                                sz.search_runs)
-    png = bench_growth.plot(res, Path(__file__).resolve().parent / "results" /
-                            ("growth-quick.png" if sz.quick_suites else "growth.png"))
+    out_dir = Path(sz.out_dir) if sz.out_dir else Path(__file__).resolve().parent / "results"
+    png = bench_growth.plot(res, out_dir / ("growth-quick.png" if sz.quick_suites
+                                            else "growth.png"))
     pts = res["points"]
     first, last = pts[0], pts[-1]
     a_ratio = last["append"]["ours"]["p50"] / first["append"]["ours"]["p50"]
