@@ -65,10 +65,11 @@ def test_a_skipped_rows_install_hint_keeps_its_brackets():
 
     sys.path.insert(0, str(REPO))
     try:
-        from benchmarks.__main__ import _row, render
+        from benchmarks.rows import row as make_row
+        from benchmarks.table import render
     finally:
         sys.path.remove(str(REPO))
-    row = _row("peer", "append_message (peer comparison)", "sqlite-utils insert + FTS", "msg/s",
+    row = make_row("peer", "append_message (peer comparison)", "sqlite-utils insert + FTS", "msg/s",
                [float("nan")], [float("nan")], float("nan"), "none", None,
                skipped="No module named 'sqlite_utils': pip install -e '.[bench]'")
     buf = io.StringIO()
