@@ -1,4 +1,4 @@
-"""``python -m chaos``: run, validate, list, report, replay, watch, gate, shrink (SPEC §16.5).
+"""``python -m chaos``: run, validate, list, report, replay, watch, gate, shrink, audit (SPEC §16.5).
 
 Exit codes: 0 every checker passed, 1 a checker failed (or was INCONCLUSIVE), 2 invalid
 scenario (nothing ran), 3 the toolkit itself failed. A SKIPPED checker (a stated requirement is
@@ -40,10 +40,11 @@ def _parser() -> argparse.ArgumentParser:
                      help="one JSON array: file, name, description, tags, valid")
     sub.add_parser("matrix", add_help=False,
                    help="the schema-migration matrix of SPEC §16.6 alone (see `matrix --help`)")
-    from . import cli_report, gate, shrink
+    from . import audit, cli_report, gate, shrink
 
     cli_report.add_parsers(sub)  # report, replay, watch
     gate.add_subcommand(sub)
+    audit.add_subcommand(sub)
     shrink.add_subcommand(sub)
     return p
 
@@ -123,6 +124,14 @@ def main(argv: list[str] | None = None) -> int:
 
         if args.cmd in cli_report.COMMANDS:
             return cli_report.dispatch(args, err)
+        if args.cmd == "audit" or (args.cmd == "gate" and args.audit):
+            from .audit import cmd_audit
+
+            if args.cmd == "audit":
+                return cmd_audit(args, _load_all, err)
+            # gate --audit: the mutant catalogue against the `ci` scenarios (issue 14)
+            return cmd_audit(args, _load_all, err, tags=["ci"],
+                             pattern=str(args.scenarios / "*.yaml"))
         if args.cmd == "gate":
             from .gate import cmd_gate
 

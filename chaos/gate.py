@@ -479,6 +479,11 @@ def add_subcommand(sub) -> None:
                    help="the matrix only")
     p.add_argument("--json", action="store_true",
                    help="print the rows as one JSON object on stdout (progress on stderr)")
+    p.add_argument("--audit", action="store_true",
+                   help="instead: run the mutant catalogue against the `ci` scenarios "
+                   "(python -m chaos audit --tag ci; exit 0 only if every mutant is killed)")
+    p.add_argument("--mutants", type=Path, default=None,
+                   help="with --audit: directory of mutant files (default chaos/mutants)")
     matrix.add_arguments(p)
 
 

@@ -349,6 +349,7 @@ class StoreConnection:
         self._rng = random.Random()  # seeded from os.urandom: jitter must not follow a run seed
         self._writes = 0
         self._stage = "begin"  # the write path's statement running now (retry events)
+        self._t_precommit = 0.0  # monotonic s, right before the last COMMIT (in the lock)
         self._sticky: BaseException | None = None
         self._retired = False
         self._closed = False
@@ -840,7 +841,8 @@ class StoreConnection:
             self._writes += 1
             events.enabled() and events.emit(
                 "write", seq=self._writes, attempts=attempt, op=op, t_begin=t_begin,
-                t_commit=t_commit, met=met, lock="shared" if held else self._unlocked_why())
+                t_commit=t_commit, t_precommit=self._t_precommit, met=met,
+                lock="shared" if held else self._unlocked_why())
             if self._writes % _CHECKPOINT_EVERY_N_WRITES == 0:
                 self.checkpoint("PASSIVE", trigger="cadence")
             return result
@@ -868,6 +870,7 @@ class StoreConnection:
                 t_begin = time.monotonic()
                 self._stage = "statement"
                 result = fn(conn)
+                self._t_precommit = time.monotonic()  # still inside the write lock
                 self._stage = "commit"
                 conn.execute("COMMIT")
                 return result, t_begin, time.monotonic(), held

@@ -34,6 +34,7 @@ from . import (
     retry_jitter,
     single_wal_generation,
     stale_wal_refusal,
+    write_exclusion,
 )
 from .base import FAIL, INCONCLUSIVE, PASS, SKIPPED, CheckContext, Verdict, params_of, \
     stamp_evidence
@@ -64,7 +65,7 @@ CHECKERS: dict[str, Checker] = {m.NAME: Checker(m.NAME, m.Params, m.check) for m
     no_lost_writes, stale_wal_refusal, integrity, retry_jitter, checkpoint_cadence, recovery,
     maintenance_refusal, no_lockup, latency, single_wal_generation, liveness_after_heal,
     error_taxonomy, fixture_preserved, durability,
-    checkpoint_isolation)}
+    checkpoint_isolation, write_exclusion)}
 
 
 def run_checkers(ctx: CheckContext, expect: dict[str, dict]) -> list[Verdict]:

@@ -1,0 +1,200 @@
+"""The mutant catalogue (issue 14): planted bugs, one per file, that the scenarios must catch.
+
+A mutant is a YAML file in this directory (or any directory given to ``chaos audit --mutants``):
+
+```yaml
+rule: every write transaction starts with BEGIN IMMEDIATE (lock conflicts surface at BEGIN)
+spec: "§4"
+rewrite:                       # one named source rewrite
+  name: deferred BEGIN on the write path
+  literal: 'conn.execute("BEGIN IMMEDIATE")\n            try:\n                held'
+  replacement: 'conn.execute("BEGIN")\n            try:\n                held'
+scenarios: [contention]        # tried first, in this order (the likeliest killers)
+unit_tests: [tests/test_store_multiprocess.py]   # the pytest subset of `--unit-tests`
+```
+
+``literal`` (an exact text) or ``regex`` (a Python regular expression, ``re.MULTILINE``;
+``replacement`` may use its groups) must match EXACTLY ONCE in all the ``*.py`` files under the
+``hermes_state`` package: the rewrite is located by its pattern, never by a file name or a line
+number, so it survives code moving between modules. Zero or several matches make the mutant
+*stale* (:class:`StaleMutant`): an ERROR in the audit, never "killed" nor "survived".
+"""
+
+from __future__ import annotations
+
+import py_compile
+import re
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+CATALOGUE = Path(__file__).resolve().parent
+_KEYS = {"rule", "spec", "rewrite", "scenarios", "unit_tests", "description"}
+_REWRITE_KEYS = {"name", "literal", "regex", "replacement"}
+
+
+class MutantError(Exception):
+    """A mutant file that cannot be used: names the file and the field."""
+
+
+class StaleMutant(MutantError):
+    """The rewrite's pattern does not match exactly once under ``hermes_state/``."""
+
+    def __init__(self, text: str, matches: dict[str, int]) -> None:
+        super().__init__(text)
+        self.matches = matches
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """One planted bug: the SPEC rule it breaks and the source rewrite that plants it."""
+
+    name: str
+    file: str
+    rule: str
+    spec: str
+    rewrite_name: str
+    pattern: str
+    replacement: str
+    is_regex: bool
+    scenarios: list[str] = field(default_factory=list)
+    unit_tests: list[str] = field(default_factory=list)
+    description: str = ""
+
+    def regex(self) -> re.Pattern:
+        """The compiled pattern (a literal is escaped)."""
+        return re.compile(self.pattern if self.is_regex else re.escape(self.pattern),
+                          re.MULTILINE)
+
+    def matches(self, package: Path) -> dict[str, int]:
+        """``{path relative to the package: match count}`` for every file with a match."""
+        rx = self.regex()
+        out = {}
+        for path in sorted(package.rglob("*.py")):
+            if "__pycache__" in path.parts:
+                continue
+            n = len(rx.findall(path.read_text(encoding="utf-8")))
+            if n:
+                out[str(path.relative_to(package))] = n
+        return out
+
+    def locate(self, package: Path) -> str:
+        """The one file (relative to ``package``) the pattern matches once.
+
+        Raises:
+            StaleMutant: no match, or more than one (in one file or across files).
+        """
+        found = self.matches(package)
+        total = sum(found.values())
+        if total != 1:
+            where = ", ".join(f"{f} x{n}" for f, n in found.items()) or "nowhere"
+            raise StaleMutant(f"stale mutant {self.name}: its pattern must match exactly once "
+                              f"under {package}, it matched {total} time(s) ({where})", found)
+        return next(iter(found))
+
+    def apply(self, package: Path, dest_root: Path) -> Path:
+        """Copy ``package`` (a ``hermes_state`` directory) to ``dest_root/hermes_state`` with
+        this mutation applied; byte code caches are not copied (they could hold the original).
+
+        Returns:
+            The mutated file in the copy.
+        Raises:
+            StaleMutant: the pattern does not match exactly once.
+            MutantError: the mutated file does not compile, or the rewrite changed nothing.
+        """
+        rel = self.locate(package)
+        copy = copy_package(package, dest_root)
+        target = copy / rel
+        text = target.read_text(encoding="utf-8")
+        rx = self.regex()
+        if self.is_regex:
+            new = rx.sub(self.replacement, text, count=1)
+        else:
+            new = rx.sub(lambda _m: self.replacement, text, count=1)
+        if new == text:
+            raise MutantError(f"mutant {self.name}: the rewrite changes nothing in {rel}")
+        target.write_text(new, encoding="utf-8")
+        try:
+            py_compile.compile(str(target), doraise=True,
+                               cfile=str(dest_root / ".compile-check.pyc"))
+        except py_compile.PyCompileError as exc:
+            raise MutantError(f"mutant {self.name}: {rel} does not compile after the "
+                              f"rewrite: {exc.msg}") from None
+        finally:
+            (dest_root / ".compile-check.pyc").unlink(missing_ok=True)
+        return target
+
+
+def copy_package(package: Path, dest_root: Path) -> Path:
+    """``dest_root/hermes_state``: a copy of ``package`` without ``__pycache__``/``*.pyc``."""
+    dest = dest_root / "hermes_state"
+    shutil.copytree(package, dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    return dest
+
+
+def _strings(value, where: str) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise MutantError(f"{where}: expected a list of strings")
+    return list(value)
+
+
+def load(path: Path) -> Mutant:
+    """Read one mutant file.
+
+    Raises:
+        MutantError: unreadable YAML, an unknown or missing field, a bad regex; the message
+            names the file and the field.
+    """
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise MutantError(f"{path}: cannot read the mutant: {exc}") from None
+    if not isinstance(data, dict):
+        raise MutantError(f"{path}: a mutant is a mapping with {', '.join(sorted(_KEYS))}")
+    unknown = set(data) - _KEYS
+    if unknown:
+        raise MutantError(f"{path}: unknown field(s) {', '.join(sorted(unknown))} "
+                          f"(allowed: {', '.join(sorted(_KEYS))})")
+    for key in ("rule", "spec", "rewrite"):
+        if not data.get(key):
+            raise MutantError(f"{path}: field {key!r} is required")
+    rw = data["rewrite"]
+    if not isinstance(rw, dict) or set(rw) - _REWRITE_KEYS:
+        raise MutantError(f"{path}: rewrite: a mapping of {', '.join(sorted(_REWRITE_KEYS))}")
+    if ("literal" in rw) == ("regex" in rw):
+        raise MutantError(f"{path}: rewrite: give exactly one of 'literal' or 'regex'")
+    if not isinstance(rw.get("replacement"), str):
+        raise MutantError(f"{path}: rewrite: 'replacement' (a string) is required")
+    pattern = rw.get("regex", rw.get("literal"))
+    if not isinstance(pattern, str) or not pattern:
+        raise MutantError(f"{path}: rewrite: the pattern must be a non-empty string")
+    if "regex" in rw:
+        try:
+            re.compile(pattern, re.MULTILINE)
+        except re.error as exc:
+            raise MutantError(f"{path}: rewrite: regex: {exc}") from None
+    return Mutant(name=path.stem, file=str(path), rule=" ".join(str(data["rule"]).split()),
+                  spec=str(data["spec"]), rewrite_name=str(rw.get("name") or path.stem),
+                  pattern=pattern, replacement=rw["replacement"], is_regex="regex" in rw,
+                  scenarios=_strings(data.get("scenarios"), f"{path}: scenarios"),
+                  unit_tests=_strings(data.get("unit_tests"), f"{path}: unit_tests"),
+                  description=" ".join(str(data.get("description") or "").split()))
+
+
+def load_dir(directory: Path | None = None) -> list[Mutant]:
+    """Every ``*.yaml`` mutant of ``directory`` (default: this catalogue), by name.
+
+    Raises:
+        MutantError: the directory has none, or a file is invalid (the first one).
+    """
+    directory = Path(directory or CATALOGUE)
+    files = sorted(directory.glob("*.yaml"))
+    if not files:
+        raise MutantError(f"no mutant files (*.yaml) in {directory}")
+    return [load(f) for f in files]
