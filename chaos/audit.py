@@ -39,7 +39,7 @@ import hermes_state
 from hermes_state.paths import utc_stamp
 
 from . import audit_probe, mutants, store
-from .audit_report import kill_table, markdown_table
+from .audit_report import kill_table, markdown_table, write_readme
 from .gate import _Slots
 
 KILLED, SURVIVED, ERROR = "KILLED", "SURVIVED", "ERROR"
@@ -474,7 +474,8 @@ def run_audit(catalogue: list[mutants.Mutant], scenarios: list, *, jobs: int | N
               out: Path | None = None, as_json: bool = False, junit: Path | None = None,
               all_scenarios: bool = False, control: bool = True,
               unit_tests: list[str] | None = None, markdown: Path | None = None,
-              own_only: bool = False, console: Console | None = None) -> int:
+              own_only: bool = False, readme: Path | None = None,
+              console: Console | None = None) -> int:
     """Run ``catalogue`` against ``scenarios`` (validated scenario objects); print the kill table.
 
     Args:
@@ -490,6 +491,7 @@ def run_audit(catalogue: list[mutants.Mutant], scenarios: list, *, jobs: int | N
             mutant; None: skip the column.
         markdown: write the kill table as Markdown there (the README's table).
         own_only: try only each mutant's own ``scenarios:`` (a quick look, not the verdict).
+        readme: rewrite the kill-table block of this README with the result.
     Returns:
         0 every mutant killed; 1 a survivor or an ERROR; 3 the audit is invalid.
     """
@@ -528,9 +530,12 @@ def run_audit(catalogue: list[mutants.Mutant], scenarios: list, *, jobs: int | N
                   f"({jobs} at once, {os.cpu_count()} cores)", highlight=False)
     if junit:
         write_junit(Path(junit), results, total)
+    table = markdown_table(results, total, jobs, with_unit=unit_tests is not None)
     if markdown:
-        Path(markdown).write_text(markdown_table(results, total, jobs,
-                                                 with_unit=unit_tests is not None))
+        Path(markdown).write_text(table)
+    if readme and not write_readme(Path(readme), table, "python -m chaos audit "
+                                   + " ".join(sys.argv[2:])):
+        console.print(f"[red]chaos audit: no kill-table markers in {readme}[/]", highlight=False)
     if as_json:
         print(json.dumps({"mutants": [asdict(r) for r in results], **{
             k.lower(): v for k, v in counts.items()}, "controls": controls,
@@ -573,6 +578,8 @@ def add_subcommand(sub) -> None:
     p.add_argument("--junit", type=Path, default=None, help="write JUnit XML to this file")
     p.add_argument("--markdown", type=Path, default=None,
                    help="write the kill table as Markdown to this file")
+    p.add_argument("--readme", type=Path, default=None,
+                   help="rewrite the kill-table block of this README (e.g. README.md)")
 
 
 def cmd_audit(args, load_all, err: Console, *, tags: list[str] | None = None,
@@ -611,4 +618,5 @@ def cmd_audit(args, load_all, err: Console, *, tags: list[str] | None = None,
                      junit=args.junit, all_scenarios=getattr(args, "all", False),
                      control=getattr(args, "control", True), unit_tests=unit,
                      markdown=getattr(args, "markdown", None),
-                     own_only=getattr(args, "own", False))
+                     own_only=getattr(args, "own", False),
+                     readme=getattr(args, "readme", None))

@@ -30,6 +30,7 @@ from . import (
     maintenance_refusal,
     no_lockup,
     no_lost_writes,
+    prune_respects_turns,
     recovery,
     retry_jitter,
     single_wal_generation,
@@ -65,7 +66,7 @@ CHECKERS: dict[str, Checker] = {m.NAME: Checker(m.NAME, m.Params, m.check) for m
     no_lost_writes, stale_wal_refusal, integrity, retry_jitter, checkpoint_cadence, recovery,
     maintenance_refusal, no_lockup, latency, single_wal_generation, liveness_after_heal,
     error_taxonomy, fixture_preserved, durability,
-    checkpoint_isolation, write_exclusion)}
+    checkpoint_isolation, write_exclusion, prune_respects_turns)}
 
 
 def run_checkers(ctx: CheckContext, expect: dict[str, dict]) -> list[Verdict]:

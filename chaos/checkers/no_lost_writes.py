@@ -63,6 +63,9 @@ class Params:
     expect_loss: bool = param(False, "The scenario destroys acknowledged writes on purpose (e.g. "
                               "the WAL deleted after a crash): PASS only if a loss is detected; "
                               "the verdict lists exactly the lost payload ids.")
+    max_loss: int | None = param(None, "With expect_loss: at most this many acknowledged appends "
+                                 "may be lost (e.g. the rows one damaged page can hold: recover "
+                                 "salvages row by row, SPEC §14); more is a FAIL.", minimum=1)
 
 
 NAME = "no_lost_writes"
@@ -226,11 +229,11 @@ def check(ctx: CheckContext, params) -> Verdict:
              "phantom": phantom_cases(by_pid, places, replayed),
              "unexpected": unexpected_cases(ctx.history, places),
              "duplicated": duplicated_cases(places)}
-    return _verdict(cases, fig, by_pid, allow, expect_loss)
+    return _verdict(cases, fig, by_pid, allow, expect_loss, p.max_loss)
 
 
 def _verdict(cases: dict[str, list], fig: dict, by_pid: dict[str, Op], allow: list[str],
-             expect_loss: bool) -> Verdict:
+             expect_loss: bool, max_loss: int | None = None) -> Verdict:
     lost = sorted((c["payload_id"] for c in cases["lost"]), key=natural_key)
     phantom = [c["payload_id"] for c in cases["phantom"]]
     fig.update({"lost": len(lost), "phantom": len(phantom),
@@ -261,6 +264,9 @@ def _verdict(cases: dict[str, list], fig: dict, by_pid: dict[str, Op], allow: li
         cases[k] for k in ("phantom", "unexpected", "duplicated", "spooled_missing"))
     if failed:
         return Verdict(NAME, FAIL, summary, fig, evidence)
+    if expect_loss and max_loss is not None and len(lost) > max_loss:
+        return Verdict(NAME, FAIL, f"{len(lost)} acknowledged appends lost, more than max_loss "
+                       f"{max_loss} (the damage the fault did): " + summary, fig, evidence)
     if expect_loss and not lost:
         return Verdict(NAME, INCONCLUSIVE, "expect_loss: no acknowledged write was lost: the "
                        "run never reached the state it targets (no acknowledged write lived "
