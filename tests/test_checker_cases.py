@@ -270,3 +270,37 @@ def _ctx(history):
 
     return CheckContext(history=history, store_path=Path("/nonexistent/state.db"),
                         home=Path("/nonexistent"), run_dir=Path("/nonexistent"), scenario={})
+
+
+# ------------------------------------------------------------------------- prune_respects_turns
+def test_prune_respects_turns_finds_a_busy_session_deleted_by_the_prune():
+    from chaos.checkers import prune_respects_turns as prt
+
+    def maint(t, busy, pruned, n):
+        return op(t, t + 0.1, "ok", n, op_="maintenance", busy_ended=busy,
+                  result={"pruned": pruned})
+
+    h = maint(1, ["p1"], 3, 1) + maint(2, ["p1"], 0, 2) + [rec(3, "invoke", op="append")]
+    assert len(h) == 5
+    ops = prt.pruning_ops(h)
+    assert len(ops) == 1  # the op that pruned nothing is not a pruning op
+    (case,) = prt.deleted_busy_cases(ops, sessions={"other"})
+    assert case["session"] == "p1"
+    assert prt.deleted_busy_cases(ops, sessions={"p1"}) == []
+    # a later prune that no longer protected p1 (its turn ended) may have taken it
+    later = prt.pruning_ops(h + maint(4, [], 1, 3))
+    assert prt.deleted_busy_cases(later, sessions=set()) == []
+
+
+def test_no_lost_writes_max_loss_fails_a_loss_larger_than_the_damage():
+    from chaos.history import Op
+
+    cases = {"lost": [{"payload_id": f"p{i}"} for i in range(5)], "phantom": [],
+             "spooled_missing": [], "unexpected": [], "duplicated": []}
+    by_pid = {f"p{i}": Op(f"gateway-0:{i}", "append", "gateway-0", {"type": "invoke"},
+                          {"type": "ok"}) for i in range(5)}
+    fig = {"ok": 5, "found_in_store": 0, "fail": 0, "info": 0}
+    assert nlw._verdict(cases, dict(fig), by_pid, [], True, 10).status == PASS
+    assert nlw._verdict(cases, dict(fig), by_pid, [], True, 5).status == PASS
+    assert nlw._verdict(cases, dict(fig), by_pid, [], True, 4).status == FAIL
+    assert nlw._verdict(cases, dict(fig), by_pid, [], True).status == PASS
