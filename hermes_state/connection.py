@@ -514,7 +514,7 @@ class StoreConnection:
         held_by = (HOLDER_OTHER if not mine else HOLDER_SELF if len(mine) == len(found)
                    else HOLDER_SELF_AND_OTHERS)
         raise DeletedWalGenerationError(detail, holders=[h.as_tuple() for h in found],
-                                        held_by=held_by)
+                                        held_by=held_by, pid=os.getpid())
 
     def _connect_rw(self, synchronous: str) -> sqlite3.Connection:
         conn = sqlite3.connect(str(self.db_path), timeout=BUSY_TIMEOUT_S, isolation_level=None,
@@ -713,8 +713,11 @@ class StoreConnection:
             events.enabled() and events.emit("capture", dir=capture, trigger=trigger, reason=kind)
         if kind == "retired_wal":
             # This handle holds the retired generation itself (issue 16 item 4).
-            err: StateDbReplacedError = DeletedWalGenerationError(detail, capture_dir=capture,
-                                                                  held_by=HOLDER_SELF)
+            detail = (f"held by this process: PID {os.getpid()}, the connection that was "
+                      f"writing; {detail}")
+            err: StateDbReplacedError = DeletedWalGenerationError(
+                detail, capture_dir=capture, held_by=HOLDER_SELF, pid=os.getpid(),
+                own_connection=True)
         else:
             err = StateDbReplacedError(detail)
         self._sticky = err

@@ -32,32 +32,40 @@ RETIRED_WAL_USER_MESSAGE = (
 HOLDER_OTHER, HOLDER_SELF, HOLDER_SELF_AND_OTHERS = "other", "self", "self+others"
 
 
-def retired_wal_user_message(held_by: str = HOLDER_OTHER) -> str:
+def retired_wal_user_message(held_by: str = HOLDER_OTHER, *, pid: int | None = None,
+                             own_connection: bool = False) -> str:
     """The user layer of :class:`DeletedWalGenerationError` for who holds the retired files.
 
     Args:
         held_by: :data:`HOLDER_OTHER` (the SPEC §10.1 text, verbatim), :data:`HOLDER_SELF` (the
-            refused process itself holds the deleted WAL: its own sidecars were deleted or
-            replaced while it was writing) or :data:`HOLDER_SELF_AND_OTHERS`.
+            refused process itself holds the deleted WAL) or :data:`HOLDER_SELF_AND_OTHERS`.
+        pid: the refused process's PID, named after "this process" (None: not named).
+        own_connection: with :data:`HOLDER_SELF`, the refused connection is the one whose
+            files were deleted or replaced while it was writing (else another connection this
+            process has open holds them).
     Returns:
         The message; the fingerprint words "deleted state.db-wal or state.db-shm" are in all.
     """
+    me = "this process" + (f" (PID {pid})" if pid is not None else "")
     if held_by == HOLDER_SELF:
+        how = (f"they were deleted or replaced on disk while {me} was writing through its own "
+               "connection." if own_connection else
+               f"another connection {me} has open still uses them.")
         return RETIRED_WAL_USER_MESSAGE.replace(
             "because another process still holds",
             "because this process still holds").replace(
             "(an old copy of the write-ahead log).",
-            "(an old copy of the write-ahead log): they were deleted or replaced while it was "
-            "writing.").replace(
+            f"(an old copy of the write-ahead log): {how}").replace(
             "stop every process using this profile (",
             "stop every process using this profile, this one included (")
     if held_by == HOLDER_SELF_AND_OTHERS:
         return RETIRED_WAL_USER_MESSAGE.replace(
             "because another process still holds",
-            "because this process and another process still hold").replace(
+            f"because {me} and another process still hold").replace(
             "stop every process using this profile (",
             "stop every process using this profile, this one included (")
     return RETIRED_WAL_USER_MESSAGE
+
 
 REPLACED_DB_USER_MESSAGE = (
     "session storage stopped writing because state.db was replaced on disk while this process "
@@ -101,7 +109,8 @@ class DeletedWalGenerationError(StateDbReplacedError):
     ``(pid, command, files)`` of the processes seen holding the retired generation, and
     ``capture_dir`` names the evidence directory written by this process (§10.3), if any.
     ``held_by`` says whether the refused process itself holds the retired files (its user
-    message then says "this process", :func:`retired_wal_user_message`).
+    message then says "this process" with its PID, and whether the refused connection is the
+    one whose files went: ``own_connection``; :func:`retired_wal_user_message`).
     """
 
     def __init__(
@@ -111,11 +120,14 @@ class DeletedWalGenerationError(StateDbReplacedError):
         holders: list | None = None,
         capture_dir: str | None = None,
         held_by: str = HOLDER_OTHER,
+        pid: int | None = None,
+        own_connection: bool = False,
     ) -> None:
         self.holders = list(holders or [])
         self.capture_dir = capture_dir
         self.held_by = held_by
-        super().__init__(operator_detail, user_message=retired_wal_user_message(held_by))
+        super().__init__(operator_detail, user_message=retired_wal_user_message(
+            held_by, pid=pid, own_connection=own_connection))
 
 
 class StateDbCorruptError(HermesStateError, sqlite3.DatabaseError):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from pathlib import Path
 
 import pytest
 
@@ -32,6 +33,9 @@ def test_the_writer_whose_own_wal_was_deleted_is_told_this_process_holds_it(tmp_
     assert refused["error"] == "DeletedWalGenerationError"
     msg = refused["msg"]
     assert "this process still holds a deleted state.db-wal or state.db-shm" in msg, msg
+    assert (f"deleted or replaced on disk while this process (PID {child.pid}) was writing "
+            "through its own connection") in msg, msg
+    assert f"held by this process: PID {child.pid}, the connection that was writing" in msg
     assert "another process" not in msg, msg
     assert "this one included" in msg and "Nothing is lost" in msg
     # Another process opening now is told, verbatim (SPEC §10.1), that another process holds it.
@@ -39,6 +43,31 @@ def test_the_writer_whose_own_wal_was_deleted_is_told_this_process_holds_it(tmp_
         SessionDB(path)
     assert info.value.user_message == RETIRED_WAL_USER_MESSAGE
     assert f"PID {child.pid}" in str(info.value) and "(this process)" not in str(info.value)
+
+
+def test_the_writer_whose_own_wal_was_replaced_is_told_this_process_holds_it(tmp_path, spawn):
+    """A copy renamed over the live WAL (a sync tool, a restore by hand): the writer in the
+    child is the one that lost its WAL, and it is told so with its own PID."""
+    path = tmp_path / "home" / "state.db"
+    child = spawn("store_child.py")
+    child.ok("open", path=str(path))
+    child.ok("create", sid="s")
+    child.ok("append", sid="s", n=3)
+    copy = tmp_path / "wal-copy"
+    copy.write_bytes(Path(f"{path}-wal").read_bytes())
+    os.replace(copy, f"{path}-wal")  # a new inode at the WAL's name; the child holds the old one
+    refused = child.call("append", sid="s", n=1)
+    assert refused["error"] == "DeletedWalGenerationError", refused
+    msg = refused["msg"]
+    assert (f"deleted or replaced on disk while this process (PID {child.pid}) was writing "
+            "through its own connection") in msg, msg
+    assert "another process" not in msg, msg
+    assert "state.db-wal identity" in msg  # the operator layer names which file changed
+    # The test process (not the holder) is told another process holds it, naming the child.
+    with pytest.raises(DeletedWalGenerationError) as info:
+        SessionDB(path)
+    assert info.value.user_message == RETIRED_WAL_USER_MESSAGE
+    assert f"PID {child.pid}" in info.value.operator_detail
 
 
 def test_a_second_handle_of_the_holding_process_is_told_this_process(tmp_path):
@@ -53,10 +82,16 @@ def test_a_second_handle_of_the_holding_process_is_told_this_process(tmp_path):
         assert own.value.user_message.startswith(
             "session storage stopped writing because this process still holds a deleted "
             "state.db-wal or state.db-shm")
+        assert f"this process (PID {os.getpid()}) was writing through its own connection" in \
+            own.value.user_message
         with pytest.raises(DeletedWalGenerationError) as second:
             SessionDB(path)
         err = second.value
         assert "because this process still holds" in err.user_message
+        # The new handle did not lose anything: another connection of this process holds it.
+        assert f"another connection this process (PID {os.getpid()}) has open still uses them" \
+            in err.user_message, err.user_message
+        assert "through its own connection" not in err.user_message
         assert f"PID {os.getpid()}" in err.operator_detail
         assert "(this process)" in err.operator_detail, err.operator_detail
     finally:
