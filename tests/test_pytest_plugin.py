@@ -125,6 +125,24 @@ def test_a_scenario_file_named_on_the_command_line_is_collected_at_any_path(tmp_
     assert "not tagged 'ci': repro.yaml" in walked.stdout
 
 
+def test_a_step_level_delay_fails_its_item_naming_file_line_and_where_it_belongs(tmp_path):
+    """A scenario file outside any `scenarios` folder, named on the command line, with `delay`
+    written beside `after:`: one failing item whose report reads file:line: field: problem."""
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    repro = tmp_path / "repro"
+    repro.mkdir()
+    text = TINY.replace("expect:", "nemesis:\n  - {after: {role: g, ok: 5}, delay: 1s, "
+                        "fault: kill, role: g}\nexpect:")
+    (repro / "delay.yaml").write_text(text)
+    line = text.splitlines().index(next(t for t in text.splitlines() if "delay:" in t)) + 1
+    proc = _pytest(tmp_path, "-q", paths=("repro/delay.yaml",))
+    out = proc.stdout
+    assert proc.returncode == 1, out + proc.stderr
+    assert f"delay.yaml:{line}: nemesis[0].delay: unknown key 'delay'" in out, out
+    assert "write `after: {role: g, ok: 5, delay: 1s}`" in out, out
+    assert "1 failed" in out.splitlines()[-1]
+
+
 @pytest.mark.slow
 def test_items_run_under_xdist_pass_fail_and_call_the_result_hook(tmp_path):
     root = _project(tmp_path, {"tiny.yaml": TINY, "cadence.yaml": CADENCE,

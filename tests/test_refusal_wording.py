@@ -22,20 +22,30 @@ def _delete_sidecars(path) -> None:
     os.unlink(f"{path}-shm")
 
 
-def test_the_writer_whose_own_wal_was_deleted_is_told_this_process_holds_it(tmp_path, spawn):
+def _replace_wal(path) -> None:
+    """A copy renamed over the live WAL (a sync tool, a restore by hand): a new inode at the
+    name; the writer still holds the old one."""
+    copy = Path(f"{path}.wal-copy")
+    copy.write_bytes(Path(f"{path}-wal").read_bytes())
+    os.replace(copy, f"{path}-wal")
+
+
+@pytest.mark.parametrize("lose", [_delete_sidecars, _replace_wal], ids=["deleted", "replaced"])
+def test_the_writer_whose_own_wal_went_is_told_this_process_holds_it(tmp_path, spawn, lose):
     path = tmp_path / "home" / "state.db"
     child = spawn("store_child.py")
     child.ok("open", path=str(path))
     child.ok("create", sid="s")
     child.ok("append", sid="s", n=3)
-    _delete_sidecars(path)
+    lose(path)
     refused = child.call("append", sid="s", n=1)
-    assert refused["error"] == "DeletedWalGenerationError"
+    assert refused["error"] == "DeletedWalGenerationError", refused
     msg = refused["msg"]
     assert "this process still holds a deleted state.db-wal or state.db-shm" in msg, msg
     assert (f"deleted or replaced on disk while this process (PID {child.pid}) was writing "
             "through its own connection") in msg, msg
     assert f"held by this process: PID {child.pid}, the connection that was writing" in msg
+    assert "state.db-wal identity" in msg  # the operator layer names which file changed
     assert "another process" not in msg, msg
     assert "this one included" in msg and "Nothing is lost" in msg
     # Another process opening now is told, verbatim (SPEC §10.1), that another process holds it.
@@ -43,31 +53,6 @@ def test_the_writer_whose_own_wal_was_deleted_is_told_this_process_holds_it(tmp_
         SessionDB(path)
     assert info.value.user_message == RETIRED_WAL_USER_MESSAGE
     assert f"PID {child.pid}" in str(info.value) and "(this process)" not in str(info.value)
-
-
-def test_the_writer_whose_own_wal_was_replaced_is_told_this_process_holds_it(tmp_path, spawn):
-    """A copy renamed over the live WAL (a sync tool, a restore by hand): the writer in the
-    child is the one that lost its WAL, and it is told so with its own PID."""
-    path = tmp_path / "home" / "state.db"
-    child = spawn("store_child.py")
-    child.ok("open", path=str(path))
-    child.ok("create", sid="s")
-    child.ok("append", sid="s", n=3)
-    copy = tmp_path / "wal-copy"
-    copy.write_bytes(Path(f"{path}-wal").read_bytes())
-    os.replace(copy, f"{path}-wal")  # a new inode at the WAL's name; the child holds the old one
-    refused = child.call("append", sid="s", n=1)
-    assert refused["error"] == "DeletedWalGenerationError", refused
-    msg = refused["msg"]
-    assert (f"deleted or replaced on disk while this process (PID {child.pid}) was writing "
-            "through its own connection") in msg, msg
-    assert "another process" not in msg, msg
-    assert "state.db-wal identity" in msg  # the operator layer names which file changed
-    # The test process (not the holder) is told another process holds it, naming the child.
-    with pytest.raises(DeletedWalGenerationError) as info:
-        SessionDB(path)
-    assert info.value.user_message == RETIRED_WAL_USER_MESSAGE
-    assert f"PID {child.pid}" in info.value.operator_detail
 
 
 def test_a_second_handle_of_the_holding_process_is_told_this_process(tmp_path):

@@ -271,14 +271,23 @@ def test_unknown_role_key(tmp_path):
     assert "did you mean 'workload'" in p.message
 
 
-def test_a_step_level_delay_is_told_it_belongs_inside_after(tmp_path):
-    text = VALID.replace("{after: {role: gateway, ok: 100}, fault: kill,",
-                         "{after: {role: gateway, ok: 100}, delay: 1s, fault: kill,")
+@pytest.mark.parametrize("step, told", [
+    # The step's own trigger, with the delay moved in, as the user writes it.
+    ("{after: {role: gateway, ok: 100}, delay: 1s, fault: kill,",
+     "`delay` belongs inside `after:` (it waits that long after the trigger): write "
+     "`after: {role: gateway, ok: 100, delay: 1s}`"),
+    ("{at: 2s, delay: 1s, fault: kill,", "with `at: 2s` add the delay to the time instead"),
+])
+def test_a_step_level_delay_is_told_where_it_belongs(tmp_path, step, told):
+    text = VALID.replace("{after: {role: gateway, ok: 100}, fault: kill,", step)
     p = only(problems_of(tmp_path, text), "nemesis[2].delay")
     assert p.line == line_of(text, "delay: 1s")
-    assert "`delay` belongs inside `after:`" in p.message, p.message
-    assert "after: {role: gateway, ok: 60, delay: 1s}" in p.message
-    # Inside `after:` it is valid.
+    assert told in p.message, p.message
+    # As printed (CLI, the pytest plugin): file:line: field: problem.
+    assert str(p).startswith(f"{p.file}:{p.line}: nemesis[2].delay: unknown key 'delay'"), str(p)
+
+
+def test_a_delay_inside_after_is_valid(tmp_path):
     ok = VALID.replace("{after: {role: gateway, ok: 100}", "{after: {role: gateway, ok: 100, "
                        "delay: 1s}")
     path = tmp_path / "ok.yaml"

@@ -98,11 +98,29 @@ _STEP_MISPLACED = {
 }
 
 
-def _misplaced(key: Any, title: str | None) -> str:
-    """The hint for a key written at the step level that belongs inside ``after:``."""
-    if isinstance(key, str) and key in _STEP_MISPLACED and (title or "").endswith("step"):
-        return _STEP_MISPLACED[key]
-    return ""
+def _flow(value: Any) -> str:
+    """``value`` as YAML flow text, as the user would write it (``{role: gateway, ok: 60}``)."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {_flow(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_flow(v) for v in value) + "]"
+    return short(value) if not isinstance(value, (str, int, float)) or isinstance(value, bool) \
+        else str(value)
+
+
+def _misplaced(key: Any, title: str | None, step: Any = None) -> str:
+    """The hint for a key written at the step level that belongs inside ``after:``: the
+    step's own ``after:`` with the key moved in when the step has one."""
+    if not (isinstance(key, str) and key in _STEP_MISPLACED and (title or "").endswith("step")):
+        return ""
+    if isinstance(step, dict) and isinstance(step.get("after"), dict) and key not in step["after"]:
+        moved = {**step["after"], key: step[key]}
+        return (f" - `{key}` belongs inside `after:` (it waits that long after the trigger): "
+                f"write `after: {_flow(moved)}`")
+    if isinstance(step, dict) and "at" in step and key == "delay":
+        return (f" - `delay` goes inside `after:` (it waits that long after the trigger); with "
+                f"`at: {_flow(step['at'])}` add the delay to the time instead")
+    return _STEP_MISPLACED[key]
 
 
 def hint(value: Any, options: Iterable[Any]) -> str:
@@ -161,7 +179,7 @@ def schema_problems(err: jsonschema.ValidationError) -> list[tuple[list, int | N
                 path + [k],
                 None,
                 f"unknown {noun} {k!r}{where} (allowed: {allowed_s})"
-                f"{_misplaced(k, title) or hint(k, allowed)}",
+                f"{_misplaced(k, title, inst) or hint(k, allowed)}",
                 True,
             )
             for k in inst
