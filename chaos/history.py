@@ -324,7 +324,8 @@ def brief(rec: dict, keys: Iterable[str] | None = None) -> dict:
 START_PHASES = ("warm-up", "watch")
 #: Record and evidence fields that hold a time on the history's clock (CLOCK_MONOTONIC seconds).
 TIME_KEYS = frozenset({"t", "T", "t0", "t1", "t_invoke", "t_done", "t_start", "t_end",
-                       "invoked_t", "bound_crossed_t", "heal_t", "ack_t", "cut_t", "crossed_t"})
+                       "invoked_t", "bound_crossed_t", "heal_t", "ack_t", "cut_t", "crossed_t",
+                       "sample_t", "exit_t"})
 #: Nested fields of an evidence item that may be the history record it quotes.
 _EVIDENCE_RECORDS = ("record", "invoke", "first", "op", "done", "sample_before", "event")
 

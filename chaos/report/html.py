@@ -115,8 +115,10 @@ def _cut(text: str, n: int) -> str:
     return text if len(text) <= n else text[:n - 1] + "…"
 
 
-def _facts(results: dict, scenario: dict, title: str) -> str:
-    facts = [("duration", f"{results.get('duration_s', scenario.get('duration', '?'))} s"),
+def _facts(results: dict, scenario: dict, title: str, tl: Timeline) -> str:
+    planned = results.get("duration_s", scenario.get("duration"))
+    ran = f"{tl.t1 - tl.t0:.1f} s" if tl.records else "?"
+    facts = [("ran", ran + (f" (duration {float(planned):g} s)" if planned is not None else "")),
              ("SQLite", results.get("sqlite", "?")),
              ("exit code", results.get("exit_code", "?")),
              ("run directory", results.get("run_dir", title))]
@@ -192,11 +194,23 @@ def _fault_table(tl: Timeline, scenario: dict) -> str:
     heal = next((r for r in tl.records if r.get("type") == "phase" and r.get("phase") == "heal"),
                 None)
     note = (f'<p class="note">heal phase at {tl.rel(heal["t"]):.3f}s: '
-            f'<code>{esc(_cut(json.dumps(heal.get("heal"), default=str), 300))}</code></p>'
-            if heal else "")
+            f'{esc(_cut(_healed(heal.get("heal")), 300))}</p>' if heal else "")
     return ('<table class="faults" id="fault-schedule"><tr><th>step</th><th>fault</th>'
             '<th>planned</th><th>fired</th><th>healed</th><th>details</th></tr>'
             + "".join(rows) + "</table>" + note)
+
+
+def _healed(heal) -> str:
+    """What the heal phase did, in words: only the heals that had something to do."""
+    if not isinstance(heal, dict):
+        return "nothing to heal" if not heal else json.dumps(heal, default=str)
+    done = []
+    for name, what in heal.items():
+        if isinstance(what, dict):
+            what = {k: v for k, v in what.items() if v not in (None, [], {}, "", 0, False)}
+        if what:
+            done.append(f"{name} {json.dumps(what, default=str)}")
+    return "; ".join(done) or "nothing to heal (no stopped process, balloon or mount left)"
 
 
 def _fig_value(key: str, value, tl: Timeline) -> str:
@@ -349,7 +363,7 @@ def render(records: list[dict], results: dict, scenario: dict, title: str = "cha
             f"<title>{esc(overall(results))}: {esc(title)}</title><style>{_CSS}</style></head>"
             "<body>"
             f"{_banner(results, scenario, tl, ms, title)}"
-            f"{_facts(results, scenario, title)}"
+            f"{_facts(results, scenario, title, tl)}"
             f'<div class="scroll" id="timeline-box">{timeline_svg(tl, ms)}</div>'
             f'<p class="legend">{legend()}</p>{zoom}'
             f'<h2 id="faults">Fault schedule</h2>{_fault_table(tl, scenario)}'

@@ -73,7 +73,8 @@ def _quantile(values: list[float], q: float) -> float:
 
 def latency_svg(tl: Timeline, bounds: list[Bound]) -> str:
     """One panel per op kind (the busiest :data:`MAX_KINDS`): each completed op a dot at its
-    completion time and latency (log scale), coloured by outcome; the fault bands; a dashed line
+    invoke time (as Jepsen draws it: a stall shows where it began, under its evidence mark on
+    the timeline) and latency (log scale), coloured by outcome; the fault bands; a dashed line
     at every bound that applies to the kind."""
     kinds = _kinds(tl)
     if not kinds:
@@ -116,18 +117,18 @@ def latency_svg(tl: Timeline, bounds: list[Bound]) -> str:
                        f'text-anchor="end">{esc(fmt_s(dec))}</text>')
             dec *= 10
         # Keep the slowest op per pixel column and outcome: spikes survive, the page stays small.
-        best: dict[tuple[int, str], tuple[float, float, str]] = {}
-        kinds_at = {op.t_done: op.op for op in ops}
+        best: dict[tuple[int, str], tuple[float, object]] = {}
         for op, lat in zip(ops, lats):
-            key = (int(tl.x(op.t_done)), op.kind)
-            if key not in best or lat > best[key][1]:
-                best[key] = (op.t_done, lat, op.kind)
-        for t, lat, outcome in sorted(best.values(), key=lambda p: p[2] == "ok", reverse=True):
-            out.append(f'<circle class="lat-dot" data-outcome="{outcome}" '
-                       f'cx="{LABEL_W + tl.x(t):.1f}" cy="{yof(lat):.1f}" r="2.2" '
-                       f'fill="{OUTCOME_COLOURS.get(outcome, "#999")}">'
-                       f'{title(f"{kinds_at[t]} {outcome}: {fmt_s(lat)}, completed at {tl.rel(t):.2f}s")}'
-                       "</circle>")
+            key = (int(tl.x(op.t_invoke)), op.kind)
+            if key not in best or lat > best[key][0]:
+                best[key] = (lat, op)
+        for lat, op in sorted(best.values(), key=lambda p: p[1].kind == "ok", reverse=True):
+            tip = (f"{op.op} {op.kind}: {fmt_s(lat)}, invoked at {tl.rel(op.t_invoke):.2f}s, "
+                   f"completed at {tl.rel(op.t_done):.2f}s ({op.process})")
+            out.append(f'<circle class="lat-dot" data-outcome="{op.kind}" '
+                       f'data-at-s="{tl.rel(op.t_invoke):.3f}" '
+                       f'cx="{LABEL_W + tl.x(op.t_invoke):.1f}" cy="{yof(lat):.1f}" r="2.2" '
+                       f'fill="{OUTCOME_COLOURS.get(op.kind, "#999")}">{title(tip)}</circle>')
         right = LABEL_W + PLOT_W - 4  # bound labels side by side from the right: never overlap
         for b in sorted(mine, key=lambda b: -b.seconds):
             yy = yof(b.seconds)
