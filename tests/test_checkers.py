@@ -370,6 +370,9 @@ def test_no_lost_writes_capture_counts_only_when_allowed(tmp_path):
     strict = CHECKERS["no_lost_writes"](ctx, {})
     assert strict.status == FAIL and sorted(strict.figures["lost_payload_ids"]) == ["p3", "p4"]
     assert strict.evidence[0]["also_in_not_allowed"] == ["capture"]
+    # The summary says where they are and how to get them back.
+    assert ("2 lost (2 of them in a retired-WAL capture: `hermes-state sessions salvage "
+            "CAPTURE_DIR --apply` brings them back)") in strict.summary, strict.summary
     allowed = CHECKERS["no_lost_writes"](ctx, {"allow_in": ["capture"]})
     assert allowed.status == PASS, allowed.to_dict()
     assert allowed.figures["found_only_in_capture"] == 2

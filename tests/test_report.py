@@ -267,9 +267,11 @@ def test_a_history_line_that_is_not_an_object_is_skipped(tmp_path):
 
 
 def test_a_stall_is_plotted_where_it_began_and_the_page_says_how_long_the_run_ran():
-    """The latency dot of a slow op sits at its invoke (under the evidence mark, as Jepsen
-    draws it); the facts line gives the time the run took beside the planned duration; the heal
-    note says in words that nothing needed healing; a sample time in evidence is relative."""
+    """The banner names the first evidence (time, checker, violation, process); the latency
+    dot of a slow op sits at its invoke (under the evidence mark, as Jepsen draws it); the facts
+    line gives the time the run took beside the planned duration; the heal
+    note says in words that nothing needed healing; the fault schedule shows what a step did; a
+    sample time in evidence is relative."""
     from chaos.history import relative_times
     from chaos.report.html import render
     from chaos.report.svg import LABEL_W
@@ -280,11 +282,17 @@ def test_a_stall_is_plotted_where_it_began_and_the_page_says_how_long_the_run_ra
                 "pid": 9, "payload_id": "p1"},
                {"t": 103.5, "type": "ok", "op": "append", "op_id": "g:1", "process": "g-0",
                 "pid": 9, "payload_id": "p1", "latency_s": 2.5},
+               {"t": 102.0, "type": "nemesis", "fault": "delete_sidecars", "phase": "done",
+                "step": 0, "process": "runner", "files": ["state.db-wal", "state.db-shm"],
+                "missing": []},
                {"t": 103.6, "type": "phase", "phase": "heal", "process": "runner",
                 "heal": {"sigcont": {"resumed": []}, "free_disk": {"freed_bytes": None}}},
                {"t": 104.0, "type": "phase", "phase": "recover", "process": "runner"}]
-    page = render(records, {"duration_s": 60.0, "verdicts": []},
-                  {"nemesis": [{"at": 9.0, "fault": "kill", "role": "g"}]})
+    stall = {"checker": "no_lockup", "status": "FAIL", "summary": "1 op(s) waited", "figures": {},
+             "evidence": [{"violation": "stall", "process": "g-0", "invoked_t": 101.0,
+                           "at_s": 1.0}]}
+    page = render(records, {"duration_s": 60.0, "verdicts": [stall]},
+                  {"nemesis": [{"at": 2.0, "fault": "delete_sidecars", "files": ["wal", "shm"]}]})
     tl = Timeline(records)
     dot = re.search(r'<circle class="lat-dot" data-outcome="ok" data-at-s="([\d.]+)" '
                     r'cx="([\d.]+)"', page)
@@ -292,6 +300,13 @@ def test_a_stall_is_plotted_where_it_began_and_the_page_says_how_long_the_run_ra
     assert float(dot.group(2)) == pytest.approx(LABEL_W + tl.x(101.0), abs=0.1)
     assert "invoked at 1.00s, completed at 3.50s (g-0)" in page
     assert "ran <b>4.0 s (duration 60 s)</b>" in page
+    # The banner: the time of the first evidence and what it is.
+    assert re.search(r'first evidence at <a class="first-failure-link" href="#mark-no_lockup-0">'
+                     r'1\.000s</a> \(no_lockup: stall, g-0\)', page), page[:3000]
     assert "heal phase at 3.600s: nothing to heal" in page and "freed_bytes" not in page
+    # The fault schedule says what the step did (the files it deleted), never a bare {}.
+    row = page[page.index('<tr class="fault-row'):]
+    row = row[:row.index("</tr>")]
+    assert "state.db-wal" in row and "missing" not in row and "<code>{}</code>" not in row
     moment = relative_times({"at_that_moment": {"sample_t": 102.25, "seq": 3}}, 100.0)
     assert moment == {"at_that_moment": {"sample_t": 2.25, "seq": 3}}

@@ -131,6 +131,15 @@ def lost_cases(by_pid: dict[str, Op], places: Places, allow: list[str]) -> list[
     return out
 
 
+def _where_lost(lost: list[dict]) -> str:
+    """Where a person finds the lost appends again: `` (N of them in a capture: ...)``."""
+    captured = sum(1 for c in lost if "capture" in (c.get("also_in_not_allowed") or []))
+    if not captured:
+        return ""
+    return (f" ({captured} of them in a retired-WAL capture: `hermes-state sessions salvage "
+            "CAPTURE_DIR --apply` brings them back)")
+
+
 def phantom_cases(by_pid: dict[str, Op], places: Places, replayed: bool) -> list[dict]:
     """``fail`` appends found in a capture, or in the store (unless spooled and replayed)."""
     return [{"violation": "phantom", "payload_id": pid,
@@ -252,7 +261,8 @@ def _verdict(cases: dict[str, list], fig: dict, by_pid: dict[str, Op], allow: li
                + (f", {fig['found_only_in_spool']} only in spool" if "spool" in allow else "")
                + (f", {fig['found_only_in_pre_restore']} only in a pre-restore snapshot"
                   if "pre_restore" in allow else "")
-               + f", {fig['lost']} lost; {fig['fail']} fail ({fig['phantom']} phantom)"
+               + f", {fig['lost']} lost{_where_lost(cases['lost'])}; {fig['fail']} fail "
+               f"({fig['phantom']} phantom)"
                + f", {fig['info']} info")
     extra = [f"{n} {what}" for n, what in ((fig["unexpected"], "unexpected"),
                                            (fig["duplicated"], "duplicated"),

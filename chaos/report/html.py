@@ -25,7 +25,7 @@ from pathlib import Path
 
 from .. import store
 from ..checkers import CHECKERS
-from ..history import ADVERSARY_OPS, relative_times
+from ..history import ADVERSARY_OPS, evidence_process, relative_times
 from ..params import build
 from .evidence import NOT_PASSING, Mark, checker_anchor, first_failure, item_anchor, marks
 from .lanes import legend, timeline_svg
@@ -87,8 +87,18 @@ def _banner(results: dict, scenario: dict, tl: Timeline, ms: list[Mark], title: 
     verdicts = results.get("verdicts") or []
     bad = [v for v in verdicts if v.get("status") in NOT_PASSING]
     first = first_failure(ms)
-    when = (f' · failed at <a class="first-failure-link" href="#{esc(first.anchor)}">'
-            f'{first.at_s:.3f}s</a> ({esc(first.checker)})' if first else "")
+    when = ""
+    if first:
+        # The time its evidence carries (a lost write: its acknowledgement, which may come
+        # before the fault that lost it), so "first evidence", and what that evidence is.
+        item = next(((v.get("evidence") or [None] * (first.index + 1))[first.index]
+                     for v in verdicts if v.get("checker") == first.checker), None)
+        parts = [item.get("violation") if isinstance(item, dict) else None,
+                 evidence_process(item)]
+        what = ", ".join(str(x) for x in parts if x not in (None, ""))
+        when = (f' · first evidence at <a class="first-failure-link" '
+                f'href="#{esc(first.anchor)}">{first.at_s:.3f}s</a> '
+                f'({esc(first.checker)}{": " + esc(what) if what else ""})')
     head = (f'{esc(name)} · seed {esc(results.get("seed", scenario.get("seed", "?")))} · '
             f'{len(verdicts) - len(bad)} of {len(verdicts)} checkers passed{when}')
     if results.get("skipped"):
@@ -182,9 +192,10 @@ def _fault_table(tl: Timeline, scenario: dict) -> str:
             else:
                 healed = "— (instantaneous)" if status == "done" else "—"
             d = f.get("details") or {}
-            keep = {k: d[k] for k in ("pids", "processes", "exit_code", "error", "missing",
-                                      "signal", "named_pids") if d.get(k) not in (None, [], "")}
-            detail = json.dumps(keep, default=str)
+            # what the step did (files, inodes, bytes, PIDs, exit code, error), never empty {}
+            keep = {k: v for k, v in d.items() if k not in ("fault", "step", "role", "index")
+                    and v not in (None, [], {}, "")}
+            detail = json.dumps(relative_times(keep, tl.t0), default=str) if keep else ""
             cls = "ok" if status == "done" else "bad"
         rows.append(f'<tr class="fault-row {cls}" data-step="{i}" '
                     f'data-fault="{esc(step.get("fault"))}" data-status="{esc(status)}">'
