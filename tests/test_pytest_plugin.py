@@ -16,14 +16,18 @@ import pytest
 
 from hermes_state import SessionDB
 
+# Both end on an event (the gateway's N-th acknowledged append), not a time: on a loaded machine
+# a role's interpreter may start seconds late (`duration` is only a hang guard).
 TINY = """\
 name: tiny
-description: One gateway appends for a few seconds; nothing is lost.
+description: One gateway appends until its 20th acknowledged append; nothing is lost.
 seed: 1
 tags: [ci]
-duration: 3s
+duration: 60s
 roles:
   - {name: g, kind: gateway, workload: {appends_per_s: 20}}
+nemesis:
+  - {after: {role: g, ok: 20}, fault: terminate, role: g}
 expect:
   no_lost_writes: {}
   integrity: {}
@@ -34,9 +38,11 @@ name: cadence-three
 description: Expects a checkpoint every 3 writes; the store checkpoints every 50, so it fails.
 seed: 9
 tags: [ci, nightly]
-duration: 3s
+duration: 60s
 roles:
   - {name: g, kind: gateway, workload: {appends_per_s: 0}}
+nemesis:
+  - {after: {role: g, ok: 60}, fault: terminate, role: g}
 expect:
   checkpoint_cadence: {every: 3}
 """
@@ -131,8 +137,8 @@ def test_a_step_level_delay_fails_its_item_naming_file_line_and_where_it_belongs
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
     repro = tmp_path / "repro"
     repro.mkdir()
-    text = TINY.replace("expect:", "nemesis:\n  - {after: {role: g, ok: 5}, delay: 1s, "
-                        "fault: kill, role: g}\nexpect:")
+    text = TINY.replace("nemesis:\n", "nemesis:\n  - {after: {role: g, ok: 5}, delay: 1s, "
+                        "fault: kill, role: g}\n")
     (repro / "delay.yaml").write_text(text)
     line = text.splitlines().index(next(t for t in text.splitlines() if "delay:" in t)) + 1
     proc = _pytest(tmp_path, "-q", paths=("repro/delay.yaml",))
