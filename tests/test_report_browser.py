@@ -5,8 +5,9 @@ the verdict banner and its links, the evidence marks (their times and places on 
 their links to the verdict list and back), the plots (fault bands, a checker's bound, the retired
 WAL generations), and that no phase, fault or badge label overlaps another.
 
-Each test runs its own short real scenario (a gateway whose WAL is deleted under it, then a
-SIGTERM) and judges it with ``no_lost_writes`` without (failing) or with (passing) the allowance
+Each test runs its own short real scenario (a gateway whose WAL is deleted under it after its
+55th acknowledged append, then a SIGTERM that ends the run: events, not times; ``duration`` is
+only a hang guard) and judges it with ``no_lost_writes`` without (failing) or with (passing) the allowance
 for captures. SKIPPED with the reason when no Chromium is installed (``apt-get install
 chromium``; ``.ci/run`` installs it when it can).
 """
@@ -39,7 +40,7 @@ SCENARIO = """\
 name: report-{verdict}
 description: A gateway's WAL is deleted under it; acknowledged appends live only in the capture.
 seed: 7
-duration: 4s
+duration: 60s
 store: {{fixture: empty}}
 roles:
   - {{name: gateway, kind: gateway, count: 1, workload: {{appends_per_s: 40, sessions: 2}}}}
@@ -211,7 +212,7 @@ def _common(lay: dict, records: list, results: dict, tmp_path: Path) -> Timeline
     # One time base: no raw monotonic clock in the banner or any verdict's text.
     for text in [lay["banner"]["text"]] + [v["summary"] for v in results["verdicts"]]:
         for number in re.findall(r"[tT]=(\d+\.\d+)", text):
-            assert float(number) <= 60, text
+            assert float(number) <= 200, text  # the history's clock reads thousands
     assert (tmp_path / "first-screen.png").stat().st_size > 10_000
     return tl
 
@@ -239,9 +240,10 @@ def test_a_failing_report_opens_on_its_verdict_and_the_moment_it_failed(tmp_path
     assert [m["at"] for m in numbered] == sorted(m["at"] for m in numbered)
     lost_marks = [m for m in numbered if m["checker"] == "no_lost_writes"]
     assert len(lost_marks) == min(len(lost["evidence"]), lost["figures"]["lost"])
-    # Each lost append is marked at its acknowledgement, after the WAL was deleted... or before:
-    # inside the run, on the timeline.
-    assert all(0 < m["at"] < 4.5 for m in lost_marks)
+    # Each lost append is marked at its acknowledgement (before the WAL was deleted): inside
+    # the run, on the timeline.
+    tl = Timeline(records)
+    assert all(0 < m["at"] < tl.t1 - tl.t0 for m in lost_marks)
 
 
 def test_a_passing_report_says_so_and_marks_its_evidence_grey(tmp_path):
