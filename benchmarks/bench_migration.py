@@ -35,7 +35,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from hermes_state import SessionDB, events  # noqa: E402
-from hermes_state.schema_history import create_store_schema  # noqa: E402
+from hermes_state.testing import create_store_schema  # noqa: E402
 
 TARGET_RATIO = 3.0
 _WORDS = ("docker deploy error stack trace python rust build failed passed container kubernetes "

@@ -11,7 +11,7 @@ fixture            what ``<run>/home/state.db`` is when the first role starts
                    over them (deterministic from the seed; no ``platform_message_id``, so no
                    checker mistakes them for the run's own appends), written in one transaction
 ``schema_vN``      a store at historical schema version N (1..22) built by
-                   :func:`hermes_state.schema_history.build_fixture` (deterministic data, the
+                   :func:`hermes_state.testing.build_fixture` (deterministic data, the
                    gateway's ``sessions/sessions.json`` too); its manifest is written to
                    ``<run>/fixture-manifest.json`` so checkers can verify every row survived
 ``zeroed``         ``bytes`` zero bytes (default 16384): a damaged store (SPEC §12 quarantine)
@@ -174,7 +174,7 @@ def prepare_store(store: dict, db_path: Path, *, seed: int = 0,
         _current_store(db_path, n_s, n_m, seed)
         out.update(sessions=n_s, messages=n_m)
     elif version is not None:
-        from hermes_state.schema_history import build_fixture
+        from hermes_state.testing import build_fixture
 
         manifest = build_fixture(db_path, version, seed=seed)
         (db_path.parent.parent / MANIFEST_NAME).write_text(
@@ -231,7 +231,7 @@ def other_store(path: Path, seed: int = 0) -> Path:
 def _current_store(db_path: Path, n_sessions: int, n_messages: int, seed: int) -> None:
     """Create a current-schema store; fill it in one write transaction; checkpoint; close."""
     from hermes_state import SessionDB
-    from hermes_state.messages import build_append
+    from hermes_state.testing import append_messages
 
     db = SessionDB(db_path)
     try:
@@ -240,18 +240,11 @@ def _current_store(db_path: Path, n_sessions: int, n_messages: int, seed: int) -
             sids = [f"fx-s{i:04d}" for i in range(n_sessions)]
             for sid in sids:
                 db.create_session(sid, source="fixture")
-            fns = []
+            rows = []
             for k in range(n_messages):
                 sid = sids[k % n_sessions]
                 words = " ".join(rng.choice(_WORDS) for _ in range(rng.randint(8, 40)))
-                fns.append(build_append(sid, ("user", "assistant")[k % 2],
-                                        f"fixture message {k} {words}"))
-
-            def fill(conn: sqlite3.Connection) -> int:
-                for fn in fns:
-                    fn(conn)
-                return len(fns)
-
-            db._conn.execute_write(fill, op="fixture")
+                rows.append((sid, ("user", "assistant")[k % 2], f"fixture message {k} {words}"))
+            append_messages(db, rows)
     finally:
         db.close()

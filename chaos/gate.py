@@ -31,7 +31,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from hermes_state.paths import utc_stamp
+from hermes_state.testing import utc_stamp
 
 from . import matrix, store
 from .report import STATUS_STYLE

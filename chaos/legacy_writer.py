@@ -26,7 +26,7 @@ import sys
 import threading
 import time
 
-from hermes_state.schema_history import create_store_schema, schema_at
+from hermes_state.testing import create_store_schema, schema_at
 
 PACE_S = 0.004
 AFTER_WRITES = 20

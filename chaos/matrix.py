@@ -1,6 +1,6 @@
 """The schema-migration matrix: every historical version opened by the current code (SPEC §16.6).
 
-For every version 1-22 a fixture store (:func:`hermes_state.schema_history.build_fixture`, the
+For every version 1-22 a fixture store (:func:`hermes_state.testing.build_fixture`, the
 declared DDL of that version filled with deterministic data) is opened by the current code in
 three modes, each a row of the matrix (a *cell*):
 
@@ -18,7 +18,7 @@ three modes, each a row of the matrix (a *cell*):
     before that step's COMMIT; the store must be at ``N-1`` with every row, then a normal reopen
     completes the migration.
 
-Every cell then checks (SPEC §16.6): every row preserved (:func:`schema_history.check_migrated`:
+Every cell then checks (SPEC §16.6): every row preserved (:func:`hermes_state.testing.check_migrated`:
 rows and columns, version 23, FTS equal to a rebuild, search by direct MATCH, integrity),
 readable through the API (``get_session``/``get_messages`` of every session equal the fixture,
 ``search_messages`` finds every pre-migration word and CJK run), and a second open is a no-op
@@ -58,7 +58,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from hermes_state import SessionDB, failpoints
-from hermes_state import schema_history as h
+from hermes_state import testing as h
 
 from .checkers.base import FAIL, INCONCLUSIVE, PASS
 from .legacy_writer import AFTER_WRITES
@@ -220,7 +220,7 @@ def api_problems(db: SessionDB, manifest: dict) -> list[str]:
 
     Args:
         db: an open store migrated from the fixture of ``manifest``.
-        manifest: what :func:`hermes_state.schema_history.build_fixture` returned.
+        manifest: what :func:`hermes_state.testing.build_fixture` returned.
     Returns:
         Problems (``[]``: every session, message and search term came back).
     """

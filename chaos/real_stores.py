@@ -26,21 +26,16 @@ WAL store creates sidecars next to it -- every check works on a copy.
 from __future__ import annotations
 
 import json
-import shutil
 import sqlite3
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hermes_state import SessionDB
-from hermes_state.fts_inventory import inventory
-from hermes_state.fts_layout import verify_fts
-from hermes_state.schema import SCHEMA_VERSION
+from hermes_state import SCHEMA_VERSION, SessionDB
+from hermes_state.testing import FIXTURE_ROOT, copy_store, inventory, verify_fts
 
 REPO = Path(__file__).resolve().parent.parent
-#: The stores written by real upstream code that ship with the project.
-FIXTURE_ROOT = REPO / "tests" / "fixtures" / "upstream"
 #: Words upstream wrote into the bundled stores that search must find.
 FIXTURE_WORDS = ("kubernetes", "rollback", "记忆断裂", "こんにちは", "안녕하세요", "東京", "ledger",
                  "billing")
@@ -103,24 +98,6 @@ def discover(root: Path | str, prefix: str = "") -> list[RealStore]:
 def fixture_stores() -> list[RealStore]:
     """The bundled upstream stores (``tests/fixtures/upstream/v*/state.db``)."""
     return discover(FIXTURE_ROOT, "upstream/") if FIXTURE_ROOT.is_dir() else []
-
-
-def copy_store(src: Path, dest_dir: Path) -> Path:
-    """Copy ``src`` with its ``-wal``/``-shm`` (a live WAL included) to ``dest_dir/state.db``.
-
-    The gateway's ``sessions/sessions.json`` beside it (read by the v18 step) is copied too.
-    """
-    dest_dir.mkdir(parents=True, exist_ok=True)
-    dest = dest_dir / "state.db"
-    for suffix in ("", "-wal", "-shm", "-journal"):
-        side = Path(f"{src}{suffix}")
-        if side.is_file():
-            shutil.copyfile(side, f"{dest}{suffix}")
-    sessions = src.parent / "sessions" / "sessions.json"
-    if sessions.is_file():
-        (dest_dir / "sessions").mkdir(exist_ok=True)
-        shutil.copyfile(sessions, dest_dir / "sessions" / "sessions.json")
-    return dest
 
 
 def _cell(value: Any) -> Any:

@@ -33,8 +33,7 @@ from pathlib import Path
 from rich.console import Console
 
 from hermes_state import failpoints
-from hermes_state import checkpoint_lock
-from hermes_state.connection import wal_reset_exposure
+from hermes_state.testing import exposure_line, wal_reset_exposure
 
 from . import fixtures, store
 from .fs import FaultyMount, FsUnavailable, read_fs_log
@@ -553,7 +552,7 @@ class Runner:
         ``exposed, NOT mitigated (reason)`` (a role that logged the degraded mode counts), or
         not exposed; ``{"line", "mitigated", "reason"}``."""
         exposure = wal_reset_exposure()
-        line, reason = checkpoint_lock.exposure_line(self.db_path, exposure)
+        line, reason = exposure_line(self.db_path, exposure)
         degraded = [r for r in records or [] if r.get("type") == "event"
                     and r.get("event") == "checkpoint_lock" and r.get("status") == "degraded"]
         if exposure and degraded and reason is None:

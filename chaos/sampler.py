@@ -46,7 +46,7 @@ import threading
 from pathlib import Path
 from typing import Callable, Iterable
 
-from hermes_state import checkpoint_lock, holders
+from hermes_state import testing as probes
 
 from .history import WRITE_OPS, HistoryWriter, JsonlTail
 from .store import RUNNER_PROCESS, SAMPLER_PROCESS, history_file
@@ -158,8 +158,8 @@ def process_table() -> dict[int, tuple[int, str]]:
     return out
 
 
-def _is_write_lock(rec: holders.LockRecord) -> bool:
-    """The rule of :func:`hermes_state.holders.write_lock_owner` on one held lock: a WRITE lock
+def _is_write_lock(rec: probes.LockRecord) -> bool:
+    """The rule of :func:`hermes_state.write_lock_owner` on one held lock: a WRITE lock
     over byte 120 of ``-shm`` (WAL mode) or over PENDING/RESERVED of the main file."""
     if rec.waiting or not rec.write:
         return False
@@ -169,7 +169,7 @@ def _is_write_lock(rec: holders.LockRecord) -> bool:
 
     if rec.file.endswith("-shm"):
         return covers(120)
-    return covers(holders.PENDING_BYTE) or covers(holders.PENDING_BYTE + 1)
+    return covers(probes.PENDING_BYTE) or covers(probes.PENDING_BYTE + 1)
 
 
 class _InFlight:
@@ -233,7 +233,7 @@ class Sampler:
         self.writer.close()
 
     def _loop(self) -> None:
-        if not holders.HAVE_PROC:
+        if not probes.HAVE_PROC:
             self.writer.record("sample", seq=0, unavailable="no /proc on this platform")
             return
         while True:
@@ -278,13 +278,13 @@ class Sampler:
             entries.append(entry)
         locks = []
         owner = None
-        for rec in holders.read_locks(self.db_path):
+        for rec in probes.read_locks(self.db_path):
             locks.append({"pid": rec.pid, "process": name_of.get(rec.pid), "file": rec.file,
                           "start": rec.start, "end": rec.end, "lock": rec.meaning(),
                           "write": rec.write, "waiting": rec.waiting})
             if owner is None and _is_write_lock(rec):
                 owner = {"pid": rec.pid, "process": name_of.get(rec.pid),
-                         "command": holders.describe_pid(rec.pid)}
+                         "command": probes.describe_pid(rec.pid)}
         in_flight = self.inflight.poll()
         waiting = {name_of[lk["pid"]] for lk in locks if lk["waiting"] and lk["pid"] in name_of}
         if owner is not None:  # a process that is gone (SIGKILLed mid-write) waits on nothing
@@ -295,7 +295,7 @@ class Sampler:
         wal = at_path.get("wal")
         ckpt = [{"pid": h.pid, "process": name_of.get(h.pid), "mode": h.mode,
                  "status": h.status, "command": h.command}
-                for h in checkpoint_lock.lock_holders(self.db_path) if not h.waiting]
+                for h in probes.lock_holders(self.db_path) if not h.waiting]
         rec = self.writer.record(
             "sample", seq=self.seq, path=at_path, wal_bytes=wal["bytes"] if wal else 0,
             write_lock=owner, locks=locks, procs=entries, in_flight=in_flight,

@@ -33,7 +33,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from hermes_state.paths import utc_stamp
+from hermes_state.testing import utc_stamp
 
 from . import history as hist
 

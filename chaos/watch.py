@@ -47,9 +47,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from hermes_state import holders
-from hermes_state.generation import wal_header
-from hermes_state.paths import default_db_path, utc_stamp
+from hermes_state.testing import HAVE_PROC, default_db_path, scan_holders, utc_stamp, wal_header
 
 from . import history as hist
 from . import store
@@ -157,7 +155,7 @@ class Watcher:
         self.t0 = time.monotonic()
 
     def _processes(self) -> list[tuple[str, int]]:
-        scan = holders.scan(self.db_path)
+        scan = scan_holders(self.db_path)
         now = time.monotonic()
         present = set()
         for h in scan.holders:
@@ -357,7 +355,7 @@ def watch(*, home: str | os.PathLike | None = None, profile: str | None = None,
     if not db_path.is_file():
         raise WatchError(f"{db_path}: no store to watch (give --home DIR or set HERMES_HOME); "
                          "watch never creates one")
-    if not holders.HAVE_PROC:
+    if not HAVE_PROC:
         raise WatchError("watch needs /proc (Linux): holders, locks and retired WAL "
                          "generations are read there")
     interval = interval_s or INTERVAL_S

@@ -1,7 +1,8 @@
 """hermes-state: the session store of an AI agent (one SQLite file per profile, WAL mode).
 
-Public API: :class:`SessionDB`, the error types, :func:`find_holders`, and the ``events`` and
-``failpoints`` hooks. See SPEC.md (§5 for the API, §10 for multi-process safety).
+Public API: :class:`SessionDB`, the error types, :func:`find_holders`, the gateway's hooks
+(:func:`claim_gateway_ownership`, :func:`run_pending_requests`, :func:`replay_spool`), and the
+``events`` and ``failpoints`` hooks. Tests and the chaos toolkit add :mod:`hermes_state.testing`. See SPEC.md (§5 for the API, §10 for multi-process safety).
 """
 
 from .availability import format_session_db_unavailable, get_last_init_error, is_malformed_db_error
@@ -16,10 +17,12 @@ from .errors import (
     WriteContentionError,
 )
 from .holders import find_holders, format_holder, write_lock_owner
+from .maintenance import claim_gateway_ownership, run_pending_requests
 from .fts_query import MAX_QUERY_CHARS as MAX_FTS5_QUERY_CHARS
 from .schema import SCHEMA_VERSION
 from .schema import TABLES_SQL as SCHEMA_SQL
 from .schema_repair import repair_state_db_schema
+from .spool import replay_spool
 from .wal_mode import apply_wal_with_fallback
 from .workspace import workspace_key
 
@@ -46,6 +49,9 @@ __all__ = [
     "find_holders",
     "format_holder",
     "write_lock_owner",
+    "claim_gateway_ownership",
+    "run_pending_requests",
+    "replay_spool",
 ]
 
 __version__ = "0.1.0"

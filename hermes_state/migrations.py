@@ -98,7 +98,8 @@ from .schema import (
     create_tables,
     reconcile_columns,
 )
-from .schema_history import USAGE_V22, infer_version, sessions_json_path
+from .paths import sessions_json_path
+from .schema_history import USAGE_V22, infer_version
 
 if TYPE_CHECKING:  # pragma: no cover
     from .connection import StoreConnection

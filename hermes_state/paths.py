@@ -106,6 +106,11 @@ def spool_path(home: str | os.PathLike, session_id: str) -> Path:
     return Path(home) / "sessions" / f"{name}.jsonl"
 
 
+def sessions_json_path(db_path: str | os.PathLike) -> Path:
+    """``<HERMES_HOME>/sessions/sessions.json`` for the store at ``db_path`` (SPEC §3 v18)."""
+    return Path(db_path).parent / "sessions" / "sessions.json"
+
+
 def sqlite_uri(path: str | os.PathLike, **params: str) -> str:
     """A ``file:`` URI for ``sqlite3.connect(uri=True)`` with the path percent-encoded.
 

@@ -460,27 +460,6 @@ def version_table() -> list[tuple[int, str, bool]]:
     return [(v, s.summary, s.data_step) for v, s in VERSIONS.items()]
 
 
-def create_store_schema(conn: sqlite3.Connection, version: int) -> None:
-    """Create the exact schema of ``version`` (tables, indexes, FTS layout) on an empty DB.
-
-    The v10/v11 trigram tables are skipped when this SQLite has no trigram tokenizer.
-    """
-    vs = schema_at(version)
-    for spec in vs.tables.values():
-        conn.execute(spec.create_sql())
-    for _name, sql in vs.indexes:
-        conn.execute(sql)
-    tri = schema.trigram_supported(conn)
-    for name, sql in vs.fts.tables:
-        if name == "messages_fts_trigram" and not tri:
-            continue
-        conn.execute(sql)
-    for name, sql in vs.fts.triggers:
-        if name.startswith("messages_fts_trigram") and not tri:
-            continue
-        conn.execute(sql)
-
-
 def infer_version(conn: sqlite3.Connection) -> int:
     """The lowest version structurally equal to the highest declared version the live store has.
 
@@ -531,17 +510,3 @@ def history_layout(conn: sqlite3.Connection) -> str:
 def _structure(vs: VersionSchema) -> tuple:
     return (tuple(sorted((n, s.column_names) for n, s in vs.tables.items())),
             tuple(sorted(n for n, _ in vs.indexes)), vs.fts_layout)
-
-
-
-
-# The fixture builder and the gate's comparison live in their own module; re-exported here.
-from .schema_fixtures import (  # noqa: E402,F401  (needs the declarations above)
-    BASE_TIME,
-    OWN_META_KEYS,
-    ROW_KEYS,
-    build_fixture,
-    check_migrated,
-    cjk_number,
-    sessions_json_path,
-)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from hermes_state import SessionDB, fts_layout, schema_history as h
+from hermes_state import SessionDB, fts_layout, testing as h
 from hermes_state.fts_layout import (
     HIGH_WATER_KEY,
     PROGRESS_KEY,

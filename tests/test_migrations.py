@@ -1,7 +1,7 @@
 """Migration of every historical version to 23 at open (SPEC §3, §16.6).
 
 Fixture stores come from :mod:`hermes_state.schema_history` (declared per-version DDL +
-deterministic data); :func:`hermes_state.schema_history.check_migrated` is the comparison of the
+deterministic data); :func:`hermes_state.testing.check_migrated` is the comparison of the
 schema-bump gate (every old row and column intact, documented data steps applied, search finds
 pre-migration content, FTS equal to a from-scratch index).
 """
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from hermes_state import SessionDB, migrations, schema, schema_history as h
+from hermes_state import SessionDB, migrations, schema, testing as h
 from hermes_state.fts_layout import verify_fts
 
 REPO = Path(__file__).resolve().parent.parent

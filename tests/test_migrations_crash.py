@@ -4,7 +4,7 @@ For each start version (1, 9, 19) and each step N it must run, a child process o
 with ``HERMES_STATE_FAILPOINTS="migrate.v<N>.before_commit=crash"`` and is SIGKILLed right before
 that step's COMMIT. The store must then be at version N-1 (the step rolled back, the earlier ones
 committed) with every row intact, and a normal reopen must complete to 23 with everything intact
-(the schema-bump gate's comparison, :func:`hermes_state.schema_history.check_migrated`).
+(the schema-bump gate's comparison, :func:`hermes_state.testing.check_migrated`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from hermes_state import SessionDB, schema_history as h
+from hermes_state import SessionDB, testing as h
 
 REPO = Path(__file__).resolve().parent.parent
 CASES = [(start, n) for start in (1, 9, 19) for n in range(start + 1, 24)]

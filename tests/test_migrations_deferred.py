@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from hermes_state import SessionDB, connection, fts_backfill, migrations, schema_history as h
+from hermes_state import SessionDB, connection, fts_backfill, migrations, testing as h
 from hermes_state.fts_layout import rebuild_markers, verify_fts
 
 REPO = Path(__file__).resolve().parent.parent

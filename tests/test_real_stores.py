@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from chaos import real_stores as rs
-from chaos import upstream_shapes
 from hermes_state import NewerSchemaWriteError, SessionDB, migrations, store_shape
-from hermes_state import schema_history as h
+from hermes_state import testing as h
+from hermes_state.testing import upstream_shapes
 from hermes_state.fts_inventory import canonical_trigger, inventory
 from hermes_state.fts_layout import verify_fts
 

@@ -452,9 +452,10 @@ def test_recover_refuses_a_source_that_changes_during_the_copy(tmp_path, spawn):
 
 @pytest.mark.parametrize("version", [1, 3, 12, 22])
 def test_recover_an_older_schema_store_into_the_current_schema(tmp_path, version):
-    history = pytest.importorskip("hermes_state.schema_history")
+    from hermes_state.testing import build_fixture
+
     path = tmp_path / f"v{version}" / "state.db"
-    manifest = history.build_fixture(path, version, write_sessions_json=False)
+    manifest = build_fixture(path, version, write_sessions_json=False)
     out = tmp_path / f"new-v{version}.db"
     rep = recover(path, output=out)
     assert rep["failed"] is False, rep["failure"]

@@ -8,6 +8,7 @@ import sqlite3
 import pytest
 
 from hermes_state import migrations, schema, schema_history as h
+from hermes_state.testing import build_fixture, check_migrated
 from hermes_state.fts_layout import verify_fts
 
 ALL_VERSIONS = list(range(1, h.CURRENT_VERSION + 1))
@@ -61,7 +62,7 @@ def test_columns_only_grow_from_version_to_version():
 
 @pytest.mark.parametrize("version", ALL_VERSIONS)
 def test_fixture_has_exactly_the_declared_schema(tmp_path, version):
-    m = h.build_fixture(tmp_path / "state.db", version, sessions=6, messages_per_session=4)
+    m = build_fixture(tmp_path / "state.db", version, sessions=6, messages_per_session=4)
     vs = h.schema_at(version)
     conn = sqlite3.connect(m["path"])
     try:
@@ -95,7 +96,7 @@ def test_every_layout_uses_the_upstream_trigger_names():
 
 @pytest.mark.parametrize("version", [1, 10, 11])
 def test_current_trigger_ddl_adds_nothing_to_a_legacy_store(tmp_path, version):
-    m = h.build_fixture(tmp_path / "state.db", version, sessions=3, messages_per_session=4)
+    m = build_fixture(tmp_path / "state.db", version, sessions=3, messages_per_session=4)
     conn = sqlite3.connect(m["path"], isolation_level=None)
     try:
         before = conn.execute("SELECT name, sql FROM sqlite_master WHERE type='trigger'").fetchall()
@@ -120,9 +121,9 @@ def test_current_trigger_ddl_adds_nothing_to_a_legacy_store(tmp_path, version):
 
 
 def test_fixture_is_deterministic(tmp_path):
-    a = h.build_fixture(tmp_path / "a" / "state.db", 13, seed=5)
-    b = h.build_fixture(tmp_path / "b" / "state.db", 13, seed=5)
-    c = h.build_fixture(tmp_path / "c" / "state.db", 13, seed=6)
+    a = build_fixture(tmp_path / "a" / "state.db", 13, seed=5)
+    b = build_fixture(tmp_path / "b" / "state.db", 13, seed=5)
+    c = build_fixture(tmp_path / "c" / "state.db", 13, seed=6)
     def strip(m):
         return {k: v for k, v in m.items() if k not in ("path", "sessions_json")}
 
@@ -133,7 +134,7 @@ def test_fixture_is_deterministic(tmp_path):
 
 
 def test_fixture_manifest_describes_the_content(tmp_path):
-    m = h.build_fixture(tmp_path / "state.db", 3)
+    m = build_fixture(tmp_path / "state.db", 3)
     assert m["counts"]["sessions"] == 12 and m["counts"]["messages"] == 96
     titles = [t for t in m["titles"].values() if t]
     assert titles.count("Duplicate title") == 2 and titles.count("Shared name") == 3
@@ -154,17 +155,17 @@ def test_fixture_manifest_describes_the_content(tmp_path):
         counts[r["session_id"]] = counts.get(r["session_id"], 0) + 1
     assert {r["id"]: r["message_count"] for r in m["rows"]["sessions"]} == counts
     with pytest.raises(FileExistsError):
-        h.build_fixture(tmp_path / "state.db", 3)
+        build_fixture(tmp_path / "state.db", 3)
 
 
 def test_fixture_versions_add_their_tables(tmp_path):
-    m12 = h.build_fixture(tmp_path / "12" / "state.db", 12)
+    m12 = build_fixture(tmp_path / "12" / "state.db", 12)
     assert {r["key"] for r in m12["rows"]["state_meta"]} == {
         "fixture_seed", "last_auto_prune", "gateway_version"}
-    m22 = h.build_fixture(tmp_path / "22" / "state.db", 22)
+    m22 = build_fixture(tmp_path / "22" / "state.db", 22)
     tasks = {r["task"] for r in m22["rows"]["session_model_usage"]}
     assert tasks == {"", "compression"}
-    m20 = h.build_fixture(tmp_path / "20" / "state.db", 20)
+    m20 = build_fixture(tmp_path / "20" / "state.db", 20)
     assert "task" not in m20["rows"]["session_model_usage"][0]
 
 
@@ -172,19 +173,19 @@ def test_check_migrated_detects_damage(tmp_path):
     """The gate is not vacuous: each kind of damage is reported."""
     from hermes_state import SessionDB
 
-    m = h.build_fixture(tmp_path / "state.db", 9, sessions=6, messages_per_session=6)
+    m = build_fixture(tmp_path / "state.db", 9, sessions=6, messages_per_session=6)
     SessionDB(m["path"]).close()
     conn = sqlite3.connect(m["path"], isolation_level=None)
     try:
-        assert h.check_migrated(conn, m) == []
+        assert check_migrated(conn, m) == []
         victim = next(iter(m["terms"]))
         conn.execute("DELETE FROM messages WHERE id = ?", (victim,))
-        probs = h.check_migrated(conn, m)
+        probs = check_migrated(conn, m)
         assert any("lost" in p for p in probs) and any("misses message" in p for p in probs)
     finally:
         conn.close()
 
-    m2 = h.build_fixture(tmp_path / "b" / "state.db", 9, sessions=6, messages_per_session=6)
+    m2 = build_fixture(tmp_path / "b" / "state.db", 9, sessions=6, messages_per_session=6)
     SessionDB(m2["path"]).close()
     conn = sqlite3.connect(m2["path"], isolation_level=None)
     try:
@@ -192,7 +193,7 @@ def test_check_migrated_detects_damage(tmp_path):
         conn.execute("UPDATE sessions SET model = 'changed' WHERE id = ?", (sid,))
         # an FTS row the messages table does not have (a stray/double index entry)
         conn.execute("INSERT INTO messages_fts(rowid, content) VALUES (999999, 'stray words')")
-        probs = h.check_migrated(conn, m2)
+        probs = check_migrated(conn, m2)
         assert any(".model = 'changed'" in p for p in probs)
         assert any(p.startswith("messages_fts: index differs") for p in probs)
     finally:

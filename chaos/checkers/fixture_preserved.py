@@ -9,7 +9,7 @@ The run's store started as ``store: {fixture: schema_vN}`` (``<run>/fixture-mani
 records version and seed). The fixture is deterministic, so the checker rebuilds the same
 fixture in a temporary directory to get its full manifest (every row as written), checks the
 rebuilt counts equal the recorded ones, and runs
-:func:`hermes_state.schema_history.check_migrated` on a COPY of the final store, tolerating the
+:func:`hermes_state.testing.check_migrated` on a COPY of the final store, tolerating the
 sessions and messages the run's roles added (``extra_messages``). FAIL lists the problems.
 INCONCLUSIVE when the run did not start from a ``schema_vN`` fixture. No params.
 """
@@ -39,7 +39,7 @@ MANIFEST_NAME = FIXTURE_MANIFEST
 def check(ctx: CheckContext, params: dict) -> Verdict:
     """``check(ctx, params) -> Verdict`` as :mod:`chaos.checkers` defines it; the rules and the
     ``params`` keys are in this module's docstring."""
-    from hermes_state.schema_history import build_fixture, check_migrated
+    from hermes_state.testing import build_fixture, check_migrated
 
     path = Path(ctx.run_dir) / MANIFEST_NAME
     if not path.is_file():

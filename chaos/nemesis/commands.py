@@ -208,7 +208,7 @@ def named_pids(output: str) -> list[int]:
 def newest_snapshot_id(db_path: str | os.PathLike) -> str | None:
     """Id of the newest verified snapshot of the store that is not a pre-restore copy (or of
     the newest verified one), None when there is none (SPEC §13 ``backup list``)."""
-    from hermes_state.snapshots import PRE_RESTORE_REASON, list_snapshots
+    from hermes_state.testing import PRE_RESTORE_REASON, list_snapshots
 
     good = [s for s in list_snapshots(db_path) if s.get("verified") is True]
     plain = [s for s in good if s.get("reason") != PRE_RESTORE_REASON]

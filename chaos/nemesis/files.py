@@ -33,8 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from hermes_state.generation import wal_header
-from hermes_state.paths import utc_stamp
+from hermes_state.testing import utc_stamp, wal_header
 
 from .. import fixtures, store
 from ..params import param

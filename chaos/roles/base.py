@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from hermes_state.errors import (
+from hermes_state import (
     DeletedWalGenerationError,
     StateDbReplacedError,
     StorePermissionError,

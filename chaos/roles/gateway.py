@@ -30,9 +30,15 @@ import sqlite3
 import time
 from dataclasses import dataclass
 
-from hermes_state import SessionDB, maintenance
-from hermes_state.errors import StateDbCorruptError, StateDbReplacedError, WriteContentionError
-from hermes_state.spool import replay_spool
+from hermes_state import (
+    SessionDB,
+    StateDbCorruptError,
+    StateDbReplacedError,
+    WriteContentionError,
+    claim_gateway_ownership,
+    replay_spool,
+    run_pending_requests,
+)
 
 from ..params import Duration, param
 from .base import RoleContext
@@ -115,7 +121,7 @@ def run(ctx: RoleContext) -> None:
             ctx.op("set_title", lambda sid=sid, slot=slot: db.set_session_title(
                 sid, f"{proc} chat {slot}"), session_id=sid)
     # The gateway owns the store: `sessions prune` hands its deletions to us (SPEC §11).
-    ctx.op("claim_owner", lambda: maintenance.claim_gateway_ownership(db))
+    ctx.op("claim_owner", lambda: claim_gateway_ownership(db))
     next_poll = time.monotonic() + 1.0
     next_search = time.monotonic() + search_every if search_every > 0 else None
     pacer = Pacer(time.monotonic(), w.appends_per_s, w.burst_size, w.burst_every)
@@ -201,7 +207,7 @@ def _poll_requests(ctx: RoleContext, db: SessionDB, sessions: list[str],
     busy_ended = sorted(busy_until)
 
     def run_requests():
-        done = maintenance.run_pending_requests(db, busy_sessions=busy)
+        done = run_pending_requests(db, busy_sessions=busy)
         return {"requests": done, "pruned": sum(int(d.get("pruned") or 0) for d in done)}
 
     ctx.op("maintenance", run_requests, busy_ended=busy_ended)

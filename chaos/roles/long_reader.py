@@ -23,7 +23,7 @@ import sqlite3
 import time
 from dataclasses import dataclass
 
-from hermes_state.paths import sqlite_uri
+from hermes_state.testing import sqlite_uri
 
 from ..params import Duration, param
 from .base import RoleContext

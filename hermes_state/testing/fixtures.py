@@ -3,8 +3,8 @@
 :func:`build_fixture` creates a store with exactly the declared schema of a version
 (:mod:`hermes_state.schema_history`: upstream's DDL, trigger names and FTS layouts) filled with
 deterministic content, and returns a manifest of everything it wrote; :func:`check_migrated`
-compares a store migrated to 23 with that manifest. Both are re-exported by
-:mod:`hermes_state.schema_history`.
+compares a store migrated to 23 with that manifest. Both are exported by
+:mod:`hermes_state.testing`.
 """
 
 from __future__ import annotations
@@ -15,12 +15,14 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from .schema_history import (
+from ..fts_layout import verify_fts
+from ..paths import sessions_json_path
+from ..schema import trigram_supported
+from ..schema_history import (
     CURRENT_VERSION,
     EXTERNAL_LAYOUT,
     INLINE_LAYOUTS,
     VersionSchema,
-    create_store_schema,
     live_fts_layout,
     schema_at,
 )
@@ -57,9 +59,25 @@ def _table_dump(conn: sqlite3.Connection, table: str) -> list[dict]:
         conn.row_factory = None
 
 
-def sessions_json_path(db_path: str | Path) -> Path:
-    """``<HERMES_HOME>/sessions/sessions.json`` for the store at ``db_path`` (SPEC §3 v18)."""
-    return Path(db_path).parent / "sessions" / "sessions.json"
+def create_store_schema(conn: sqlite3.Connection, version: int) -> None:
+    """Create the exact schema of ``version`` (tables, indexes, FTS layout) on an empty DB.
+
+    The v10/v11 trigram tables are skipped when this SQLite has no trigram tokenizer.
+    """
+    vs = schema_at(version)
+    for spec in vs.tables.values():
+        conn.execute(spec.create_sql())
+    for _name, sql in vs.indexes:
+        conn.execute(sql)
+    tri = trigram_supported(conn)
+    for name, sql in vs.fts.tables:
+        if name == "messages_fts_trigram" and not tri:
+            continue
+        conn.execute(sql)
+    for name, sql in vs.fts.triggers:
+        if name.startswith("messages_fts_trigram") and not tri:
+            continue
+        conn.execute(sql)
 
 
 def build_fixture(db_path: str | Path, version: int, *, seed: int = 0, sessions: int = 12,
@@ -504,7 +522,6 @@ def check_migrated(conn: sqlite3.Connection, manifest: dict, *,
     Returns:
         Problems found (``[]`` when the gate passes).
     """
-    from .fts_layout import verify_fts
 
     problems: list[str] = []
     old_v = manifest["version"]

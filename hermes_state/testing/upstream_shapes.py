@@ -1,6 +1,6 @@
 """Stores shaped like the ones upstream releases 25 and 31 leave behind, built from the facts.
 
-:func:`hermes_state.schema_history.build_fixture` builds a store as upstream wrote it at any
+:func:`hermes_state.testing.build_fixture` builds a store as upstream wrote it at any
 version up to 22 (UPSTREAM_API.md §4.1-§4.3: upstream's trigger names, the external-v1 and
 inline FTS layouts, NOT NULL usage costs, a v20 usage table with NULL ``billing_base_url``).
 This module adds the newer shapes a v23 reader meets (§4.5), each from the same deterministic
@@ -35,11 +35,33 @@ import sqlite3
 import tempfile
 from pathlib import Path
 
-from hermes_state import schema
-from hermes_state import schema_history as h
-from hermes_state.system_prompts import prompt_hash
+from .. import schema
+from .. import schema_history as h
+from ..fts_inventory import LEGACY_KINDS, inventory
+from ..system_prompts import prompt_hash
+from .fixtures import build_fixture
 
-from .real_stores import FIXTURE_ROOT, copy_store
+#: The stores written by real upstream code that ship with the project (a checkout's
+#: ``tests/fixtures/upstream``; absent from an installed package).
+FIXTURE_ROOT = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "upstream"
+
+def copy_store(src: Path, dest_dir: Path) -> Path:
+    """Copy ``src`` with its ``-wal``/``-shm`` (a live WAL included) to ``dest_dir/state.db``.
+
+    The gateway's ``sessions/sessions.json`` beside it (read by the v18 step) is copied too.
+    """
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    dest = dest_dir / "state.db"
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        side = Path(f"{src}{suffix}")
+        if side.is_file():
+            shutil.copyfile(side, f"{dest}{suffix}")
+    sessions = src.parent / "sessions" / "sessions.json"
+    if sessions.is_file():
+        (dest_dir / "sessions").mkdir(exist_ok=True)
+        shutil.copyfile(sessions, dest_dir / "sessions" / "sessions.json")
+    return dest
+
 
 SHAPES = ("v25-fresh", "v25-upgraded", "v25-from-v10", "v31-fresh", "v31-upgraded",
           "v31-from-v10", "v25-cjk")
@@ -139,7 +161,6 @@ def _upgrade(conn: sqlite3.Connection, release: int) -> None:
     _move_prompts(conn)
     for sql in _V25_INDEXES:
         conn.execute(sql)
-    from hermes_state.fts_inventory import LEGACY_KINDS, inventory
 
     inline_or_v1 = [r[0] for r in conn.execute(
         "SELECT name FROM sqlite_master WHERE name IN ('messages_fts', 'messages_fts_trigram')")]
@@ -299,7 +320,7 @@ def build(dest_dir: Path | str, shape: str, *, seed: int = 0, sessions: int = 12
     release = 31 if shape.startswith("v31") else 25
     base_version = 10 if shape.endswith("from-v10") else 22
     with tempfile.TemporaryDirectory(prefix="shape-") as tmp:
-        m = h.build_fixture(Path(tmp) / "state.db", base_version, seed=seed, sessions=sessions,
+        m = build_fixture(Path(tmp) / "state.db", base_version, seed=seed, sessions=sessions,
                             messages_per_session=messages_per_session, write_sessions_json=False)
         if shape in ("v25-fresh", "v31-fresh", "v25-cjk"):
             _fresh(path, Path(m["path"]), release)
