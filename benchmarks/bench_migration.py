@@ -102,7 +102,7 @@ def migrate_once(v1_store: Path, work: Path, backfill: bool = False) -> dict:
     """Copy ``v1_store`` into ``work``, time ``VACUUM INTO`` of it, then its migration.
 
     Both timings see a warm page cache (the copy was just read). With ``backfill``, also time
-    :func:`hermes_state.fts_layout.optimize_storage` afterwards (finishes any FTS back-fill the
+    :func:`hermes_state.fts_switch.optimize_storage` afterwards (finishes any FTS back-fill the
     open deferred, SPEC §2.4; not part of the §17 ratio).
 
     Returns:
@@ -129,7 +129,8 @@ def migrate_once(v1_store: Path, work: Path, backfill: bool = False) -> dict:
     finally:
         migrate_s = time.perf_counter() - t
         events.remove_listener(listener)
-    from hermes_state.fts_layout import optimize_storage, rebuild_markers
+    from hermes_state.fts_layout import rebuild_markers
+    from hermes_state.fts_switch import optimize_storage
 
     try:
         pending = db._read(rebuild_markers)

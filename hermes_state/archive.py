@@ -12,6 +12,7 @@ import sqlite3
 from typing import Any, Iterable
 
 from .lifecycle import delegate_descendants, prune_candidates_sql, remove_sessions
+from .maintenance import gate_held
 from .text import clean_text
 from .transcripts import remove_transcripts
 
@@ -50,8 +51,6 @@ def _set_archived(c: sqlite3.Connection, session_id: str, archived: bool) -> int
 
 def _gate(db_path: Any, command: str, force: bool):
     """The live-writer gate holding the store's write lock through the action (SPEC §11)."""
-    from .maintenance import gate_held
-
     return gate_held(db_path, command, force=force)
 
 

@@ -39,6 +39,7 @@ from typing import Iterator
 
 from . import events
 from .errors import HermesStateError
+from .holders import HAVE_PROC, describe_pid
 
 log = logging.getLogger("hermes_state")
 
@@ -361,8 +362,6 @@ def lock_holders(db_path: str | os.PathLike) -> list[LockHolder]:
 
     A process frozen with SIGSTOP while holding it shows with ``status`` ``stopped``.
     """
-    from .holders import HAVE_PROC, describe_pid
-
     if not HAVE_PROC:
         return []
     try:

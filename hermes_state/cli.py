@@ -335,7 +335,7 @@ def cmd_optimize_storage(args: argparse.Namespace) -> int:
     from . import maintenance
 
     path = _require_store(args, "nothing to optimize")
-    from .fts_layout import optimize_storage
+    from .fts_switch import optimize_storage
 
     if args.dry_run:
         with _open_ro(args) as ro:

@@ -38,6 +38,7 @@ from .rewrite import RewriteMixin
 from .search import SearchMixin
 from .sessions import SessionsMixin
 from .spool import divert_to_spool as _divert
+from .store_shape import newer_schema_error
 from .telegram import TelegramMixin
 from .text import CleaningConnection, clean_text
 from .titles import TitlesMixin
@@ -92,8 +93,6 @@ class SessionDB(SessionsMixin, MessagesMixin, ReplayMixin, TitlesMixin, UsageMix
         """The named error when a newer store's schema refused the write (issue 10), or None."""
         if isinstance(exc, HermesStateError):
             return None
-        from .store_shape import newer_schema_error
-
         return self._conn.read(lambda c: newer_schema_error(c, exc, op))
 
     def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:

@@ -7,7 +7,7 @@ external-content layout with the §2.4 rebuild markers (P = 0, H = max id) and s
 of such a store then starts one :class:`BackfillThread`, which indexes ``(P, H]`` in chunks of
 500 rows, one write transaction per chunk through the normal write path (BEGIN IMMEDIATE,
 jittered retry, generation check), P advanced in the same transaction
-(:func:`hermes_state.fts_layout._chunk`), with a short pause between chunks so application
+(:func:`hermes_state.fts_switch._chunk`), with a short pause between chunks so application
 writes interleave. The transaction that reaches H deletes the markers; then the renamed legacy
 tables (``retired_messages_fts*``) are freed 500 shadow rows per transaction and dropped; the
 last transaction deletes the ``fts_backfill`` key. Meanwhile search LIKE-scans ``(P, H]``
@@ -25,7 +25,8 @@ import sqlite3
 import threading
 from typing import TYPE_CHECKING
 
-from .fts_layout import DEFAULT_CHUNK, _chunk, rebuild_markers
+from .fts_layout import DEFAULT_CHUNK, rebuild_markers
+from .fts_switch import RETIRED_PREFIX, _chunk
 
 if TYPE_CHECKING:  # pragma: no cover
     from .connection import StoreConnection
@@ -34,7 +35,6 @@ log = logging.getLogger("hermes_state.fts_backfill")
 
 AUTO_KEY = "fts_backfill"
 #: Legacy inline FTS tables renamed by the deferring migration step, freed by this thread.
-RETIRED_PREFIX = "retired_"
 _SHADOWS = ("_content", "_docsize", "_data", "_idx")
 #: Rows (and retired shadow rows) per write transaction (SPEC §2.4: 500).
 CHUNK = DEFAULT_CHUNK
@@ -83,7 +83,7 @@ def _purge_chunk(conn: sqlite3.Connection, size: int) -> bool:
 def backfill_chunk(conn: sqlite3.Connection, size: int = DEFAULT_CHUNK) -> dict:
     """One unit of work (inside the caller's write transaction).
 
-    First the pending rebuild (:func:`hermes_state.fts_layout._chunk`, ``size`` rows), then the
+    First the pending rebuild (:func:`hermes_state.fts_switch._chunk`, ``size`` rows), then the
     retired legacy tables (``size`` shadow rows per transaction, then DROP). When nothing is
     left the ``fts_backfill`` key is deleted in the same transaction.
 

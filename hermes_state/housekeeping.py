@@ -12,6 +12,9 @@ from __future__ import annotations
 import sqlite3
 import time
 
+from . import checkpoint_lock
+from .maintenance import MaintenanceRefused, gate_held
+
 FTS_OPTIMIZE_TABLES = ("messages_fts", "messages_fts_trigram", "messages_fts_cjk")
 AUTO_PRUNE_META_KEY = "last_auto_prune"
 
@@ -38,8 +41,6 @@ def _each_fts(command: str):
 def _gate(db, command: str, force: bool):
     """The live-writer gate, holding the store's write lock through the action (SPEC §11,
     issue 11: no writer starts between the decision and the rewrite)."""
-    from .maintenance import gate_held
-
     return gate_held(db.db_path, command, force=force)
 
 
@@ -90,8 +91,6 @@ class HousekeepingMixin:
     def _vacuum(self) -> int:
         """VACUUM and the TRUNCATE checkpoint overlap no write transaction of the store
         (issue 12): the store's write lock is held exclusively (re-entrant under the gate)."""
-        from . import checkpoint_lock
-
         with checkpoint_lock.exclusive_unless_unusable(self.db_path, purpose="vacuum"):
             optimized = self._optimize_fts()
             conn = self.connection
@@ -115,8 +114,6 @@ class HousekeepingMixin:
             a refusal by the live-writer gate records nothing (``skipped`` True, ``error`` the
             refusal).
         """
-        from .maintenance import MaintenanceRefused
-
         out = {"skipped": False, "pruned": 0, "vacuumed": False}
         try:
             try:

@@ -19,6 +19,7 @@ import sqlite3
 import time
 from typing import Any
 
+from .maintenance import gate_held
 from .rewrite import insert_rows
 from .text import clean_text
 from .titles import MAX_TITLE_LENGTH, clean_title
@@ -272,8 +273,6 @@ class ImportMixin:
         if not sessions:
             return {"ok": True, "imported": 0, "skipped": 0, "detached": 0, "imported_ids": [],
                     "skipped_ids": [], "errors": []}
-        from .maintenance import gate_held
-
         clean_ids = [clean_text(i) for i in ids]
         with gate_held(self.db_path, "import", force=force):
             return self._write(lambda c: write_batch(c, sessions, clean_ids),

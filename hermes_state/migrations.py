@@ -64,7 +64,7 @@ search LIKE-scanning the pending range), so a store with more than :data:`DEFER_
 messages does not re-index in the open: the v11 step (or the open's layout repair) retires the
 legacy tables and switches to the v23 external-content layout with markers P = 0, H = MAX(id)
 and ``state_meta['fts_backfill'] = 'auto'`` -- the same switch as ``optimize-storage``
-(:func:`hermes_state.fts_layout.replace_layout`), in constant time: the legacy tables are
+(:func:`hermes_state.fts_switch.replace_layout`), in constant time: the legacy tables are
 RENAMED to ``retired_messages_fts*`` rather than dropped (a DROP frees every page inside the
 open) and the background thread frees them in small chunks after the back-fill. The back-fill
 then runs in a background thread of every writable open (:mod:`hermes_state.fts_backfill`)
@@ -87,9 +87,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from . import events, failpoints
+from . import events, failpoints, store_shape
 from .errors import WriteContentionError
+from .fts_backfill import AUTO_KEY
+from .fts_layout import OPTIMIZE_KEY, assess
+from .fts_switch import replace_layout
 from .generation import application_id_for
+from .paths import sessions_json_path
 from .schema import (
     SCHEMA_VERSION,
     TITLE_INDEX_SQL,
@@ -98,7 +102,6 @@ from .schema import (
     create_tables,
     reconcile_columns,
 )
-from .paths import sessions_json_path
 from .schema_history import USAGE_V22, infer_version
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -266,9 +269,6 @@ def switch_fts(conn: sqlite3.Connection) -> dict:
         ``{"fts_reindexed": rows indexed now}`` or ``{"fts_deferred": rows pending}``, plus
         ``{"fts_triggers_replaced": n}`` when triggers were dropped.
     """
-    from .fts_backfill import AUTO_KEY
-    from .fts_layout import replace_layout
-
     big = _big(conn)
     res = replace_layout(conn, retire=big, backfill=not big)
     out: dict[str, int] = {}
@@ -292,8 +292,6 @@ def _step_v11(ctx: _Ctx, conn: sqlite3.Connection) -> dict:
     every trigger feeding an FTS table is dropped and the v23 layout created in this step's
     transaction, so no legacy trigger fires beside the new ones (UPSTREAM_API.md §4.2, D1).
     """
-    from .fts_layout import assess
-
     if assess(conn) == "ok":
         return {}
     return switch_fts(conn)
@@ -524,8 +522,6 @@ def _step_v23(ctx: _Ctx, conn: sqlite3.Connection) -> dict:
 
 def _flag_legacy(conn: sqlite3.Connection) -> int:
     """``state_meta['fts_optimize_available'] = '1'`` on a kept legacy layout (1 when written)."""
-    from .fts_layout import OPTIMIZE_KEY, assess
-
     if assess(conn) != "legacy" or conn.execute(
             "SELECT 1 FROM state_meta WHERE key = ? AND value = '1'", (OPTIMIZE_KEY,)).fetchone():
         return 0
@@ -571,9 +567,6 @@ def _finish(conn: sqlite3.Connection, version: int, report: MigrationReport) -> 
     newer store keeps its layout; only triggers that cannot fire here are dropped
     (:mod:`hermes_state.store_shape`). Every store gets NULL ``messages.active`` healed.
     """
-    from . import store_shape
-    from .fts_layout import assess
-
     create_tables(conn)
     for col in reconcile_columns(conn):
         if col not in report.added_columns:

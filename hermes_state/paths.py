@@ -13,6 +13,8 @@ import re
 import time
 from pathlib import Path
 
+from .errors import StorePermissionError
+
 DB_NAME = "state.db"
 SIDECAR_SUFFIXES = ("-wal", "-shm")
 
@@ -129,8 +131,6 @@ def ensure_home(directory: Path) -> None:
     Raises:
         StorePermissionError: it cannot be created; the message names the path and the fix.
     """
-    from .errors import StorePermissionError
-
     if directory.exists() and not directory.is_dir():
         raise StorePermissionError(
             f"cannot use {directory} as the session store directory: it is a file, not a "
@@ -160,8 +160,6 @@ def _who(uid: int) -> str:
 
 
 def _denied(path: Path, st: os.stat_result | None, verb: str, need: str, fix: str):
-    from .errors import StorePermissionError
-
     me = os.geteuid()
     if st is None:
         facts = "permission denied"

@@ -56,8 +56,8 @@ import contextlib
 import hashlib
 import os
 import re
-import stat
 import sqlite3
+import stat
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -67,6 +67,7 @@ from typing import Callable, Iterator
 from urllib.parse import quote
 
 from . import atomic, failpoints, holders
+from .db import SessionDB
 from .errors import HermesStateError
 from .schema import SCHEMA_VERSION
 
@@ -650,8 +651,6 @@ def _resolve_title_conflict(c: sqlite3.Connection, sql: str, row: tuple, cols: l
 def _build_output(work: sqlite3.Connection, scans: dict[str, _TableScan], partial: Path,
                   allow_partial: bool, report: dict) -> dict:
     """Create the new store at ``partial`` and copy every readable row into it; verify it."""
-    from .db import SessionDB  # late: keeps `import hermes_state.recover` light
-
     out: dict = {"inserted": {}, "placeholder_sessions": [], "skipped_state_meta": [],
                  "dropped_columns": {}, "rejected": {}}
     db = SessionDB(partial)

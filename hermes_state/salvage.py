@@ -43,9 +43,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import atomic
+from .db import SessionDB
 from .errors import HermesStateError
+from .maintenance import gate_held
 from .messages import count_tool_calls
 from .paths import sqlite_uri, utc_stamp
+from .recover import SourceChangedError, _copy_source
 
 #: The columns that say "the same message" (content and order; never the row id).
 MESSAGE_KEY = ("role", "content", "timestamp", "tool_call_id", "tool_calls", "tool_name",
@@ -156,8 +159,6 @@ def read_manifest(capture: Path) -> dict:
 
 def _private_copy(capture: Path, manifest: dict, work: Path) -> Path:
     """Copy the capture's ``state.db`` + ``state.db-wal`` into ``work``; check the WAL's sha256."""
-    from .recover import SourceChangedError, _copy_source
-
     if not (capture / "state.db").is_file():
         raise SalvageError(f"{capture} has no state.db: an incomplete capture; nothing was "
                            "salvaged.")
@@ -395,9 +396,6 @@ def apply_captures(db_path: str | os.PathLike, captures: list[str | os.PathLike]
         SalvageError: a capture cannot be read (nothing written).
         HermesStateError: the store refused the write (nothing written).
     """
-    from .db import SessionDB
-    from .maintenance import gate_held
-
     loaded = []
     for cap in captures:
         path = _capture_path(cap)

@@ -13,6 +13,8 @@ import logging
 import re
 import sqlite3
 
+from .fts_inventory import EXTERNAL_V23, NONE, inventory
+
 log = logging.getLogger("hermes_state.schema")
 
 SCHEMA_VERSION = 23
@@ -273,8 +275,6 @@ def create_tables(conn: sqlite3.Connection) -> None:
     for stmt in _split(TABLES_SQL):
         m = _INDEX_RE.match(stmt)
         if m and not _exists(conn, m["name"]) and _exists(conn, m["table"]):
-            from .store_shape import equivalent_index
-
             cols = tuple((c.split()[0], int(c.upper().endswith(" DESC")))
                          for c in (p.strip() for p in m["cols"].split(",")))
             if equivalent_index(conn, m["name"], m["table"], cols):
@@ -285,12 +285,37 @@ def create_tables(conn: sqlite3.Connection) -> None:
 _INDEX_RE = re.compile(r"CREATE INDEX IF NOT EXISTS (?P<name>\w+) ON (?P<table>\w+)\((?P<cols>[^)]*)\)$")
 
 
+def index_shape(conn: sqlite3.Connection, name: str) -> tuple:
+    """``(table, ((column, desc), ...), unique, partial)`` of one index."""
+    row = conn.execute("SELECT tbl_name, sql FROM sqlite_master WHERE type = 'index' AND "
+                       "name = ?", (name,)).fetchone()
+    cols = tuple((r[2], r[3]) for r in conn.execute(f'PRAGMA index_xinfo("{name}")') if r[5])
+    sql = (row[1] or "") if row else ""
+    return (row[0] if row else None, cols, " UNIQUE " in f" {sql.upper()} ",
+            " WHERE " in f" {sql.upper()} ")
+
+
+def equivalent_index(conn: sqlite3.Connection, name: str, table: str,
+                     columns: tuple) -> str | None:
+    """An index other than ``name`` on ``table`` with exactly ``columns`` (plain, full), if any.
+
+    ``columns``: ``((column, desc), ...)``. Used so an index a release created under another
+    name is not created a second time under ours.
+    """
+    for (other,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index' AND "
+                                 "tbl_name = ? AND name != ? AND sql IS NOT NULL", (table, name)):
+        tbl, cols, unique, partial = index_shape(conn, other)
+        if cols == columns and not unique and not partial:
+            return other
+    return None
+
+
 def create_fts(conn: sqlite3.Connection) -> list[str]:
     """Create the v23 external-content FTS tables, view and triggers where absent (SPEC §2.4).
 
     Only on a store without ``messages_fts`` or already on the v23 layout: beside any other
     layout nothing is created (a second trigger set would index every row twice); the open
-    replaces such layouts whole (:func:`hermes_state.fts_layout.replace_layout`) or keeps
+    replaces such layouts whole (:func:`hermes_state.fts_switch.replace_layout`) or keeps
     upstream's inline one until ``sessions optimize-storage`` (SPEC §3, §8). A v23 table that
     is missing on a store that already has messages is created AND back-filled in the same
     transaction, honouring the §2.4 rebuild gate (rows in ``(P, H]`` are left to the pending
@@ -301,8 +326,6 @@ def create_fts(conn: sqlite3.Connection) -> list[str]:
     Returns:
         Names of the FTS tables created by this call (``[]`` when everything existed).
     """
-    from .fts_inventory import EXTERNAL_V23, NONE, inventory
-
     if inventory(conn).kind not in (NONE, EXTERNAL_V23):
         return []
     if _exists(conn, "state_meta") and conn.execute(

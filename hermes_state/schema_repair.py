@@ -22,14 +22,15 @@ Strategies, tried in this order on the copy:
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sqlite3
-import re
 from pathlib import Path
 
 from . import holders
 from .atomic import PartialDir, clean_partials, fsync_dir, move_aside, numbered
 from .paths import utc_stamp
+from .schema import create_fts
 
 _FTS_LIKE = "messages\\_fts%"
 
@@ -106,8 +107,6 @@ def _dedup_schema(path: Path) -> None:
 def _drop_fts_rebuild(path: Path) -> None:
     _edit_schema(path, [("DELETE FROM sqlite_master WHERE name LIKE ? ESCAPE '\\'",
                          (_FTS_LIKE,))])
-    from .schema import create_fts
-
     conn = sqlite3.connect(path, isolation_level=None)
     try:
         conn.execute("BEGIN IMMEDIATE")

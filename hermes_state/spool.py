@@ -17,6 +17,7 @@ import uuid
 from pathlib import Path
 
 from . import atomic
+from .messages import build_append
 from .paths import ensure_home, spool_path
 from .text import clean_text
 
@@ -140,8 +141,6 @@ def replay_spool(db, *, dry_run: bool = False) -> dict:
         why"], "warnings": [..]}``; ``torn`` counts lines that are not JSON (an append cut short
         by a crash: never acknowledged, so not a failure).
     """
-    from .messages import build_append
-
     spool_dir = Path(db.home) / "sessions"
     result = {"files": 0, "records": 0, "imported": 0, "skipped": 0, "failed": 0, "torn": 0,
               "errors": [], "warnings": []}

@@ -28,9 +28,12 @@ import logging
 import os
 import sqlite3
 
+from .errors import NewerSchemaWriteError
 from .fts_inventory import inventory
+from .fts_layout import OPTIMIZE_KEY, assess
 from .generation import application_id_for
-from .schema import SCHEMA_VERSION, declared_columns
+from .schema import SCHEMA_VERSION, declared_columns, equivalent_index, index_shape
+from .schema_history import VERSIONS
 
 log = logging.getLogger("hermes_state.store_shape")
 
@@ -144,8 +147,6 @@ def pending_work(conn: sqlite3.Connection) -> list[str]:
         Human-readable items, e.g. ``["migrate schema 11 -> 23"]``,
         ``["FTS layout: replace (external-v1)"]``, ``["add column sessions.pinned"]``.
     """
-    from .fts_layout import OPTIMIZE_KEY, assess
-
     version, nrows = stored_version(conn)
     if version is None:
         names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
@@ -203,8 +204,6 @@ def newer_schema_error(conn: sqlite3.Connection, exc: BaseException, op: str):
         :class:`hermes_state.errors.NewerSchemaWriteError` when the store is newer than this
         code and ``exc`` is a constraint/trigger failure its schema caused; else None.
     """
-    from .errors import NewerSchemaWriteError
-
     if not isinstance(exc, (sqlite3.IntegrityError, sqlite3.OperationalError)):
         return None
     text = str(exc)
@@ -271,34 +270,7 @@ _NEWER_INDEXES = frozenset({
 
 def known_index_names() -> frozenset:
     """Every index name a release (2..31) or this code creates."""
-    from .schema_history import VERSIONS
-
     return _NEWER_INDEXES | {n for vs in VERSIONS.values() for n, _ in vs.indexes}
-
-
-def _index_shape(conn: sqlite3.Connection, name: str) -> tuple:
-    """``(table, ((column, desc), ...), unique, partial)`` of one index."""
-    row = conn.execute("SELECT tbl_name, sql FROM sqlite_master WHERE type = 'index' AND "
-                       "name = ?", (name,)).fetchone()
-    cols = tuple((r[2], r[3]) for r in conn.execute(f'PRAGMA index_xinfo("{name}")') if r[5])
-    sql = (row[1] or "") if row else ""
-    return (row[0] if row else None, cols, " UNIQUE " in f" {sql.upper()} ",
-            " WHERE " in f" {sql.upper()} ")
-
-
-def equivalent_index(conn: sqlite3.Connection, name: str, table: str,
-                     columns: tuple) -> str | None:
-    """An index other than ``name`` on ``table`` with exactly ``columns`` (plain, full), if any.
-
-    ``columns``: ``((column, desc), ...)``. Used so an index a release created under another
-    name is not created a second time under ours.
-    """
-    for (other,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index' AND "
-                                 "tbl_name = ? AND name != ? AND sql IS NOT NULL", (table, name)):
-        tbl, cols, unique, partial = _index_shape(conn, other)
-        if cols == columns and not unique and not partial:
-            return other
-    return None
 
 
 def describe(conn: sqlite3.Connection) -> dict:
@@ -311,15 +283,13 @@ def describe(conn: sqlite3.Connection) -> dict:
         release uses to the known index it duplicates; ``pending`` is :func:`pending_work`
         (``[]`` = the next open writes nothing).
     """
-    from .fts_layout import assess
-
     version, _rows = stored_version(conn)
     inv = inventory(conn)
     duplicates = {}
     known = known_index_names()
     for (name, table) in conn.execute("SELECT name, tbl_name FROM sqlite_master WHERE type = "
                                       "'index' AND sql IS NOT NULL ORDER BY name").fetchall():
-        tbl, cols, unique, partial = _index_shape(conn, name)
+        tbl, cols, unique, partial = index_shape(conn, name)
         if unique or partial or name in known:
             continue
         twin = equivalent_index(conn, name, table, cols)

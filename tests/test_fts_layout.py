@@ -12,14 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from hermes_state import SessionDB, fts_layout, testing as h
-from hermes_state.fts_layout import (
-    HIGH_WATER_KEY,
-    PROGRESS_KEY,
-    StorageSpaceError,
-    optimize_storage,
-    verify_fts,
-)
+from hermes_state import SessionDB, fts_layout, fts_switch, testing as h
+from hermes_state.fts_layout import HIGH_WATER_KEY, PROGRESS_KEY, verify_fts
+from hermes_state.fts_switch import StorageSpaceError, optimize_storage
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -87,7 +82,7 @@ def test_empty_legacy_store_converts_without_markers(tmp_path):
 _KILL_AT_CHUNK_3 = r"""
 import os, signal, sys
 from hermes_state import SessionDB
-from hermes_state.fts_layout import optimize_storage
+from hermes_state.fts_switch import optimize_storage
 
 calls = []
 
@@ -159,7 +154,7 @@ def test_crash_mid_rebuild_resumes_and_no_row_is_indexed_twice(tmp_path):
 
 def test_refuses_when_the_disk_is_short_and_changes_nothing(tmp_path, monkeypatch):
     m = migrated(tmp_path, 11, sessions=3, messages_per_session=4)
-    monkeypatch.setattr(fts_layout, "_free_bytes", lambda directory: 1024)
+    monkeypatch.setattr(fts_switch, "_free_bytes", lambda directory: 1024)
     with SessionDB(m["path"]) as db:
         writes = db.connection.writes
         with pytest.raises(StorageSpaceError, match=r"needs about .* MB free .* nothing was "
