@@ -11,7 +11,7 @@ from __future__ import annotations
 import sqlite3
 from typing import Any, Iterable
 
-from .lifecycle import delegate_descendants, prune_candidates_sql, remove_sessions
+from .removal import delegate_descendants, prune_candidates_sql, remove_sessions
 from .maintenance import gate_held
 from .text import clean_text
 from .transcripts import remove_transcripts

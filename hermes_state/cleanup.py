@@ -11,7 +11,7 @@ from __future__ import annotations
 import sqlite3
 import time
 
-from .lifecycle import remove_sessions
+from .removal import remove_sessions
 from .text import clean_text
 from .transcripts import remove_transcripts
 

@@ -29,14 +29,15 @@ from .gateway import GatewayMixin
 from .handoff import HandoffMixin
 from .housekeeping import HousekeepingMixin
 from .importer import ImportMixin
-from .lifecycle import LifecycleMixin
+from .lineage import LineageMixin
 from .listing import ListingMixin
 from .messages import MessagesMixin
 from .paths import default_db_path
+from .removal import RemovalMixin
 from .replay import ReplayMixin
 from .rewrite import RewriteMixin
 from .search import SearchMixin
-from .sessions import SessionsMixin
+from .session_rows import SessionsMixin
 from .spool import divert_to_spool as _divert
 from .store_shape import newer_schema_error
 from .telegram import TelegramMixin
@@ -49,7 +50,7 @@ T = TypeVar("T")
 
 
 class SessionDB(SessionsMixin, MessagesMixin, ReplayMixin, TitlesMixin, UsageMixin,
-                LifecycleMixin, SearchMixin, WorkspaceMixin, CleanupMixin, RewriteMixin,
+                LineageMixin, RemovalMixin, SearchMixin, WorkspaceMixin, CleanupMixin, RewriteMixin,
                 AnchorsMixin, CompressionMixin, ListingMixin, ArchiveMixin, ImportMixin,
                 GatewayMixin, HandoffMixin, TelegramMixin, CompressionLocksMixin,
                 HousekeepingMixin):

@@ -15,7 +15,7 @@ import time
 from typing import Any, Iterable, Mapping
 
 from .kinds import activity
-from .sessions import RECOVERABLE_END_REASONS, session_row
+from .session_rows import RECOVERABLE_END_REASONS, session_row
 from .text import clean_text
 
 

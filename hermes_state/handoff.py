@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from .sessions import session_row
+from .session_rows import session_row
 from .text import clean_text
 
 MAX_ERROR_CHARS = 500

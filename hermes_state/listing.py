@@ -25,7 +25,7 @@ from .compression import compression_tip
 from .filters import archived_sql, cwd_prefix_sql
 from .kinds import activity, is_continuation, is_listable
 from .reads import in_snapshot
-from .sessions import session_row
+from .session_rows import session_row
 from .text import clean_text
 
 PREVIEW_SOURCE_CHARS = 63

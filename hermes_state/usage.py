@@ -31,7 +31,7 @@ import sqlite3
 import time
 
 from . import system_prompts
-from .sessions import upsert_session
+from .session_rows import upsert_session
 from .text import clean_text
 
 _COUNT_COLUMNS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens",

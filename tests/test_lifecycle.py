@@ -10,7 +10,6 @@ import types
 import pytest
 
 from hermes_state import SessionDB
-from hermes_state import lifecycle
 from hermes_state.titles import auto_title_key
 
 DAY = 86400.0
