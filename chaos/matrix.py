@@ -44,12 +44,9 @@ from __future__ import annotations
 
 import argparse
 import copy
-import hashlib
 import json
-import os
 import shutil
 import signal
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -57,36 +54,21 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from hermes_state import SessionDB, failpoints
+from hermes_state import SessionDB
 from hermes_state import testing as h
 
 from .checkers.base import FAIL, INCONCLUSIVE, PASS
 from .legacy_writer import AFTER_WRITES
+from .open_probe import _REPO, STEP_SLEEP_MS, _child_env, _raw, second_open_problems
+from .open_probe import OPEN_CHILD as _OPEN_CHILD
 
 OLD_VERSIONS = tuple(range(1, h.CURRENT_VERSION))
 MODES = ("plain", "writer", "crash")
 #: ``--quick``: every version plain, the old-schema writer on these, crash sweeps from these.
 QUICK_WRITER_VERSIONS = (1, 10, 16, 22)
 QUICK_CRASH_VERSIONS = (1, 19)
-#: Sleep after each COMMIT of the writer cell's migration (ms; the write lock is free then), so
-#: the old-schema writes interleave with the steps.
-STEP_SLEEP_MS = 60
 #: Hang guard for every child process (s); never an assertion about speed.
 CHILD_TIMEOUT_S = 300.0
-_REPO = Path(__file__).resolve().parent.parent
-
-_OPEN_CHILD = (
-    "import json, sys, time\n"
-    "from hermes_state import SessionDB\n"
-    "t0 = time.monotonic()\n"
-    "db = SessionDB(sys.argv[1])\n"
-    "rep = db.connection.migration_report\n"
-    "db.close()\n"
-    "print(json.dumps({'survived': True, 't0': t0, 't1': time.monotonic(),\n"
-    "                  'steps': rep.steps if rep else None}))\n"
-)
-
-
 @dataclass(frozen=True)
 class Cell:
     """One row of the matrix: ``version`` opened in ``mode`` (``step``: the crash point).
@@ -203,18 +185,6 @@ class Fixtures:
 
 # ------------------------------------------------------------------------------ checks
 
-def _raw(path: Path) -> sqlite3.Connection:
-    return sqlite3.connect(str(path), isolation_level=None)
-
-
-def _child_env(failpoint_spec: str = "") -> dict:
-    env = {k: v for k, v in os.environ.items() if k != failpoints.ENV_VAR}
-    env["PYTHONPATH"] = str(_REPO) + os.pathsep + env.get("PYTHONPATH", "")
-    if failpoint_spec:
-        env[failpoints.ENV_VAR] = failpoint_spec
-    return env
-
-
 def api_problems(db: SessionDB, manifest: dict) -> list[str]:
     """Every fixture session and message readable through the API, every word searchable.
 
@@ -243,41 +213,6 @@ def api_problems(db: SessionDB, manifest: dict) -> list[str]:
                                                            include_inactive=True)}
             if int(mid) not in ids:
                 out.append(f"search_messages({term!r}) misses message {mid}")
-    return out
-
-
-def _store_state(path: Path, conn: sqlite3.Connection) -> tuple:
-    wal = Path(f"{path}-wal")
-    return (conn.execute("PRAGMA data_version").fetchone()[0],
-            hashlib.sha256(path.read_bytes()).hexdigest(),
-            hashlib.sha256(wal.read_bytes()).hexdigest() if wal.exists() else None)
-
-
-def second_open_problems(path: Path) -> list[str]:
-    """A second open of a migrated store must be a no-op: no report, no write, no byte changed.
-
-    Reads ``PRAGMA data_version`` from a separate connection (it changes when another
-    connection commits) and hashes ``state.db`` and ``state.db-wal`` before and after.
-    """
-    out: list[str] = []
-    conn = _raw(path)
-    try:
-        conn.execute("SELECT count(*) FROM sessions").fetchone()
-        before = _store_state(path, conn)
-        db = SessionDB(path)
-        try:
-            if db.connection.migration_report is not None:
-                out.append(f"second open migrated again: {db.connection.migration_report}")
-            if db.connection.writes:
-                out.append(f"second open wrote {db.connection.writes} transaction(s)")
-        finally:
-            db.close()
-        after = _store_state(path, conn)
-    finally:
-        conn.close()
-    for what, a, b in zip(("data_version", "state.db bytes", "state.db-wal bytes"), before, after):
-        if a != b:
-            out.append(f"second open changed {what}")
     return out
 
 

@@ -57,7 +57,8 @@ def crash_steps(store: rs.RealStore, quick: bool = False) -> list[int]:
 
 def run_real_writer(store: rs.RealStore, work: Path) -> tuple[list[str], dict, str]:
     """The ``writer`` mode on a copy of ``store`` (module docstring)."""
-    from .matrix import STEP_SLEEP_MS, _OPEN_CHILD, _child_env
+    from .open_probe import OPEN_CHILD as _OPEN_CHILD
+    from .open_probe import STEP_SLEEP_MS, _child_env
 
     version = store_version(store)
     old = version if 1 <= version <= 22 else 22
@@ -104,7 +105,7 @@ def run_real_writer(store: rs.RealStore, work: Path) -> tuple[list[str], dict, s
         problems += rs.api_problems(db, before)
         problems += rs.write_problems(db, before)
     problems += rs.integrity_problems(path)
-    from .matrix import second_open_problems
+    from .open_probe import second_open_problems
 
     problems += second_open_problems(path)
     if version > 22:

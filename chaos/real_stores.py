@@ -367,7 +367,7 @@ def _cjk_stale(db_path: Path) -> bool:
 
 def open_problems(path: Path, before: dict, objects: set, journal: str) -> tuple[list[str], dict]:
     """Open once (the migration), then every value, the schema kept, a settled second open."""
-    from .matrix import second_open_problems
+    from .open_probe import second_open_problems
 
     out: list[str] = []
     with SessionDB(path) as db:
@@ -389,7 +389,7 @@ def open_problems(path: Path, before: dict, objects: set, journal: str) -> tuple
 
 
 def _finish_check(path: Path, before: dict, objects: set, journal: str) -> tuple[list, dict]:
-    from .matrix import second_open_problems
+    from .open_probe import second_open_problems
 
     problems, figures = open_problems(path, before, objects, journal)
     with SessionDB(path) as db:
