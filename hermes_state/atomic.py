@@ -31,7 +31,6 @@ from __future__ import annotations
 import ctypes
 import errno
 import fcntl
-import itertools
 import json
 import os
 import re

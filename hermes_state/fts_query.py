@@ -94,11 +94,6 @@ Item = Union[Term, str]
 """A parsed query item: a :class:`Term` or one of ``"AND"``, ``"OR"``, ``"NOT"``."""
 
 
-def is_cjk_char(ch: str) -> bool:
-    """True when ``ch`` is Han, Hiragana, Katakana, Hangul, Bopomofo or CJK punctuation/forms."""
-    return bool(_CJK.match(ch))
-
-
 def contains_cjk(text: str) -> bool:
     """True when ``text`` contains any CJK character (SPEC §6.3 routing test)."""
     return isinstance(text, str) and _CJK.search(text) is not None

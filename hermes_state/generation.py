@@ -13,7 +13,6 @@ every POSIX lock this process holds on that inode (SPEC §4).
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import platform
 import sqlite3

@@ -26,53 +26,8 @@ logged once per process (SPEC §3); its FTS layout, title index and ``applicatio
 alone (triggers that cannot fire here are dropped, :mod:`hermes_state.store_shape`). Whether an
 open has anything to do at all is :func:`hermes_state.store_shape.pending_work`.
 
-Data steps (the version table is in :mod:`hermes_state.schema_history`; upstream's steps in
-UPSTREAM_API.md §4.1):
-
-* v4  unique title index; on duplicates the newest row (``started_at``, then rowid) keeps the
-  title, the others become NULL; the count is logged (never aborts the open).
-* v11 every trigger on ``messages`` that writes into an FTS table (whatever its name: upstream
-  calls them ``messages_fts_insert``/``_delete``/``_update``) is dropped with the external-v1
-  tables of v2-v10 and the v23 layout is created in the same transaction (:func:`switch_fts`):
-  re-indexed inside the step, or on a BIG store (more than :data:`DEFER_FTS_ROWS` messages)
-  deferred, see below. Upstream's v10 trigram back-fill has no step here: v11 replaces it.
-* v16 delegate sub-agents tagged as upstream does (UPSTREAM_API.md D10, :func:`_step_v16`);
-  a ``model_config`` that is not a JSON object is left untouched (counted in the report).
-* v18 gateway metadata from ``<dir of state.db>/sessions/sessions.json``: accepted shapes are
-  ``{session_key: entry}``, ``{"sessions": [entry, ...] | {key: entry}}`` or ``[entry, ...]``;
-  an entry is an object with ``session_id`` (required) and any of ``display_name`` (string),
-  ``origin`` (object/array, stored as compact JSON) or ``origin_json`` (string),
-  ``expiry_finalized`` (bool or 0/1). ``display_name``/``origin_json`` are filled only where
-  NULL; ``expiry_finalized`` only goes from NULL/0 to the file's value (never 1 -> 0). Entries
-  are applied in file order (the first value for a session wins). A missing file is normal; an
-  unreadable, oversized (> 64 MiB) or malformed file, or one of another shape, is logged and
-  skipped; bad entries are skipped. The step never fails the open.
-* v20 ``session_model_usage`` seeded from each session's totals as upstream's v21+ modules do
-  (sessions with tokens > 0, model ``'unknown'`` and billing parts ``''`` when unknown).
-* v22 ``session_model_usage`` rebuilt with ``task`` in the primary key (upstream's v22 DDL, NULL
-  key parts ``''``, NULL counts and costs 0) unless its key already has it.
-* v23 a kept legacy layout is flagged ``state_meta['fts_optimize_available'] = '1'``.
-Every other version is a column/table addition handled declaratively in step 1: its step is the
-version bump alone.
-
-Decision: deferred FTS re-index for big stores (SPEC §17 "migration <= 3x VACUUM INTO", §2.4).
-Re-indexing inside the open costs far more than copying the store: on 100 k messages v10 + v11
-took ~4.5 s against 0.17 s for ``VACUUM INTO`` (27x), and no FTS5 tuning brings one synchronous
-build of both indexes near 3x (the trigram build alone is ~10x). SPEC §2.4 already defines a
-resumable, crash-safe background rebuild (gated triggers + markers P/H + chunked back-fill, with
-search LIKE-scanning the pending range), so a store with more than :data:`DEFER_FTS_ROWS`
-messages does not re-index in the open: the v11 step (or the open's layout repair) retires the
-legacy tables and switches to the v23 external-content layout with markers P = 0, H = MAX(id)
-and ``state_meta['fts_backfill'] = 'auto'`` -- the same switch as ``optimize-storage``
-(:func:`hermes_state.fts_switch.replace_layout`), in constant time: the legacy tables are
-RENAMED to ``retired_messages_fts*`` rather than dropped (a DROP frees every page inside the
-open) and the background thread frees them in small chunks after the back-fill. The back-fill
-then runs in a background thread of every writable open (:mod:`hermes_state.fts_backfill`)
-until done, or via ``sessions optimize-storage``. The guarantees hold: each version step is
-still one transaction with its bump (a crash inside rolls the switch back, a crash after resumes
-at the next step), no row is lost or indexed twice (triggers and back-fill cover disjoint
-ranges) and no message is unfindable meanwhile. Small stores are re-indexed inside the step
-(sub-second; nothing pending after the open).
+What each data step does (v4, v11, v16, v18, v20, v22, v23) and why a big store's FTS re-index
+is deferred to a background back-fill: docs/decisions/migrations.md.
 """
 
 from __future__ import annotations

@@ -57,26 +57,9 @@ def shm_path(db_path: str | os.PathLike) -> Path:
     return Path(f"{os.fspath(db_path)}-shm")
 
 
-def store_files(db_path: str | os.PathLike) -> dict[str, Path]:
-    """``{"db": ..., "wal": ..., "shm": ...}`` for one store."""
-    return {"db": Path(db_path), "wal": wal_path(db_path), "shm": shm_path(db_path)}
-
-
 def utc_stamp(t: float | None = None) -> str:
     """``YYYYmmddTHHMMSSZ`` for ``t`` (seconds since the epoch, default now), SPEC §1."""
     return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(time.time() if t is None else t))
-
-
-def unique_sibling(base: Path) -> Path:
-    """``base`` if it does not exist, else ``base-N`` with the smallest free N >= 2 (SPEC §1)."""
-    if not base.exists():
-        return base
-    n = 2
-    while True:
-        cand = base.with_name(f"{base.name}-{n}")
-        if not cand.exists():
-            return cand
-        n += 1
 
 
 def retired_wal_dir(db_path: str | os.PathLike, pid: int, stamp: str | None = None) -> Path:

@@ -17,43 +17,8 @@ While an FTS rebuild is pending (``state_meta`` keys ``fts_rebuild_high_water`` 
 ``fts_rebuild_progress`` P, SPEC §2.4) the index routes also LIKE-scan the id range (P, H], whose
 rows no index holds yet; those hits are ranked after the index hits.
 
-Decisions where SPEC §6 leaves room:
-
-- Routing "per term" (SPEC §6.3) is implemented as: the trigram index is used only when EVERY
-  term of the query (CJK or not) has >= 3 characters, because the trigram tokenizer matches
-  nothing for shorter strings; otherwise the whole boolean expression is evaluated by LIKE, so
-  the hit set is exactly the ``LIKE '%term%'`` hit set with the same logic and a short term is
-  never dropped. FTS5 precedence is kept: implicit AND > ``NOT`` > ``AND`` > ``OR``.
-- In substring routes prefix stars are ignored and punctuation inside a term is literal
-  (``100%完成`` needs the ``%``). Trigram folds case for all scripts, LIKE only for ASCII.
-- The LIKE route has no relevance score: it orders newest first (timestamp, id descending).
-- The retry of a Latin query happens only when the FTS route has no hit at all, so every page
-  of one query comes from the same route (paging stays consistent).
-- Tool rows: the trigram index excludes them (SPEC §2.4), so a substring query served by it
-  finds no ``role='tool'`` row unless ``role_filter`` contains ``tool`` (then LIKE). A LIKE-routed
-  query searches every row.
-- ``source_filter``/``exclude_sources`` apply whenever they are not None (upstream): an empty
-  ``source_filter`` matches nothing, an empty ``exclude_sources`` excludes nothing;
-  ``role_filter`` applies only when non-empty. A single string is accepted as a one-item list.
-  ``limit <= 0`` returns ``[]``; a negative offset is 0. Non-numeric limit/offset fall back to
-  20/0.
-- Visibility (upstream): rows rewound away (``active = 0`` and ``compacted = 0``) are hidden
-  unless ``include_inactive``; rows archived by compaction (``compacted = 1``) are found.
-- ``sort``: None = relevance; ``"newest"``/``"oldest"`` (any case) = message timestamp DESC/ASC
-  first, then relevance; anything else = None. The LIKE route has no relevance: it orders by
-  timestamp (``"oldest"`` ascending, otherwise newest first).
-- ``context`` shows the text of structured content (D6): the text parts of a multimodal message,
-  or ``"[multimodal content]"``.
-- ``context`` items whose ``content`` is NULL carry ``""``.
-- The LIKE-route snippet: up to 40 characters either side of the first match of a term that is
-  not under ``NOT`` (first of ``content``, ``tool_name``, ``tool_calls`` that has one), every such
-  match in the window wrapped in ``>>>``/``<<<``, ``...`` where text was cut.
-- All queries of one call run in one read transaction (a consistent snapshot), ended before
-  returning (SPEC §4: no read transaction outlives a call).
-- "Never raises" (SPEC §6.1): a ``sqlite3.OperationalError`` from any MATCH falls back to the
-  LIKE route; the LIKE route only binds parameters (a query exceeding an SQLite size limit there
-  returns ``[]`` with a warning; 2048 characters stay far below every default limit). Errors that
-  no query text can cause (closed store, corruption, I/O) still propagate.
+The decisions where SPEC §6 leaves room (trigram routing per term, substring semantics, ordering,
+filters, visibility, snippets, never raising) are recorded in docs/decisions/search.md.
 """
 
 from __future__ import annotations

@@ -62,34 +62,6 @@ class CleaningConnection:
         return getattr(self._conn, name)
 
 
-def encode_json(value: Any, *, empty_list_is_null: bool = False) -> str | None:
-    """Encode a JSON field: None stays NULL, a string is stored as given (already JSON text).
-
-    Args:
-        value: a list/dict/scalar, a JSON string, or None.
-        empty_list_is_null: store ``[]`` as NULL (``tool_calls``, SPEC §5).
-    Returns:
-        JSON text with lone surrogates replaced, or None.
-    """
-    if value is None:
-        return None
-    if isinstance(value, str):
-        return clean_text(value)
-    if empty_list_is_null and isinstance(value, (list, tuple)) and not value:
-        return None
-    return clean_text(json.dumps(value, ensure_ascii=False))
-
-
-def decode_json(text: str | None) -> Any:
-    """Decode a stored JSON field; text that is not JSON is returned unchanged."""
-    if text is None:
-        return None
-    try:
-        return json.loads(text)
-    except (ValueError, TypeError):
-        return text
-
-
 # ---------------------------------------------------------------------------- message content
 #: Prefix of a list/dict ``content`` stored as JSON text (upstream D6): the NUL keeps it apart
 #: from any plain string a user could type.
