@@ -30,6 +30,7 @@ import errno
 import fcntl
 import logging
 import os
+import sqlite3
 import stat
 import threading
 import time
@@ -59,6 +60,26 @@ _NO_FLOCK = {errno.EOPNOTSUPP, errno.ENOLCK, errno.EINVAL, errno.ENOSYS, errno.E
 _held: dict[str, list] = {}  # key -> [depth, CheckpointLock]
 _held_guard = threading.Lock()
 _degraded_logged: set[tuple[str, str]] = set()
+
+
+def wal_reset_exposure(version: str | None = None) -> str | None:
+    """Describe this SQLite's exposure to the WAL-reset race, or None when fixed (SPEC §4).
+
+    SQLite 3.7.0 through 3.51.2 are affected, except the backports 3.44.6+ (3.44 line) and
+    3.50.7+ (3.50 line); fixed in 3.51.3.
+    """
+    v = tuple(int(p) for p in (version or sqlite3.sqlite_version).split(".")[:3])
+    v = v + (0,) * (3 - len(v))
+    if v < (3, 7, 0) or v >= (3, 51, 3):
+        return None
+    if v[:2] == (3, 44) and v >= (3, 44, 6):
+        return None
+    if v[:2] == (3, 50) and v >= (3, 50, 7):
+        return None
+    return (f"SQLite {'.'.join(map(str, v))} has the WAL-reset race (two connections "
+            "checkpointing while a commit resets the WAL can lose committed frames; fixed in "
+            "3.51.3, backported to 3.44.6 and 3.50.7). Remedy: run with a Python linked against "
+            "a fixed SQLite.")
 
 
 def lock_path(db_path: str | os.PathLike) -> Path:

@@ -32,6 +32,7 @@ from .importer import ImportMixin
 from .lineage import LineageMixin
 from .listing import ListingMixin
 from .messages import MessagesMixin
+from .opening import open_connection
 from .paths import default_db_path
 from .removal import RemovalMixin
 from .replay import ReplayMixin
@@ -74,7 +75,7 @@ class SessionDB(SessionsMixin, MessagesMixin, ReplayMixin, TitlesMixin, UsageMix
                             else default_db_path())
             self.home = self.db_path.parent
             self.read_only = read_only
-            self._conn = StoreConnection(self.db_path, read_only=read_only,
+            self._conn = open_connection(self.db_path, read_only=read_only,
                                          synchronous=synchronous)
         except Exception as exc:
             record_init_error(exc)  # for format_session_db_unavailable()

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import checkpoint_lock, holders
-from .connection import corruption_kind, wal_reset_exposure
+from .checkpoint_lock import wal_reset_exposure
+from .errors import corruption_kind
 from .paths import access_problem, sqlite_uri
 from .schema import FTS_TABLES, SCHEMA_VERSION
 
@@ -475,9 +476,8 @@ def _leftovers(db: Path, report: DoctorReport) -> None:
 
     from .atomic import iter_partials
     from .recover import WORK_DIR_RE
-    from .snapshots import _PARTIAL_RE
-
     from .schema_repair import repair_partial_re
+    from .snapshots import _PARTIAL_RE
 
     snaps = sorted(iter_partials(db.parent / "state-snapshots", _PARTIAL_RE))
     temps = sorted(iter_partials(tempfile.gettempdir(), WORK_DIR_RE))

@@ -186,3 +186,37 @@ class NewerSchemaWriteError(HermesStateError, sqlite3.IntegrityError):
         self.schema_version = schema_version
         self.operation = operation
         super().__init__(user_message, operator_detail)
+
+
+# ------------------------------------------------------------------ SQLite error codes
+SQLITE_BUSY = 5
+SQLITE_LOCKED = 6
+SQLITE_CORRUPT = 11
+SQLITE_NOTADB = 26
+SQLITE_CORRUPT_VTAB = 267  # corruption inside a virtual table: the FTS shadow tables
+SQLITE_CONSTRAINT = 19  # plain, no extended code: what FTS5 returns on a zeroed structure record
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def is_lock_error(exc: BaseException) -> bool:
+    """True for SQLITE_BUSY / SQLITE_LOCKED (and their extended codes), by error code (SPEC §4)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is None:
+        return False
+    return (code & 0xFF) in (SQLITE_BUSY, SQLITE_LOCKED)
+
+
+def corruption_kind(exc: BaseException) -> str | None:
+    """``"fts"`` (SQLITE_CORRUPT_VTAB), ``"structural"`` (CORRUPT/NOTADB) or None (SPEC §12).
+
+    FTS damage that FTS5 reports as a bare SQLITE_CONSTRAINT is recognised by the write path
+    with a probe (``_fts_damage_behind``), not here: the code alone does not tell.
+    """
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is None:
+        return "structural" if "malformed" in str(exc) else None
+    if code == SQLITE_CORRUPT_VTAB or (code & 0xFF == SQLITE_CORRUPT and "fts5" in str(exc)):
+        return "fts"
+    if code & 0xFF in (SQLITE_CORRUPT, SQLITE_NOTADB):
+        return "structural"
+    return None

@@ -13,6 +13,7 @@ import sqlite3
 import time
 
 from . import checkpoint_lock
+from .fts_repair import rebuild_fts
 from .maintenance import MaintenanceRefused, gate_held
 
 FTS_OPTIMIZE_TABLES = ("messages_fts", "messages_fts_trigram", "messages_fts_cjk")
@@ -67,12 +68,12 @@ class HousekeepingMixin:
         """Rebuild every FTS index from ``messages`` (after corruption, SPEC §12: the index is
         switched back on and ``fts_stale`` cleared). A legacy layout is replaced by the v23 one
         built from ``messages`` (its own copy of the text would miss rows written while the
-        index was off): :meth:`hermes_state.connection.StoreConnection.rebuild_fts`.
+        index was off): :func:`hermes_state.fts_repair.rebuild_fts`.
 
         Returns:
             How many FTS tables were rebuilt.
         """
-        self.connection.rebuild_fts()
+        rebuild_fts(self.connection)
         return len(self._read(_present))
 
     def vacuum(self, *, force: bool = False) -> int:

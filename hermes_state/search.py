@@ -27,6 +27,7 @@ import logging
 import sqlite3
 from typing import Any, Iterable
 
+from .errors import corruption_kind
 from .fts_query import (
     Item,
     Term,
@@ -39,6 +40,7 @@ from .fts_query import (
     render_substring_match,
     terms_of,
 )
+from .quarantine import btrees_sound
 from .text import clean_text, content_text, decode_content
 
 log = logging.getLogger("hermes_state.search")
@@ -322,7 +324,6 @@ def _index_route(conn: sqlite3.Connection, q: _Query, table: str, expr: str, tab
         log.debug("FTS query on %s failed (%s); falling back", table, exc)
         return None
     except sqlite3.DatabaseError as exc:
-        from .connection import btrees_sound, corruption_kind  # lazy: no import cycle
 
         kind = corruption_kind(exc)
         if kind != "fts" and not (kind == "structural" and btrees_sound(conn)):

@@ -28,6 +28,7 @@ import logging
 import os
 import sqlite3
 
+from .checkpoint_lock import wal_reset_exposure
 from .errors import NewerSchemaWriteError
 from .fts_inventory import inventory
 from .fts_layout import OPTIMIZE_KEY, assess
@@ -51,8 +52,6 @@ def keeps_journal_mode(conn: sqlite3.Connection, mode: str, db_path: os.PathLike
     store to WAL would undo the newer release's decision (and it keeps an already-WAL store in
     WAL), so the store keeps its mode; everything else is switched to WAL as usual (SPEC §4).
     """
-    from .connection import wal_reset_exposure
-
     if mode.lower() not in ("delete", "truncate", "persist") or wal_reset_exposure() is None:
         return False
     version, _rows = stored_version(conn)

@@ -436,9 +436,9 @@ def test_settled_detection_is_cheap_and_read_only(tmp_path):
     with SessionDB(m["path"], read_only=True) as ro:
         conn = ro.connection
         conn._schema_version_seen = None
-        from hermes_state.connection import StoreConnection
+        from hermes_state.opening import _settled
 
-        assert StoreConnection._settled(conn) is True
+        assert _settled(conn) is True
         assert conn._schema_version_seen == 23
 
 

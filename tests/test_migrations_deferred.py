@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from hermes_state import SessionDB, connection, fts_backfill, migrations, testing as h
+from hermes_state import SessionDB, fts_backfill, migrations, opening, testing as h
 from hermes_state.fts_layout import rebuild_markers, verify_fts
 
 REPO = Path(__file__).resolve().parent.parent
@@ -84,7 +84,7 @@ def test_small_store_is_reindexed_inside_the_open(tmp_path, monkeypatch):
 def test_every_message_is_findable_while_the_backfill_is_pending(tmp_path, defer_all,
                                                                  monkeypatch):
     m = h.build_fixture(tmp_path / "state.db", 1, sessions=4, messages_per_session=6)
-    monkeypatch.setattr(connection.StoreConnection, "_start_backfill", lambda self: None)
+    monkeypatch.setattr(opening, "_start_backfill", lambda sc: None)
     with SessionDB(m["path"]) as db:
         assert db._read(rebuild_markers) == (0, max(m["messages"]))
         assert db._read(verify_fts) == {"messages_fts": "ok", "messages_fts_trigram": "ok"}

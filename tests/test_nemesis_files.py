@@ -161,7 +161,7 @@ def test_corrupt_fts_is_confined_and_search_falls_back(tmp_path):
                 "SELECT content FROM messages WHERE id = ?", (i,)).fetchone()[0])
             assert "deploy" in content
         s.append_message("x", "user", "still writing after the damage")
-        s._conn.rebuild_fts()
+        s.rebuild_fts()
         assert [h["session_id"] for h in s.search_messages("still writing")] == ["x"]
     raw = sqlite3.connect(db)
     raw.execute("INSERT INTO messages_fts(messages_fts, rank) VALUES('integrity-check', 1)")

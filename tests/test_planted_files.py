@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from hermes_state import SessionDB
-from hermes_state.connection import quarantine_if_not_sqlite
+from hermes_state.quarantine import quarantine_if_not_sqlite
 from hermes_state.errors import DeletedWalGenerationError, StorePermissionError
 from hermes_state.snapshots import SnapshotError, create_snapshot, list_snapshots
 from hermes_state.spool import divert_to_spool, replay_spool
@@ -109,9 +109,9 @@ def test_quarantine_lock_of_another_kind_is_refused_by_name(tmp_path, victim, ki
 
 def test_quarantine_copy_gets_the_next_free_name(tmp_path, victim, monkeypatch):
     """A name already taken (even by a dangling link) is skipped, never replaced."""
-    from hermes_state import connection
+    from hermes_state import quarantine
 
-    monkeypatch.setattr(connection, "utc_stamp", lambda: "20300101T000000Z")
+    monkeypatch.setattr(quarantine, "utc_stamp", lambda: "20300101T000000Z")
     db = tmp_path / "state.db"
     db.write_bytes(b"junk" * 100)
     os.symlink(victim, tmp_path / "state.db.corrupt.20300101T000000Z.bak")

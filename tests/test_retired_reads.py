@@ -270,7 +270,7 @@ def test_a_store_being_created_during_the_holder_scan_is_not_called_damaged(tmp_
     """Found by zeroed_store_two_starters under load: the empty file another starter had just
     created was judged damaged, then that starter wrote page 1 while the scan ran; the size
     check after the scan saw a non-empty file and refused as if it were damage."""
-    from hermes_state import connection
+    from hermes_state import quarantine
 
     path = tmp_path / "state.db"
     path.write_bytes(b"")
@@ -291,8 +291,8 @@ def test_a_store_being_created_during_the_holder_scan_is_not_called_damaged(tmp_
 
     try:
         assert creator.stdout.readline().strip() == "HOLDING"
-        monkeypatch.setattr(connection.holders, "scan", scan_while_page_one_lands)
-        assert connection.quarantine_if_not_sqlite(path) is None
+        monkeypatch.setattr(quarantine.holders, "scan", scan_while_page_one_lands)
+        assert quarantine.quarantine_if_not_sqlite(path) is None
     finally:
         creator.kill()
         creator.wait(timeout=HANG_GUARD_S)

@@ -20,9 +20,8 @@ from __future__ import annotations
 import sqlite3
 from typing import Iterable
 
+from ..checkpoint_lock import exposure_line, lock_holders, wal_reset_exposure
 from ..db import SessionDB
-from ..checkpoint_lock import exposure_line, lock_holders
-from ..connection import wal_reset_exposure
 from ..fts_inventory import LEGACY_KINDS, inventory
 from ..fts_layout import verify_fts
 from ..generation import wal_header
@@ -32,6 +31,8 @@ from ..holders import (
     LockRecord,
     describe_pid,
     read_locks,
+)
+from ..holders import (
     scan as scan_holders,
 )
 from ..messages import build_append
