@@ -22,15 +22,27 @@ DELAY_S = 2.0
 
 
 def wanted(args: Any) -> bool:
-    """``--progress`` forces it; otherwise stderr is a TTY and no ``--json`` was asked."""
+    """``--progress`` forces it; otherwise stderr is a TTY and no ``--json`` was asked.
+
+    Never without ``rich`` (a store-only install: ``pip install hermes-state`` has psutil
+    alone, ``hermes-state[chaos]`` adds rich): the command runs the same, without the line.
+    """
     if getattr(args, "progress", False):
-        return True
+        return _have_rich()
     if getattr(args, "json", False):
         return False
     try:
-        return sys.stderr.isatty()
+        return sys.stderr.isatty() and _have_rich()
     except (AttributeError, ValueError):
         return False
+
+
+def _have_rich() -> bool:
+    try:
+        import rich  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 class ProgressDisplay:

@@ -24,7 +24,7 @@ from typing import Callable, Iterable, Iterator, TextIO
 
 from .messages import ACTIVE_SQL, message_row
 from .reads import in_snapshot
-from .sessions import session_row
+from .session_rows import session_row
 from .text import clean_text
 
 #: Messages read per query while streaming (a page of 60 KB tool outputs is 12 MB of text).

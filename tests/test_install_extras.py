@@ -63,6 +63,21 @@ def test_the_cli_runs_without_the_toolkit_dependencies(tmp_path):
     assert "user: hello from a >>>psutil<<<-only install" in proc.stdout
 
 
+def test_progress_lines_are_off_without_rich(tmp_path):
+    """A store-only install has no rich: ``--progress`` runs the command without the line."""
+    code = (
+        "import argparse\n"
+        "from hermes_state.cli_progress import progress_display, wanted\n"
+        "args = argparse.Namespace(progress=True, json=False)\n"
+        "with progress_display(args, 'export') as shown:\n"
+        "    shown('rows', 1, 2)\n"
+        "print('wanted', wanted(args), shown.enabled)\n"
+    )
+    proc = _run(code, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "wanted False False" in proc.stdout
+
+
 def test_extras_split_store_and_toolkit_dependencies():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     assert [d.split(">")[0] for d in project["dependencies"]] == ["psutil"]
