@@ -16,59 +16,43 @@ the unreadable rowid ranges are exact up to the key range of the damaged pages. 
 index still records (a covering scan of an index of the table) give the number of rows those
 ranges held.
 
-Decisions (the SPEC leaves them open):
-
-* :func:`recover` **returns the report** for every outcome that is about the data (damage,
-  not recoverable, output failed verification: ``failed`` is True with a ``failure`` sentence)
-  and **raises** :class:`RecoverRefused` only for requests it will not start (missing source,
-  existing output, conflicting arguments) and :class:`SourceChangedError` when the source
-  changed under the copy. The CLI exits 0 iff ``recoverable and not failed``.
-* Rowid space: the scan covers ``[min, max]`` of the rowids the table, its indexes and
-  ``sqlite_sequence`` reveal. When the table's first leaf is unreadable the scan starts at
-  rowid 1 (rowids below 1 are never assigned by this product). When its last leaf is
-  unreadable and nothing else records the highest rowid, the open tail is reported as an
-  unreadable range ``[n, null]`` with a warning.
-* The output store is built as ``state.db`` in ``.<name>.recover[-N].partial/`` beside
-  ``output`` with :class:`~hermes_state.db.SessionDB` (current schema), rows are inserted table by table in
-  chunks of :data:`INSERT_CHUNK` through the store's own write path with ``foreign_keys`` off
-  during the bulk copy; every message insert fires the FTS triggers, so the FTS index is rebuilt
-  as the rows go in. Then placeholder sessions (``source='recovered'``) are created for every
-  session id that messages/usage rows/``parent_session_id`` reference but no readable session row
-  has (with ``--allow-partial`` these are the unreadable sessions; without it they can only come
-  from dangling references already in the source, which is reported as a warning), foreign keys
-  are switched back on and the result is verified (``integrity_check`` ok, ``foreign_key_check``
-  empty, every table's count = rows inserted, FTS ``integrity-check``). Only then is it renamed
-  to ``output`` with ``RENAME_NOREPLACE`` (fails if ``output`` appeared meanwhile: never
-  overwritten). It is never
-  swapped into the live store's place.
-* ``state_meta`` keys that describe the SOURCE file rather than data are not copied:
-  ``db_file_generation`` (the output has its own generation token, SPEC §10.1) and every
-  ``fts_*`` key (the output's FTS is complete). A unique-title conflict (stores older than v4
-  could hold duplicate titles) keeps the title on the newest session and NULLs the other (SPEC §3).
-* A source whose sessions or messages table is absent or yields nothing but unreadable ranges
-  is not recoverable; ``output`` is then not built.
+The choices the SPEC leaves open (report or raise, the rowid space, how the output is built and
+published, which ``state_meta`` keys are not copied) are recorded in docs/decisions/recover.md.
+Copying the source is :mod:`hermes_state.recover_source`, reading its rows
+:mod:`hermes_state.recover_scan`.
 """
 
 from __future__ import annotations
 
-import bisect
 import contextlib
-import hashlib
 import os
 import re
 import sqlite3
 import stat
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
-from urllib.parse import quote
+from typing import Callable
 
 from . import atomic, failpoints, holders
 from .db import SessionDB
-from .errors import HermesStateError
+from .recover_scan import (
+    CANONICAL_TABLES,
+    _inspect,
+    _iter_rows,
+    _open_copy,
+    _q,
+    _TableScan,
+)
+from .recover_source import (
+    SOURCE_CHANGED,
+    RecoverError,
+    RecoverRefused,
+    SourceChangedError,
+    _copy_source,
+    _source_files,
+    _source_unchanged,
+)
 from .schema import SCHEMA_VERSION
 
 __all__ = [
@@ -79,519 +63,15 @@ __all__ = [
     "recover",
 ]
 
-#: The tables recover reads and copies (SPEC §14), in copy order (parents before children).
-CANONICAL_TABLES = ("sessions", "messages", "session_model_usage", "state_meta",
-                    "gateway_routing", "compression_locks", "async_delegations")
-#: Rowids per range read; a failing range is bisected.
-CHUNK_ROWIDS = 512
 #: Rows per write transaction in the output store.
 INSERT_CHUNK = 500
-#: Probe queries allowed per table before the remaining damaged ranges are reported unbisected.
-PROBE_BUDGET = 2_000_000
 #: state_meta keys that describe the source file, not data (see the module docstring).
 SKIPPED_META_KEYS = ("db_file_generation",)
 SKIPPED_META_PREFIXES = ("fts_",)
-#: Sidecars copied with the source (the main file's name + suffix).
-SIDECARS = ("-wal", "-shm", "-journal")
-SOURCE_CHANGED = "the source changed while it was copied; stop every process using it"
 #: The private working directory (in the temporary directory) and its leftovers' names.
 WORK_DIR_STEM = "hermes-recover"
 WORK_DIR_RE = re.compile(r"hermes-recover(-\d+)?\.partial")
 RECOVERED_SOURCE = "recovered"
-
-
-class RecoverError(HermesStateError):
-    """Base of the errors :func:`recover` raises. ``report`` is the report so far (or None)."""
-
-    def __init__(self, user_message: str, operator_detail: str = "", *,
-                 report: dict | None = None) -> None:
-        self.report = report
-        super().__init__(user_message, operator_detail)
-
-
-class RecoverRefused(RecoverError):
-    """The request was refused before anything was read or written (bad paths or arguments)."""
-
-
-class SourceChangedError(RecoverError):
-    """A source file changed while it was copied or inspected (SPEC §14). Nothing was written."""
-
-
-# =========================================================================== copying the source
-
-def _stat_key(path: Path) -> tuple | None:
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return None
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-
-
-def _hash_file(path: Path) -> str | None:
-    digest = hashlib.sha256()
-    try:
-        with atomic.open_regular(path, follow=True) as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                digest.update(block)
-    except FileNotFoundError:
-        return None
-    return digest.hexdigest()
-
-
-class _Hasher:
-    """sha256 of the blocks fed to it, computed in a thread while the caller writes them
-    (``hashlib`` releases the GIL on large blocks: the copy costs the longer of writing and
-    hashing, not their sum)."""
-
-    def __init__(self) -> None:
-        import queue
-        import threading
-
-        self._digest = hashlib.sha256()
-        self._queue: queue.Queue = queue.Queue(maxsize=16)
-        self._thread = threading.Thread(target=self._run, name="recover-sha256", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while (block := self._queue.get()) is not None:
-            self._digest.update(block)
-
-    def feed(self, block: bytes) -> None:
-        self._queue.put(block)
-
-    def hexdigest(self) -> str:
-        """Wait for every block fed so far; the hex digest (the hasher is then finished)."""
-        self._queue.put(None)
-        self._thread.join()
-        return self._digest.hexdigest()
-
-
-def _source_files(source: Path) -> dict[str, Path]:
-    """``{"state.db": source, "state.db-wal": source-wal, ...}``: copy-side name → source path."""
-    files = {"state.db": source}
-    for suffix in SIDECARS:
-        files[f"state.db{suffix}"] = Path(f"{source}{suffix}")
-    return files
-
-
-def _copy_source(source: Path, dest_dir: Path,
-                 after_copy_hook: Callable[[], None] | None = None,
-                 stats: dict | None = None, progress: Callable | None = None) -> dict:
-    """Copy ``source`` and its sidecars into ``dest_dir`` as ``state.db[-wal|-shm|-journal]``.
-
-    Every file is ``stat``-ed before and after the whole copy (device, inode, size, mtime,
-    ctime); any difference, or a file appearing or vanishing, refuses (SPEC §14). The bytes are
-    hashed while copied, so the caller can prove later that the source is still what was copied.
-    Only reads the source; never opens it with SQLite.
-
-    Args:
-        source: the main file.
-        dest_dir: an existing private directory.
-        after_copy_hook: called after the bytes are copied and before the second ``stat``
-            (a test seam: a real writer can change the source exactly there).
-        stats: filled with ``{name: stat key}`` taken before the copy and ``"_t_ns"`` (wall
-            clock of that ``stat``), for :func:`_source_unchanged`.
-        progress: ``progress("copying the source", bytes_done, bytes_total)`` per MiB.
-    Returns:
-        ``{copy_name: {"path", "bytes", "sha256"} or None}`` (None = no such source file).
-    Raises:
-        SourceChangedError: a file changed while it was copied.
-        OSError: a source file cannot be read.
-    """
-    files = _source_files(source)
-    t_ns = time.time_ns()
-    before = {name: _stat_key(path) for name, path in files.items()}
-    if stats is not None:
-        stats.update(before, _t_ns=t_ns)
-    total = sum(k[2] for k in before.values() if k is not None)
-    done = 0
-    copied: dict[str, dict | None] = {}
-    for name, path in files.items():
-        if before[name] is None:
-            copied[name] = None
-            continue
-        size = 0
-        hasher = _Hasher()
-        try:
-            with atomic.open_regular(path, follow=True) as src, \
-                    os.fdopen(atomic.create_file(dest_dir / name), "wb") as dst:
-                for block in iter(lambda: src.read(1 << 20), b""):
-                    hasher.feed(block)
-                    dst.write(block)
-                    size += len(block)
-                    done += len(block)
-                    if progress is not None:
-                        progress("copying the source", done, total)
-        except FileNotFoundError:
-            raise SourceChangedError(SOURCE_CHANGED, f"{path} vanished during the copy") from None
-        finally:
-            digest = hasher.hexdigest()
-        copied[name] = {"path": str(path), "bytes": size, "sha256": digest}
-    if after_copy_hook is not None:
-        after_copy_hook()
-    changed = [str(files[name]) for name in files if _stat_key(files[name]) != before[name]]
-    changed += [str(files[name]) for name, info in copied.items()
-                if info is not None and before[name] is not None
-                and info["bytes"] != before[name][2] and str(files[name]) not in changed]
-    if changed:
-        raise SourceChangedError(SOURCE_CHANGED, f"changed during the copy: {', '.join(changed)}")
-    return copied
-
-
-#: A source file whose ctime is this close to the moment it was first examined may have been
-#: changed again within the same timestamp tick; only such a file is re-hashed at the end.
-CTIME_SLACK_NS = 1_000_000_000
-
-
-def _source_unchanged(source: Path, copied: dict,
-                      before: dict | None = None) -> tuple[bool, list[str]]:
-    """Is the source still what was copied? Returns ``(same, changed)``.
-
-    With ``before`` (``{name: stat key}`` and ``"_t_ns"``, the wall clock of the first ``stat``,
-    filled by :func:`_copy_source`): a file whose ``stat`` (device, inode, size, mtime, ctime)
-    differs has changed; one whose ctime was already older than ``_t_ns`` by more than
-    :data:`CTIME_SLACK_NS` and is the same now cannot have been written since (any write moves
-    ctime to at least that moment), so it is not read again; only a file changed just before
-    the copy is re-hashed and compared (issue 18: reading a 1 GB store a third time was a third
-    of ``--inspect-only``). Without ``before`` every file is re-hashed.
-    """
-    changed = []
-    t_ns = before.get("_t_ns") if before else None
-    for name, path in _source_files(source).items():
-        info = copied.get(name)
-        if before is not None and name in before and t_ns is not None:
-            now_key = _stat_key(path)
-            if now_key != before[name]:
-                changed.append(str(path))
-                continue
-            if now_key is None or now_key[4] < t_ns - CTIME_SLACK_NS:
-                continue
-        now = _hash_file(path)
-        if (info is None) != (now is None) or (info is not None and info["sha256"] != now):
-            changed.append(str(path))
-    return not changed, changed
-
-
-# =========================================================================== reading rows
-
-def _q(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
-def _is_damage(exc: BaseException) -> bool:
-    """A read error that means "this part of the file is unreadable" (not a bug of ours)."""
-    return isinstance(exc, sqlite3.DatabaseError) and not isinstance(
-        exc, (sqlite3.ProgrammingError, sqlite3.InterfaceError))
-
-
-@dataclass
-class _TableScan:
-    """What one pass over one table found."""
-
-    name: str
-    available: bool = False
-    columns: list[str] = field(default_factory=list)
-    rows: int = 0
-    error: str | None = None
-    unreadable: list[list] = field(default_factory=list)  # [[lo, hi|None], ...] merged
-    index: str | None = None
-    index_rowids: list[int] | None = None
-    lo: int | None = None
-    hi: int | None = None
-    open_tail: int | None = None  # first rowid of an unreadable tail of unknown extent
-    probes: int = 0
-    warnings: list[str] = field(default_factory=list)
-
-    def note_error(self, exc: BaseException) -> None:
-        if self.error is None:
-            self.error = str(exc)
-
-    def add_unreadable(self, lo: int, hi: int | None) -> None:
-        if self.unreadable and self.unreadable[-1][1] is not None \
-                and self.unreadable[-1][1] + 1 == lo:
-            self.unreadable[-1][1] = hi
-        else:
-            self.unreadable.append([lo, hi])
-
-    def unreadable_rows(self) -> int | None:
-        """Rows the index records inside the unreadable ranges (None without a usable index)."""
-        if not self.unreadable:
-            return 0
-        if self.index_rowids is None:
-            return None
-        ids = self.index_rowids
-        total = 0
-        for lo, hi in self.unreadable:
-            right = len(ids) if hi is None else bisect.bisect_right(ids, hi)
-            total += max(0, right - bisect.bisect_left(ids, lo))
-        return total
-
-    def unreadable_rowids(self) -> int | None:
-        if any(hi is None for _lo, hi in self.unreadable):
-            return None
-        return sum(hi - lo + 1 for lo, hi in self.unreadable)
-
-    def readable(self) -> bool:
-        """SPEC §14 "readable": the table is there and is not nothing but damage."""
-        return self.available and (self.rows > 0 or not self.unreadable)
-
-    def report(self) -> dict:
-        return {"available": self.available, "columns": self.columns, "rows": self.rows,
-                "error": self.error, "unreadable_ranges": [list(r) for r in self.unreadable],
-                "unreadable_rows": self.unreadable_rows(),
-                "unreadable_rowids": self.unreadable_rowids(),
-                "index_rows": None if self.index_rowids is None else len(self.index_rowids),
-                "rows_basis": self.index}
-
-
-def _prepare_table(conn: sqlite3.Connection, scan: _TableScan) -> None:
-    """Columns, the rowids an index records, and the rowid bounds to scan."""
-    t = _q(scan.name)
-    scan.columns = [r[1] for r in conn.execute(f"PRAGMA table_info({t})")]
-    scan.available = bool(scan.columns)
-    if not scan.available:
-        return
-    for row in conn.execute(f"PRAGMA index_list({t})").fetchall():
-        name, partial = row[1], row[4] if len(row) > 4 else 0
-        if partial:
-            continue  # a partial index does not hold every row
-        try:
-            ids = sorted(r[0] for r in conn.execute(f"SELECT rowid FROM {t} INDEXED BY {_q(name)}"))
-        except sqlite3.Error as exc:
-            scan.warnings.append(f"{scan.name}: index {name} is unreadable ({exc})")
-            continue
-        scan.index, scan.index_rowids = name, ids
-        break
-    lows: list[int] = []
-    highs: list[int] = []
-    low, failed_min = _probe_rowid(conn, f"SELECT min(rowid) FROM {t}", scan)
-    high, failed_max = _probe_rowid(conn, f"SELECT max(rowid) FROM {t}", scan)
-    if low is not None:
-        lows.append(low)
-    if high is not None:
-        highs.append(high)
-    if scan.index_rowids:
-        lows.append(scan.index_rowids[0])
-        highs.append(scan.index_rowids[-1])
-    try:
-        seq = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = ?",
-                           (scan.name,)).fetchone()
-        if seq is not None and seq[0] is not None:
-            highs.append(int(seq[0]))
-    except sqlite3.Error:
-        pass
-    if failed_min:
-        lows.append(1)
-    if failed_max and not (scan.index_rowids or any(h for h in highs)):
-        # Nothing records the highest rowid: read forward to the first damage and report the
-        # rest of the rowid space as an unreadable tail of unknown extent.
-        last = None
-        try:
-            for (rid,) in conn.execute(f"SELECT rowid FROM {t} ORDER BY rowid"):
-                last = rid
-        except sqlite3.DatabaseError as exc:
-            if not _is_damage(exc):
-                raise
-        start = (last if last is not None else (min(lows) if lows else 1) - 1)
-        highs.append(start + CHUNK_ROWIDS)
-        scan.open_tail = start + CHUNK_ROWIDS + 1
-        scan.warnings.append(
-            f"{scan.name}: the end of the table is unreadable and no index records its rowids; "
-            f"rows from rowid {scan.open_tail} up may be lost")
-    if lows or highs:
-        scan.lo = min(lows) if lows else min(highs)
-        scan.hi = max(highs) if highs else max(lows)
-        if scan.hi < scan.lo:
-            scan.hi = scan.lo
-
-
-def _iter_rows(conn: sqlite3.Connection, scan: _TableScan,
-               columns: list[str] | None = None, *, values: bool = True) -> Iterator[tuple]:
-    """Yield ``(rowid, *columns)`` of every readable row of the table in rowid order.
-
-    Fills ``scan.rows``, ``scan.unreadable`` and ``scan.error``. Ranges that raise are bisected
-    down to single-rowid seeks (SPEC §14).
-
-    With ``values=False`` (inspection) each column is read as ``length(CAST(col AS TEXT))``:
-    SQLite still reads every byte of every value, overflow pages included (a length of text
-    counts its characters, and a BLOB cast to text is read), so damage raises exactly where it
-    would, but no Python string is built for a gigabyte of content (issue 18: that made
-    inspection four times a bare scan).
-    """
-    cols = columns if columns is not None else scan.columns
-    if values:
-        exprs = ", ".join(_q(c) for c in cols)
-    else:
-        exprs = ", ".join(f"length(CAST({_q(c)} AS TEXT))" for c in cols)
-    select = f"SELECT rowid, {exprs} FROM {_q(scan.name)}"
-    if scan.lo is None:
-        return
-    a = scan.lo
-    while a <= scan.hi:
-        b = min(a + CHUNK_ROWIDS - 1, scan.hi)
-        stack = [(a, b)]
-        found = 0
-        failed = False
-        while stack:
-            lo, hi = stack.pop()
-            scan.probes += 1
-            try:
-                if lo == hi:
-                    rows = _fetch(conn, select + " WHERE rowid = ?", (lo,))
-                else:
-                    rows = _fetch(conn, select + " WHERE rowid BETWEEN ? AND ? ORDER BY rowid",
-                                  (lo, hi))
-            except sqlite3.DatabaseError as exc:
-                if not _is_damage(exc):
-                    raise
-                scan.note_error(exc)
-                failed = True
-                if lo == hi or scan.probes >= PROBE_BUDGET:
-                    if lo != hi and not any("budget" in w for w in scan.warnings):
-                        scan.warnings.append(f"{scan.name}: probe budget exhausted; damaged "
-                                             f"ranges are reported without bisecting further")
-                    scan.add_unreadable(lo, hi)
-                    continue
-                mid = (lo + hi) // 2
-                stack.append((mid + 1, hi))
-                stack.append((lo, mid))  # popped first: rows come out in rowid order
-                continue
-            scan.rows += len(rows)
-            found += len(rows)
-            yield from rows
-        a = b + 1
-        if not found and not failed and a <= scan.hi:
-            # An empty, healthy chunk: jump over a gap of unused rowids with one seek (a
-            # seek that runs into damage raises, and the fixed-width chunks go on from here).
-            scan.probes += 1
-            try:
-                nxt = conn.execute(f"SELECT rowid FROM {_q(scan.name)} WHERE rowid >= ? "
-                                   f"ORDER BY rowid LIMIT 1", (a,)).fetchone()
-            except sqlite3.DatabaseError as exc:
-                if not _is_damage(exc):
-                    raise
-                continue
-            if nxt is None:
-                a = scan.hi + 1
-            elif nxt[0] > a:
-                a = nxt[0]
-    if scan.open_tail is not None:
-        scan.add_unreadable(scan.open_tail, None)
-
-
-def _open_copy(path: Path) -> sqlite3.Connection:
-    # Text is decoded by sqlite3 in C; a range with text that is not valid UTF-8 (damage) is
-    # read again with U+FFFD in its place (:func:`_fetch`).
-    return sqlite3.connect(os.fspath(path), isolation_level=None, timeout=5.0)
-
-
-def _replace_decode(b: bytes) -> str:
-    return b.decode("utf-8", "replace")
-
-
-def _fetch(conn: sqlite3.Connection, sql: str, args: tuple) -> list:
-    """``fetchall`` of ``sql``; text that is not valid UTF-8 is read with U+FFFD instead of
-    failing the rows (a Python-level text factory for every value made inspection twice as
-    slow, so it is only used for the range that needs it)."""
-    try:
-        return conn.execute(sql, args).fetchall()
-    except sqlite3.OperationalError as exc:
-        if "decode" not in str(exc):
-            raise
-    conn.text_factory = _replace_decode
-    try:
-        return conn.execute(sql, args).fetchall()
-    finally:
-        conn.text_factory = str
-
-
-def _header_journal_mode(path: Path) -> str | None:
-    try:
-        with atomic.open_regular(path) as fh:
-            header = fh.read(100)
-    except OSError:
-        return None
-    if len(header) < 100 or not header.startswith(b"SQLite format 3\x00"):
-        return None
-    return {1: "delete", 2: "wal"}.get(header[18])
-
-
-def _inspect(conn: sqlite3.Connection | None, copy: Path, report: dict,
-             count_only: bool = True, progress: Callable | None = None) -> dict[str, _TableScan]:
-    """Fill ``report`` with journal mode, schema version, per-table results and quick_check.
-
-    ``progress(phase, rows_read, rows_expected)`` every chunk (the expected count is what the
-    table's index records, None without one), then ``progress("quick_check", None, None)``.
-    """
-    scans = {name: _TableScan(name) for name in CANONICAL_TABLES}
-    report["journal_mode"] = _header_journal_mode(copy)
-    if conn is None:
-        return scans
-    try:
-        names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-    except sqlite3.DatabaseError as exc:
-        report["errors"].append(f"the schema cannot be read: {exc}")
-        for scan in scans.values():
-            scan.error = str(exc)
-        report["integrity"] = [f"error: {exc}"]
-        return scans
-    try:
-        report["journal_mode"] = conn.execute("PRAGMA journal_mode").fetchone()[0].lower()
-    except sqlite3.DatabaseError:
-        pass
-    # quick_check beside the row scan, on its own read-only connection: the copy's WAL (if
-    # any) is indexed already by ``conn``, and neither connection writes.
-    pool = ThreadPoolExecutor(max_workers=1)
-    check = pool.submit(_quick_check, copy)
-    pool.shutdown(wait=False)
-    try:
-        row = conn.execute("SELECT max(version) FROM schema_version").fetchone()
-        report["schema_version"] = row[0] if row else None
-    except sqlite3.DatabaseError:
-        report["schema_version"] = None
-    for name, scan in scans.items():
-        if name not in names:
-            report["warnings"].append(f"table {name} is absent from the source")
-            continue
-        try:
-            _prepare_table(conn, scan)
-            phase = f"reading {name}"
-            expected = None if scan.index_rowids is None else len(scan.index_rowids)
-            for n, _row in enumerate(_iter_rows(conn, scan, values=False), 1):
-                if progress is not None and n % CHUNK_ROWIDS == 0:
-                    progress(phase, n, expected)
-        except sqlite3.DatabaseError as exc:
-            if not _is_damage(exc):
-                raise
-            scan.note_error(exc)
-            report["errors"].append(f"{name}: {exc}")
-        report["warnings"].extend(scan.warnings)
-        if scan.unreadable:
-            lost = scan.unreadable_rows()
-            ranges = ", ".join(f"{lo}-{'end' if hi is None else hi}" for lo, hi in scan.unreadable)
-            report["errors"].append(
-                f"{name}: {'an unknown number of' if lost is None else lost} row(s) unreadable "
-                f"(rowids {ranges}); {scan.rows} readable")
-    if progress is not None:
-        progress("quick_check", None, None)
-    report["integrity"] = check.result()
-    return scans
-
-
-def _quick_check(copy: Path) -> list[str]:
-    """``PRAGMA quick_check`` of the copy on a connection of its own (run in a thread beside
-    the row scan: SQLite releases the GIL); a check that cannot run says why."""
-    try:
-        conn = sqlite3.connect(f"file:{quote(os.fspath(copy))}?mode=ro", uri=True,
-                               timeout=5.0)
-    except sqlite3.Error as exc:
-        return [f"error: {exc}"]
-    try:
-        return [r[0] for r in conn.execute("PRAGMA quick_check")]
-    except sqlite3.DatabaseError as exc:
-        return [f"error: {exc}"]
-    finally:
-        conn.close()
 
 
 # =========================================================================== building the output
@@ -1124,14 +604,3 @@ def _publish(partial: Path, out_path: Path, rep: dict) -> None:
         return
     atomic.fsync_dir(out_path.parent)
     rep["output"]["written"] = True
-
-
-def _probe_rowid(conn: sqlite3.Connection, sql: str, scan) -> tuple[int | None, bool]:
-    """Run a min/max(rowid) probe; ``(value, failed)`` where damage is noted, not raised."""
-    try:
-        return conn.execute(sql).fetchone()[0], False
-    except sqlite3.DatabaseError as exc:
-        if not _is_damage(exc):
-            raise
-        scan.note_error(exc)
-        return None, True

@@ -19,6 +19,7 @@ import pytest
 
 from hermes_state import SessionDB, cli_progress, exporting
 from hermes_state import recover as recover_mod
+from hermes_state import recover_source
 from hermes_state.cli import main as cli
 from hermes_state.recover import SourceChangedError, recover
 
@@ -131,18 +132,18 @@ def test_recover_does_not_read_an_unchanged_old_source_again(tmp_path, monkeypat
     for p in tmp_path.iterdir():
         os.utime(p, (old, old))  # mtime only; ctime moves now, so check the slack path too
     hashed: list[str] = []
-    real = recover_mod._hash_file
+    real = recover_source._hash_file
 
     def spy(p):
         hashed.append(str(p))
         return real(p)
 
-    monkeypatch.setattr(recover_mod, "_hash_file", spy)
-    monkeypatch.setattr(recover_mod, "CTIME_SLACK_NS", -10**18)  # every ctime counts as old
+    monkeypatch.setattr(recover_source, "_hash_file", spy)
+    monkeypatch.setattr(recover_source, "CTIME_SLACK_NS", -10**18)  # every ctime counts as old
     rep = recover(path, inspect_only=True)
     assert rep["source_unchanged"] is True and rep["recoverable"] is True
     assert hashed == []
-    monkeypatch.setattr(recover_mod, "CTIME_SLACK_NS", 10**18)  # every ctime counts as recent
+    monkeypatch.setattr(recover_source, "CTIME_SLACK_NS", 10**18)  # every ctime counts as recent
     rep = recover(path, inspect_only=True)
     assert rep["source_unchanged"] is True and str(path) in hashed
 
