@@ -1,9 +1,10 @@
-"""Opening the store and the single write path (SPEC §4, §10).
+"""The single write path of a store (SPEC §4, §10).
 
 :class:`StoreConnection` owns one ``sqlite3`` connection to one store and everything that must
 happen around a write: the thread lock, ``BEGIN IMMEDIATE``, the generation check, the jittered
-retry on lock errors, the PASSIVE checkpoint cadence, sticky refusals, and a close that never
-checkpoints a retired generation. :class:`hermes_state.db.SessionDB` builds the API on top.
+retry on lock errors, the PASSIVE checkpoint cadence, sticky refusals, FTS switched off on
+damage, and a close that never checkpoints a retired generation. Opening is
+:mod:`hermes_state.opening`; :class:`hermes_state.db.SessionDB` builds the API on top.
 """
 
 from __future__ import annotations
