@@ -33,7 +33,13 @@ from pathlib import Path
 from typing import Any
 
 from hermes_state import SCHEMA_VERSION, SessionDB
-from hermes_state.testing import FIXTURE_ROOT, copy_store, inventory, verify_fts
+from hermes_state.testing import (
+    FIXTURE_ROOT,
+    copy_store,
+    inventory,
+    sqlite_problems,
+    verify_fts,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 #: Words upstream wrote into the bundled stores that search must find.
@@ -324,12 +330,7 @@ def integrity_problems(db_path: Path) -> list[str]:
     out: list[str] = []
     conn = sqlite3.connect(str(db_path))
     try:
-        ic = [r[0] for r in conn.execute("PRAGMA integrity_check")]
-        if ic != ["ok"]:
-            out.append(f"integrity_check: {ic[:3]}")
-        fk = conn.execute("PRAGMA foreign_key_check").fetchall()
-        if fk:
-            out.append(f"foreign_key_check: {len(fk)} violation(s)")
+        out.extend(sqlite_problems(conn))
         for name in inventory(conn).tables:
             try:
                 conn.execute(f'INSERT INTO "{name}"("{name}") VALUES (\'integrity-check\')')

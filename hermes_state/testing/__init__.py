@@ -58,6 +58,7 @@ from .fixtures import (
     check_migrated,
     cjk_number,
     create_store_schema,
+    sqlite_problems,
 )
 from .upstream_shapes import FIXTURE_ROOT, copy_store
 
@@ -68,7 +69,7 @@ __all__ = [
     "copy_store", "create_store_schema", "default_db_path", "describe_pid", "exposure_line",
     "history_layout", "infer_version", "inventory", "list_snapshots", "live_fts_layout",
     "lock_holders", "prompt_hash", "read_locks", "scan_holders", "schema_at", "sessions_json_path",
-    "sqlite_uri", "utc_stamp", "verify_fts", "version_table", "wal_header", "wal_reset_exposure",
+    "sqlite_problems", "sqlite_uri", "utc_stamp", "verify_fts", "version_table", "wal_header", "wal_reset_exposure",
 ]
 
 

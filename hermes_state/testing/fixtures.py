@@ -501,6 +501,19 @@ def _json_equal(a: Any, b: Any) -> bool:
         return a == b
 
 
+def sqlite_problems(conn: sqlite3.Connection) -> list[str]:
+    """``PRAGMA integrity_check`` and ``foreign_key_check`` of ``conn``'s store, as problem
+    lines (``[]``: both clean)."""
+    problems = []
+    ic = [r[0] for r in conn.execute("PRAGMA integrity_check")]
+    if ic != ["ok"]:
+        problems.append(f"integrity_check: {ic[:3]}")
+    fk = conn.execute("PRAGMA foreign_key_check").fetchall()
+    if fk:
+        problems.append(f"foreign_key_check: {len(fk)} violation(s)")
+    return problems
+
+
 def check_migrated(conn: sqlite3.Connection, manifest: dict, *,
                    extra_messages: bool = False) -> list[str]:
     """Compare a store migrated to v23 with the manifest of its fixture (SPEC §16.6).
@@ -562,12 +575,7 @@ def check_migrated(conn: sqlite3.Connection, manifest: dict, *,
     for table, verdict in verify_fts(conn).items():
         if verdict != "ok":
             problems.append(f"{table}: {verdict}")
-    ic = [r[0] for r in conn.execute("PRAGMA integrity_check")]
-    if ic != ["ok"]:
-        problems.append(f"integrity_check: {ic[:3]}")
-    fk = conn.execute("PRAGMA foreign_key_check").fetchall()
-    if fk:
-        problems.append(f"foreign_key_check: {len(fk)} violation(s)")
+    problems.extend(sqlite_problems(conn))
     if old_v < CURRENT_VERSION and live_fts_layout(conn) not in INLINE_LAYOUTS | {EXTERNAL_LAYOUT}:
         problems.append(f"FTS layout {live_fts_layout(conn)}")
     return problems
