@@ -35,7 +35,7 @@ import shutil
 import sqlite3
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import Any, Callable, Protocol
 
 from .fts_inventory import inventory
 from .fts_layout import (
@@ -62,8 +62,15 @@ from .schema import (
     trigram_supported,
 )
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .db import SessionDB
+
+class _Store(Protocol):
+    """What :func:`optimize_storage` uses of a :class:`~hermes_state.db.SessionDB`."""
+
+    db_path: Path
+
+    def _read(self, fn: Callable[[sqlite3.Connection], Any]) -> Any: ...
+
+    def _write(self, fn: Callable[[sqlite3.Connection], Any], *, op: str) -> Any: ...
 
 #: Prefix of FTS tables renamed aside by a switch; :mod:`hermes_state.fts_backfill` frees them.
 RETIRED_PREFIX = "retired_"
@@ -209,7 +216,7 @@ def _chunk(conn: sqlite3.Connection, size: int) -> dict:
     return {"rows": len(ids), "done": not more, "progress": top, "high_water": high}
 
 
-def optimize_storage(db: "SessionDB", *, chunk: int = DEFAULT_CHUNK,
+def optimize_storage(db: _Store, *, chunk: int = DEFAULT_CHUNK,
                      progress: Callable[[dict], None] | None = None) -> dict:
     """Move ``db`` to the v23 external-content FTS layout and rebuild FTS resumably (SPEC §8).
 
