@@ -7,9 +7,7 @@ never creates a store and never opens a writable connection, except ``--fix`` wh
 PASSIVE checkpoint of a large WAL or rebuild a corrupt FTS index, and only when no other process
 holds the store. It never deletes a WAL and never kills a process.
 
-Decision (not in SPEC): a ``mode=ro`` open of a WAL store whose ``-wal``/``-shm`` are absent makes
-SQLite create empty ones; doctor leaves them (deleting sidecars is the hazard this product exists
-to prevent, and they are harmless).
+Why doctor leaves the empty sidecars a ``mode=ro`` open creates: docs/decisions/doctor-and-holders.md.
 """
 
 from __future__ import annotations

@@ -10,25 +10,8 @@ of :class:`Term` objects and operator strings; everything else renders that one 
 - :func:`build_tree` gives the boolean tree with FTS5's own precedence, which the store compiles
   to a ``LIKE '%term%'`` scan (SPEC §6.3) and which :func:`positive_terms` walks for snippets.
 
-Decisions where SPEC §6.2 leaves room (also listed in the search module docstring):
-
-1. Order of work: cut to 2048 characters first, then replace lone surrogates with U+FFFD and
-   control characters (NUL included: FTS5 ends a string at NUL) with spaces.
-2. Terms are split on Unicode whitespace and on ``"``; a ``"`` always starts a phrase, so
-   ``foo"bar baz"`` is the term ``foo`` and the phrase ``"bar baz"``. An unbalanced quote (one
-   with no closing partner) is dropped and the text after it is parsed as ordinary terms.
-3. A "word character" is ``str.isalnum()`` (letters and digits of any script) or ``_``. A term
-   or phrase with no letter or digit at all (``+``, ``***``, ``{}``, ``"..."``, ``_``, emoji) is
-   dropped: it would tokenize to nothing and an empty phrase inside ``AND`` matches no row.
-4. Doubled operators: the LAST one between two terms wins (``a AND NOT b`` → ``a NOT b``, the
-   reading a user typing that most likely meant; ``a AND OR b`` → ``a OR b``). Lower-case
-   ``and/or/not`` are ordinary words, as in FTS5.
-5. ``NEAR`` is always emitted quoted (``"NEAR"``) so it can never become the NEAR operator;
-   so is a prefix term spelled like an operator (``AND*`` → ``"AND"*``).
-6. Trailing ``*`` (any number) marks a prefix query and is emitted once, outside the quotes.
-   A ``*`` elsewhere is a separator (``a*b`` → ``"a*b"``). A phrase keeps a ``*`` that directly
-   follows its closing quote (``"exact phrase"*``).
-7. Prefix stars are meaningless for substring search and are dropped there.
+The decisions where SPEC §6.2 leaves room (order of work, term splitting, word characters,
+doubled operators, NEAR, prefix stars) are recorded in docs/decisions/search.md.
 """
 
 from __future__ import annotations
