@@ -234,7 +234,7 @@ def _prune_plan(db: Path, share: float = 0.10) -> tuple[float, list[str]]:
     """The age (days) that makes ``prune --older-than`` take the oldest ``share`` of the
     sessions, and those ids (the store's own candidate query, read-only)."""
     from hermes_state import SessionDB
-    from hermes_state.lifecycle import _LAST_ACTIVE  # noqa: F401 - same expression as prune
+    from hermes_state.lineage import _LAST_ACTIVE  # noqa: F401 - same expression as prune
 
     with SessionDB(db, read_only=True) as ro:
         rows = ro._read(lambda c: c.execute(
