@@ -5,7 +5,7 @@ declared per-version DDL". This module is that declaration, taken from the stora
 of the upstream releases (UPSTREAM_API.md §4.1-§4.3), not from our own reconstruction:
 :func:`schema_at` returns which tables (with which columns, in which order, with which NOT NULL
 constraints), which indexes and which FTS layout a store of version N had.
-:func:`hermes_state.schema_fixtures.build_fixture` (re-exported here) fills such a store with
+:func:`hermes_state.testing.build_fixture` (not part of the store) fills such a store with
 deterministic content.
 
 The layouts use upstream's trigger names (``<table>_insert`` / ``_delete`` / ``_update``, never
