@@ -36,7 +36,7 @@ from pathlib import Path
 from rich.console import Console
 
 import hermes_state
-from hermes_state.paths import utc_stamp
+from hermes_state.testing import utc_stamp
 
 from . import audit_probe, mutants, store
 from .audit_report import kill_table, markdown_table, write_readme
