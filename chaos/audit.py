@@ -8,6 +8,8 @@ whose working directory is the copy's (never the developer's tree). The mutant's
 fails (a checker FAIL or INCONCLUSIVE, a toolkit error, a hang) kills it and the rest are skipped
 (``--all`` runs every one). A kill only counts when the same scenario passes on an unmutated copy
 run the same way (the *control*, once per scenario): a scenario that fails anyway proves nothing.
+A kill by anything but a checker FAIL is confirmed by a second run of the mutant (an
+INCONCLUSIVE under load is not a detection): if that one passes, it does not count.
 
 Each run's probe (:mod:`chaos.audit_probe`) proves that every process that imported the store, and
 every role process, imported the mutant copy; otherwise the audit is INVALID and exits 3. A
@@ -276,14 +278,24 @@ class Audit:
                 break
             out = self.run_scenario(ws, scenario)
             counted = out.failed and (self.control is None or self.control.passes(scenario))
+            note = ("the scenario fails on the unmutated copy too (control)"
+                    if out.failed and not counted else "")
+            if counted and out.status != "FAIL":
+                # INCONCLUSIVE, a toolkit error or a hang may be the machine's load, not the
+                # mutant: it kills only when a second run of the mutant does not pass either
+                again = self.run_scenario(ws, scenario)
+                if not again.failed:
+                    counted = False
+                    note = (f"{out.status} once, then {again.status} on a second run of the "
+                            "mutant: not counted")
             entry = asdict(out)
             entry["kill"] = counted
-            if out.failed and not counted:
-                entry["note"] = "the scenario fails on the unmutated copy too (control)"
+            if note:
+                entry["note"] = note
             res.runs.append(entry)
             self._say(f"      {mutant.name}: {scenario.name} {out.status}"
                       + (f" ({out.checkers[0]})" if out.checkers and out.failed else "")
-                      + ("" if counted or not out.failed else " - control failed, not counted")
+                      + ("" if counted or not out.failed else f" - {note}")
                       + f" {out.seconds:.1f}s", dim=True)
             if counted and res.killed_by is None:
                 res.status, res.killed_by = KILLED, scenario.stem

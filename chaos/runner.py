@@ -270,6 +270,7 @@ class Runner:
             "seed": self.sc.seed, "t0": self.t0, "deadline": self.t0 + end,
             "workload": as_dict(spec.workload), "failpoints": spec.failpoints or "",
             "synchronous": self.sc.store.get("synchronous", "NORMAL"),
+            "undumpable": spec.undumpable, "ptrace_cap": spec.ptrace_cap,
         }
         fn = self.functions.get(spec.name)
         if fn is None:

@@ -22,6 +22,7 @@ import psutil
 
 _DELETED = " (deleted)"
 HAVE_PROC = sys.platform.startswith("linux") and os.path.isdir("/proc/self/fd")
+_CAP_SYS_PTRACE = 19  # capability number (linux/capability.h)
 
 # SQLite WAL-index lock bytes on the -shm file (SQLite wal.c: WALINDEX_LOCK_OFFSET = 120).
 SHM_LOCK_NAMES = {120: "WAL write lock", 121: "checkpoint lock", 122: "recover lock",
@@ -161,6 +162,7 @@ def scan(db_path: str | os.PathLike, *, include_self: bool = False) -> HolderSca
     real, idents = _watched(db_path)
     me = os.getpid()
     my_uid = os.geteuid()
+    ptrace = _has_cap_sys_ptrace()
     result = HolderScan()
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
@@ -172,20 +174,23 @@ def scan(db_path: str | os.PathLike, *, include_self: bool = False) -> HolderSca
         try:
             fds = os.listdir(fd_dir)
         except PermissionError:
-            try:
-                owner = os.stat(f"/proc/{pid}").st_uid
-            except OSError:
-                continue
-            if owner == my_uid:
-                result.unreadable.append(pid)
+            _note_unreadable(result, pid, my_uid)
             continue
         except OSError:
             continue  # exited meanwhile (ENOENT, or ESRCH for a process being reaped)
         files: set[str] = set()
         retired: set[str] = set()
+        denied = False
         for fd in fds:
             try:
                 target = os.readlink(f"{fd_dir}/{fd}")
+            except PermissionError:
+                # listable but not readable: a root reader without CAP_SYS_PTRACE (a container's
+                # default) facing a process that is not dumpable. Same rule: fail closed. (With
+                # CAP_SYS_PTRACE a denial means a process beyond this namespace's reach, such
+                # as a sandbox's init: skipped, as before.)
+                denied = not ptrace
+                break
             except OSError:
                 continue
             if not target.startswith("/") or os.path.basename(real) not in target:
@@ -201,11 +206,37 @@ def scan(db_path: str | os.PathLike, *, include_self: bool = False) -> HolderSca
             files.add(hit[0])
             if hit[1]:
                 retired.add(hit[0])
+        if denied:
+            _note_unreadable(result, pid, my_uid)
+            continue
         if files:
             result.holders.append(
                 Holder(pid, describe_pid(pid), tuple(sorted(files)), tuple(sorted(retired))))
     result.holders.sort(key=lambda h: h.pid)
     return result
+
+
+def _has_cap_sys_ptrace() -> bool:
+    """True when this process may read any process's descriptors (CAP_SYS_PTRACE effective)."""
+    try:
+        with open("/proc/self/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"CapEff:"):
+                    return bool(int(line.split()[1], 16) >> _CAP_SYS_PTRACE & 1)
+    except (OSError, ValueError):
+        pass
+    return False
+
+
+def _note_unreadable(result: HolderScan, pid: int, my_uid: int) -> None:
+    """Report ``pid`` as unreadable when it belongs to this user (another user's process cannot
+    open the 0600 store files)."""
+    try:
+        owner = os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        return  # exited meanwhile
+    if owner == my_uid:
+        result.unreadable.append(pid)
 
 
 def _scan_psutil(db_path: str | os.PathLike, include_self: bool) -> HolderScan:
@@ -228,6 +259,9 @@ def _scan_psutil(db_path: str | os.PathLike, include_self: bool) -> HolderScan:
             hit = _classify(real, os.path.realpath(f.path), None, idents)
             if hit:
                 files.add(hit[0])
+        if denied:
+            _note_unreadable(result, pid, my_uid)
+            continue
         if files:
             result.holders.append(Holder(proc.pid, describe_pid(proc.pid), tuple(sorted(files))))
     result.holders.sort(key=lambda h: h.pid)

@@ -201,3 +201,29 @@ def test_catalogue_covers_every_safety_rule_family():
     sections = {m.spec.split()[0].rstrip(",") for m in CATALOGUE}
     assert len(CATALOGUE) >= 15
     assert {"§4", "§10.1", "§10.4", "§10.5", "§11"} <= sections
+
+
+def _stubbed(tmp_path: Path, outcomes: list[str]) -> audit.MutantResult:
+    """audit_one on a mutant whose runs of the tiny scenario end as ``outcomes``, in order."""
+    tmp_path.mkdir()
+    _, scen = _tiny(tmp_path)
+    sc = load_scenario(scen / "tiny.yaml")
+    a = audit.Audit(tmp_path / "out", [sc], 1, Console(file=open(os.devnull, "w")),
+                    control=False)
+    a.workspace = lambda name, mutant: audit.Workspace(tmp_path, tmp_path, None)
+    left = list(outcomes)
+    a.run_scenario = lambda ws, scenario: audit.RunOutcome(scenario.name, left.pop(0))
+    m = mutants.Mutant("m", "m.yaml", "a rule", "§4", "a rewrite", "x", "y", False,
+                       scenarios=["tiny"])
+    res = a.audit_one(m)
+    assert left == []  # no run more than the rule asks for
+    return res
+
+
+def test_an_inconclusive_kill_needs_a_second_run_of_the_mutant(tmp_path):
+    assert _stubbed(tmp_path / "a", ["FAIL"]).status == audit.KILLED  # a checker FAIL: at once
+    assert _stubbed(tmp_path / "b", ["INCONCLUSIVE", "INCONCLUSIVE"]).status == audit.KILLED
+    res = _stubbed(tmp_path / "c", ["INCONCLUSIVE", "PASS"])  # the load, not the mutant
+    assert res.status == audit.SURVIVED
+    assert "then PASS on a second run of the mutant" in res.runs[0]["note"]
+    assert res.runs[0]["kill"] is False

@@ -128,6 +128,7 @@ EXCERPT_CHARS = 1500
 DEFAULT_TIMEOUT_S = 60.0
 
 _PID_RE = re.compile(r"\bPID (\d+)")
+_UNREADABLE_RE = re.compile(r"could not inspect PID\(s\) (\d+(?:, \d+)*)")
 
 
 @dataclass
@@ -202,7 +203,10 @@ def command_argv(command: str, home: str | os.PathLike, db_path: str | os.PathLi
 
 def named_pids(output: str) -> list[int]:
     """Every ``PID N`` a command's output names (the holders of a refusal), in order, once."""
-    return list(dict.fromkeys(int(p) for p in _PID_RE.findall(output)))
+    found = [int(p) for p in _PID_RE.findall(output)]
+    for listed in _UNREADABLE_RE.findall(output):  # an incomplete holder scan (SPEC §10.2)
+        found += [int(p) for p in re.findall(r"\d+", listed)]
+    return list(dict.fromkeys(found))
 
 
 def newest_snapshot_id(db_path: str | os.PathLike) -> str | None:

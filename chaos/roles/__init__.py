@@ -19,7 +19,8 @@ from hermes_state import events, failpoints
 
 from ..nemesis.files import install_foreign_open_close
 from ..params import build
-from . import cli, gateway, lock_holder, long_reader, maintenance, python_callable, worktree
+from . import (cli, gateway, lock_holder, long_reader, maintenance, procfs, python_callable,
+               worktree)
 from .base import RoleConfig, RoleContext
 
 
@@ -71,6 +72,7 @@ def role_main(cfg_dict: dict, fn: Callable[[RoleContext], None] | None = None) -
     else:
         os.environ.pop(failpoints.ENV_VAR, None)
     failpoints.reload()
+    procfs.apply(undumpable=cfg.undumpable, ptrace_cap=cfg.ptrace_cap)
     ctx = RoleContext(cfg, build(ROLES[cfg.kind].Params, cfg.workload))
 
     def on_term(signum, frame):  # SIGTERM = clean shutdown: finish the op, close, exit 0

@@ -51,6 +51,8 @@ class RoleConfig:
         synchronous: the store's ``PRAGMA synchronous`` (scenario ``store.synchronous``); ``OFF``
             is forced on the writer connection (the store refuses it) to prove the durability
             checker.
+        undumpable: the process makes itself not dumpable before its workload starts.
+        ptrace_cap: False: the process drops CAP_SYS_PTRACE from its bounding set first.
     """
 
     role: str
@@ -67,6 +69,8 @@ class RoleConfig:
     workload: dict = field(default_factory=dict)
     failpoints: str = ""
     synchronous: str = "NORMAL"
+    undumpable: bool = False
+    ptrace_cap: bool = True
 
 
 class RoleContext:

@@ -37,6 +37,10 @@ class RoleSpec:
         workload: the kind's ``Params`` (every default filled, durations in seconds).
         failpoints: ``HERMES_STATE_FAILPOINTS`` spec for the instances (``""``: none).
         line: 1-based line of the role in the file.
+        undumpable: the instances make themselves not dumpable (``/proc/<pid>/fd`` unreadable to
+            a same-user process without CAP_SYS_PTRACE).
+        ptrace_cap: False: the instances drop CAP_SYS_PTRACE from their bounding set (the
+            commands they run see ``/proc`` like an ordinary user).
     """
 
     name: str
@@ -47,6 +51,8 @@ class RoleSpec:
     workload: Any
     failpoints: str
     line: int | None
+    undumpable: bool = False
+    ptrace_cap: bool = True
 
 
 @dataclass
@@ -148,6 +154,10 @@ class Scenario:
                 d["stop_at"] = r.stop_at
             d["workload"] = as_dict(r.workload)
             d["failpoints"] = r.failpoints
+            if r.undumpable:
+                d["undumpable"] = True
+            if not r.ptrace_cap:
+                d["ptrace_cap"] = False
             roles.append(d)
         steps = []
         for s in self.nemesis:
@@ -207,7 +217,9 @@ def build(data: dict, root: yaml.Node, source: str) -> Scenario:
             start_at=parse_duration(r.get("start_at", 0)),
             stop_at=parse_duration(stop) if stop is not None else None,
             workload=build_params(ROLES[r["kind"]].Params, r.get("workload", {})),
-            failpoints=r.get("failpoints", ""), line=line_of(root, ["roles", i])))
+            failpoints=r.get("failpoints", ""), line=line_of(root, ["roles", i]),
+            undumpable=bool(r.get("undumpable", False)),
+            ptrace_cap=bool(r.get("ptrace_cap", True))))
     steps = []
     for i, s in enumerate(data.get("nemesis", [])):
         given = {k: v for k, v in s.items() if k not in ("at", "after", "fault")}

@@ -122,6 +122,14 @@ def _role() -> dict:
             "failpoints": {"type": "string",
                            "description": "HERMES_STATE_FAILPOINTS for the instances, e.g. "
                            "'write.before_commit=crash@3' (SPEC §4 failpoints)."},
+            "undumpable": {"type": "boolean", "default": False,
+                           "description": "The instances mark themselves not dumpable "
+                           "(PR_SET_DUMPABLE 0, as after a setuid): a process of the same user "
+                           "without CAP_SYS_PTRACE cannot read their /proc/<pid>/fd (SPEC §10.2)."},
+            "ptrace_cap": {"type": "boolean", "default": True,
+                           "description": "false: the instances drop CAP_SYS_PTRACE from their "
+                           "bounding set, so the commands they run read /proc like an ordinary "
+                           "user of the same uid (root would read every process's descriptors)."},
         },
         "allOf": [{"if": {"properties": {"kind": {"const": kind}}, "required": ["kind"]},
                    "then": {"properties": {"workload": {"$ref": f"#/$defs/{kind}_workload"}}}}
