@@ -304,3 +304,35 @@ def test_no_lost_writes_max_loss_fails_a_loss_larger_than_the_damage():
     assert nlw._verdict(cases, dict(fig), by_pid, [], True, 5).status == PASS
     assert nlw._verdict(cases, dict(fig), by_pid, [], True, 4).status == FAIL
     assert nlw._verdict(cases, dict(fig), by_pid, [], True).status == PASS
+
+
+# ---------------------------------------------------------------------------- snapshot_complete
+def test_snapshot_complete_finds_an_append_acked_before_the_backup_missing_from_its_image():
+    from chaos.checkers import snapshot_complete as sc
+
+    out = "snapshot /run/home/state-snapshots/20261201T000000Z-manual/state.db: verified=True\n"
+    h = (op(1, 2, "ok", 1, payload_id="a")
+         + op(3, 6, "ok", 1, process="backup-0", op_="run", command="backup", exit_code=0,
+              stdout=out)
+         + [rec(4, "ok", op="append", op_id="gateway-0:2", payload_id="late")])
+    assert len(h) == 5
+    (b,) = sc.backups(h)
+    assert (b.t0, b.image) == (3, "/run/home/state-snapshots/20261201T000000Z-manual/state.db")
+    acked = sc.acked_appends(h)
+    assert [pid for _, pid, _ in acked] == ["a", "late"]  # "late": acknowledged at t=4
+    b.payloads = Counter()
+    (case,) = sc.missing_cases([b], acked)
+    assert case["payload_id"] == "a" and case["violation"] == "missing_from_snapshot"
+    b.payloads = Counter({"a": 1})  # "late" was acknowledged after the backup began: not owed
+    assert sc.missing_cases([b], sc.acked_appends(h)) == []
+    failed = h[:2] + op(3, 6, "fail", 1, process="backup-0", op_="run", command="backup",
+                        exit_code=1, stdout=out)
+    assert sc.backups(failed) == []  # a failed backup promises nothing
+
+
+def test_snapshot_complete_reports_an_unreadable_image():
+    from chaos.checkers import snapshot_complete as sc
+
+    b = sc.Backup(3.0, "/nowhere/state.db", {}, None, "FileNotFoundError: no store")
+    (case,) = sc.missing_cases([b], [])
+    assert case["violation"] == "snapshot_unreadable"

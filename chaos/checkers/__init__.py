@@ -34,6 +34,7 @@ from . import (
     recovery,
     retry_jitter,
     single_wal_generation,
+    snapshot_complete,
     stale_wal_refusal,
     write_exclusion,
 )
@@ -66,7 +67,7 @@ CHECKERS: dict[str, Checker] = {m.NAME: Checker(m.NAME, m.Params, m.check) for m
     no_lost_writes, stale_wal_refusal, integrity, retry_jitter, checkpoint_cadence, recovery,
     maintenance_refusal, no_lockup, latency, single_wal_generation, liveness_after_heal,
     error_taxonomy, fixture_preserved, durability,
-    checkpoint_isolation, write_exclusion, prune_respects_turns)}
+    checkpoint_isolation, write_exclusion, prune_respects_turns, snapshot_complete)}
 
 
 def run_checkers(ctx: CheckContext, expect: dict[str, dict]) -> list[Verdict]:
