@@ -336,3 +336,36 @@ def test_snapshot_complete_reports_an_unreadable_image():
     b = sc.Backup(3.0, "/nowhere/state.db", {}, None, "FileNotFoundError: no store")
     (case,) = sc.missing_cases([b], [])
     assert case["violation"] == "snapshot_unreadable"
+
+
+# ------------------------------------------------------------------------------- sticky_refusal
+def test_sticky_refusal_finds_a_write_on_a_handle_after_it_refused():
+    from chaos.checkers import sticky_refusal as sr
+
+    h = (op(1, 2, "ok", 1, op_="open")
+         + op(3, 4, "fail", 2, op_="search", error="StateDbCorruptError")
+         + [rec(5, "ok", op="append", op_id="gateway-0:3", payload_id="a", latency_s=0.5)])
+    assert len(h) == 5
+    (case,) = sr.written_after_refusal_cases(sr.handles(h))
+    assert case["process"] == "gateway-0" and case["writes"] == 1
+    # a new handle (another open) starts clean
+    again = h[:4] + op(4.2, 4.3, "ok", 4, op_="open") + h[4:]
+    assert sr.written_after_refusal_cases(sr.handles(again)) == []
+    # a write refused after the first refusal is what the rule asks for
+    refused = h[:4] + op(5, 6, "fail", 3, payload_id="a", error="DeletedWalGenerationError")
+    assert sr.written_after_refusal_cases(sr.handles(refused)) == []
+
+
+def test_sticky_refusal_finds_a_second_capture_on_one_handle():
+    from chaos.checkers import sticky_refusal as sr
+
+    h = (op(1, 2, "ok", 1, op_="open") + [rec(3, "event", event="capture", dir="c1")]
+         + op(3, 4, "fail", 2, payload_id="a", error="DeletedWalGenerationError"))
+    assert sr.recaptured_cases(sr.handles(h)) == []
+    twice = h + [rec(5, "event", event="capture", dir="c2")]
+    assert len(h) == 5
+    (case,) = sr.recaptured_cases(sr.handles(twice))
+    assert case["captures"] == 2
+    # a capture by a new handle is its own evidence
+    reopened = h + op(4.5, 4.6, "ok", 3, op_="open") + [rec(5, "event", event="capture")]
+    assert sr.recaptured_cases(sr.handles(reopened)) == []

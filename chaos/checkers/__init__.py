@@ -21,6 +21,7 @@ from typing import Callable
 from . import (
     checkpoint_cadence,
     checkpoint_isolation,
+    sticky_refusal,
     durability,
     error_taxonomy,
     fixture_preserved,
@@ -67,7 +68,8 @@ CHECKERS: dict[str, Checker] = {m.NAME: Checker(m.NAME, m.Params, m.check) for m
     no_lost_writes, stale_wal_refusal, integrity, retry_jitter, checkpoint_cadence, recovery,
     maintenance_refusal, no_lockup, latency, single_wal_generation, liveness_after_heal,
     error_taxonomy, fixture_preserved, durability,
-    checkpoint_isolation, write_exclusion, prune_respects_turns, snapshot_complete)}
+    checkpoint_isolation, write_exclusion, prune_respects_turns, snapshot_complete,
+    sticky_refusal)}
 
 
 def run_checkers(ctx: CheckContext, expect: dict[str, dict]) -> list[Verdict]:
