@@ -369,3 +369,28 @@ def test_sticky_refusal_finds_a_second_capture_on_one_handle():
     # a capture by a new handle is its own evidence
     reopened = h + op(4.5, 4.6, "ok", 3, op_="open") + [rec(5, "event", event="capture")]
     assert sr.recaptured_cases(sr.handles(reopened)) == []
+
+
+# -------------------------------------------------------------------------- quarantine_evidence
+def test_quarantine_evidence_finds_sidecars_left_behind_and_an_overwritten_copy():
+    from chaos.checkers import quarantine_evidence as qe
+    from chaos.history import Samples
+
+    wal = {"db": {"bytes": 4096}, "wal": {"bytes": 8192}, "shm": {"bytes": 32768}}
+    h = [rec(1, "sample", process="sampler", path=wal),
+         rec(2, "event", event="quarantine", db="/h/state.db", backup="/h/q1.bak"),
+         rec(3, "sample", process="sampler", path={"db": {"bytes": 0}}),
+         rec(4, "event", event="quarantine", db="/h/state.db", backup="/h/q1.bak"),
+         rec(5, "ok", op="append", op_id="gateway-0:1", payload_id="a")]
+    events = qe.quarantines(h)
+    before = {i: qe.sidecars_before(Samples(h), ev["t"]) for i, ev in enumerate(events)}
+    assert before == {0: ["wal", "shm"], 1: []}
+    kept = {"/h/q1.bak", "/h/q1.bak-wal", "/h/q1.bak-shm"}
+    assert qe.sidecars_left_cases(events, before, kept.__contains__) == []
+    (case,) = qe.sidecars_left_cases(events, before, {"/h/q1.bak", "/h/q1.bak-shm"}.__contains__)
+    assert case["sidecar"] == "wal"
+    (twice,) = qe.overwritten_cases(events, kept.__contains__)
+    assert twice["violation"] == "quarantine_overwritten"
+    assert qe.overwritten_cases(events[:1], kept.__contains__) == []
+    (gone,) = qe.overwritten_cases(events[:1], set().__contains__)
+    assert gone["violation"] == "quarantine_gone"

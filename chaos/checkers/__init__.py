@@ -32,6 +32,7 @@ from . import (
     no_lockup,
     no_lost_writes,
     prune_respects_turns,
+    quarantine_evidence,
     recovery,
     retry_jitter,
     single_wal_generation,
@@ -69,7 +70,7 @@ CHECKERS: dict[str, Checker] = {m.NAME: Checker(m.NAME, m.Params, m.check) for m
     maintenance_refusal, no_lockup, latency, single_wal_generation, liveness_after_heal,
     error_taxonomy, fixture_preserved, durability,
     checkpoint_isolation, write_exclusion, prune_respects_turns, snapshot_complete,
-    sticky_refusal)}
+    sticky_refusal, quarantine_evidence)}
 
 
 def run_checkers(ctx: CheckContext, expect: dict[str, dict]) -> list[Verdict]:
