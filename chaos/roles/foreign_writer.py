@@ -6,12 +6,15 @@ beside a holder whose ``-wal``/``-shm`` were deleted it opens new sidecars and w
 WAL generation. It appends ``writes`` messages to its own session ``foreign-<process>``, each
 in its own ``BEGIN IMMEDIATE`` transaction that also bumps the session's ``message_count``
 (recorded as ``append`` ops with payload ids, so ``no_lost_writes`` owes them), then closes
-(a nemesis step can fire ``after: {role: ..., ok: writes, delay: ...}``).
-Workload: ``writes``, ``appends_per_s``.
+(a nemesis step can fire ``after: {role: ..., ok: writes, delay: ...}``). With
+``after_wal_gone`` it first waits until ``state.db-wal`` does not exist (another holder's sidecars
+were deleted), so it writes beside a retired generation however late the fault fires.
+Workload: ``writes``, ``appends_per_s``, ``after_wal_gone``.
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import time
 from dataclasses import dataclass
@@ -33,6 +36,8 @@ class Params:
     writes: int = param(30, "Messages appended, one transaction each.", minimum=1,
                         maximum=10_000)
     appends_per_s: float = rate(50, "Rate of the appends; 0 = as fast as possible.")
+    after_wal_gone: bool = param(False, "Wait until state.db-wal does not exist before opening "
+                                 "(beside a holder whose sidecars were deleted).")
 
 
 def run(ctx: RoleContext) -> None:
@@ -40,6 +45,10 @@ def run(ctx: RoleContext) -> None:
     docstring."""
     w: Params = ctx.params
     session = f"foreign-{ctx.cfg.process}"
+    while w.after_wal_gone and os.path.lexists(f"{ctx.cfg.db_path}-wal"):
+        if ctx.should_stop():
+            return
+        ctx.sleep(0.02)
     conn = sqlite3.connect(ctx.cfg.db_path, timeout=30.0, isolation_level=None)
     conn.execute("INSERT OR IGNORE INTO sessions(id, source, started_at) VALUES (?, 'cli', ?)",
                  (session, time.time()))
