@@ -232,8 +232,10 @@ class Audit:
         finally:
             self.slots.release(exclusive)
         out = _outcome(scenario.name, code, stdout, seconds, log)
-        pids = [p.get("pid") for p in (_last_json(stdout) or {}).get("processes", [])
-                if isinstance(p, dict) and p.get("pid")]
+        result = _last_json(stdout) or {}
+        pids = [p.get("pid") for p in result.get("processes", [])
+                if isinstance(p, dict) and p.get("pid")
+                and _ran(result.get("run_dir"), p.get("process"))]
         problems = audit_probe.verify(probe, ws.package, pids)
         if problems:
             text = (f"{ws.root.name} / {scenario.name}: the run did not provably run the copy "
@@ -401,6 +403,19 @@ def _terminate(proc: subprocess.Popen) -> None:
 
 def _duration(sc) -> float:
     return float(getattr(sc, "duration", 0) or 0)
+
+
+def _ran(run_dir: str | None, process: str | None) -> bool:
+    """False only for a role process that left an empty history: killed before it ran any
+    code of its role (a restart storm on a loaded machine), so it has no import to prove. One
+    that imported the store anywhere else still left a probe record naming that place."""
+    if not run_dir or not process:
+        return True
+    path = Path(run_dir) / "history" / f"{process}.jsonl"
+    try:
+        return path.stat().st_size > 0
+    except OSError:
+        return False
 
 
 def _last_json(stdout: str) -> dict | None:

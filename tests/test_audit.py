@@ -227,3 +227,14 @@ def test_an_inconclusive_kill_needs_a_second_run_of_the_mutant(tmp_path):
     assert res.status == audit.SURVIVED
     assert "then PASS on a second run of the mutant" in res.runs[0]["note"]
     assert res.runs[0]["kill"] is False
+
+
+def test_a_role_killed_before_it_ran_has_no_import_to_prove(tmp_path):
+    hist = tmp_path / "history"
+    hist.mkdir()
+    (hist / "gateway-0.jsonl").write_text('{"t": 1}\n')
+    (hist / "gateway-1.jsonl").write_text("")
+    assert audit._ran(str(tmp_path), "gateway-0")
+    assert not audit._ran(str(tmp_path), "gateway-1")   # killed before its first record
+    assert not audit._ran(str(tmp_path), "gateway-2")   # no history at all
+    assert audit._ran(None, "gateway-1")                # nothing to go by: stay strict
