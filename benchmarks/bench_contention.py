@@ -14,6 +14,9 @@ one *configuration* of the writers:
                retry; the same statements (BEGIN IMMEDIATE; INSERT; UPDATE; COMMIT) and a
                PASSIVE checkpoint every 50 writes
 ``naive``      bare ``sqlite3``, ``timeout=1``, no retry (what a first implementation does)
+``ours-base``  ``ours`` importing ``hermes_state`` from the directory in ``$BENCH_BASE`` (an
+               earlier checkout, e.g. ``git archive main hermes_state | tar -x -C DIR``): a
+               change to the write path measured side by side with what it replaces
 =============  ============================================================================
 
 Two measurements (:func:`measure_writers8`, :func:`measure_stall`):
@@ -32,7 +35,12 @@ SQLite error name, and whether it came *at once* or after the busy timeout), eve
 met a checkpoint holding the lock (``write`` events, ``met``), and the checkpoints (count,
 time inside ``wal_checkpoint``, skipped): the retry-cause analysis of issue 18.
 
-Usage: ``python benchmarks/bench_contention.py [--per-writer 400] [--runs 3] [--stall 15]``
+The appends that ran their own cadence checkpoint are counted apart (``ckpt_writes``,
+``ckpt_p50``, ``ckpt_max``, ``p99_without_ckpt``), for ``ours`` (from its ``checkpoint`` events)
+and for the bare configurations (every 50th append).
+
+Usage: ``python benchmarks/bench_contention.py [--per-writer 400] [--runs 3] [--stall 15]
+[--configs ours,ours-base,busy30]``
 """
 
 from __future__ import annotations
@@ -51,6 +59,8 @@ from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+if os.environ.get("BENCH_USE_BASE") and "--worker" in sys.argv:
+    sys.path.insert(0, os.environ["BENCH_BASE"])
 
 from hermes_state import SessionDB  # noqa: E402
 from hermes_state.checkpoint_lock import ENV_VAR, CheckpointLock  # noqa: E402
@@ -74,6 +84,7 @@ UPDATE = ("UPDATE sessions SET message_count = message_count + 1, "
 CONFIGS = {
     "ours": ("ours", None, None),
     "ours-nolock": ("ours", None, False),
+    "ours-base": ("ours", None, "base"),
     "busy30": ("bare", 30.0, None),
     "naive": ("bare", 1.0, None),
 }
@@ -83,6 +94,8 @@ def _env(lock: bool | None) -> dict:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1]) + os.pathsep + \
         env.get("PYTHONPATH", "")
+    if lock == "base":
+        env["BENCH_USE_BASE"] = "1"
     if lock is False:
         env[ENV_VAR] = "off"
     return env
@@ -96,6 +109,7 @@ class _Causes:
         self.met_writes = 0
         self.met_total = 0
         self.ckpt = {"n": 0, "skipped": 0, "s": 0.0, "max_s": 0.0}
+        self.ran_checkpoint = False  # the write now timed ran its cadence checkpoint
 
     def __call__(self, ev: dict) -> None:
         kind = ev["event"]
@@ -108,6 +122,7 @@ class _Causes:
             self.met_writes += 1
             self.met_total += ev["met"]
         elif kind == "checkpoint":
+            self.ran_checkpoint = True
             self.ckpt["n"] += 1
             if ev.get("skipped"):
                 self.ckpt["skipped"] += 1
@@ -125,6 +140,7 @@ def _writer(spec: dict) -> dict:
     """One writer process: appends until ``n`` done or ``until`` (epoch s); latencies (s)."""
     kind, path, sid = spec["kind"], spec["path"], spec["sid"]
     causes = None
+    ran = [False]  # bare writers: the write now timed ran its checkpoint
     if kind == "ours":
         from hermes_state import events
 
@@ -156,6 +172,7 @@ def _writer(spec: dict) -> dict:
                 raise
             done[0] += 1
             if done[0] % 50 == 0:
+                ran[0] = True
                 try:
                     conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
                 except sqlite3.OperationalError:
@@ -163,6 +180,7 @@ def _writer(spec: dict) -> dict:
 
         close = conn.close
     lat: list[float] = []
+    lat_ckpt: list[float] = []  # latencies of the appends that ran their cadence checkpoint
     errors: list[str] = []
     n, until, think = spec.get("n"), spec.get("until"), spec.get("think", 0.0)
     delay = spec["start_at"] - time.time()
@@ -174,6 +192,13 @@ def _writer(spec: dict) -> dict:
         try:
             write(i)
             lat.append(time.perf_counter() - t)
+            flag = causes.ran_checkpoint if causes is not None else ran[0]
+            if flag:
+                lat_ckpt.append(lat[-1])
+            if causes is not None:
+                causes.ran_checkpoint = False
+            else:
+                ran[0] = False
         except Exception as exc:  # an error that reached the caller: counted, not fatal
             errors.append(f"{type(exc).__name__}: {exc}"[:200])
         i += 1
@@ -181,7 +206,7 @@ def _writer(spec: dict) -> dict:
             time.sleep(think)
     end = time.time()
     close()
-    return {"lat": lat, "errors": errors, "end": end,
+    return {"lat": lat, "lat_ckpt": lat_ckpt, "errors": errors, "end": end,
             "causes": causes.as_dict() if causes else None}
 
 
@@ -229,6 +254,18 @@ def _pct(sorted_vals: list[float], q: float) -> float:
     return sorted_vals[k]
 
 
+def _without(sorted_all: list[float], some: list[float]) -> list[float]:
+    """``sorted_all`` minus one occurrence of each value of ``some`` (still sorted)."""
+    left = Counter(some)
+    out = []
+    for x in sorted_all:
+        if left[x]:
+            left[x] -= 1
+        else:
+            out.append(x)
+    return out
+
+
 def _spawn(role: str, spec: dict, env: dict) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, str(Path(__file__).resolve()), f"--{role}",
                              json.dumps(spec)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -272,6 +309,7 @@ def run_workload(root: Path, name: str, config: str, writers: int,
     outs = [_collect(p, f"{config} writer") for p in procs]
     holds = _collect(staller, "staller")["holds"] if staller else []
     lat = sorted(x for o in outs for x in o["lat"])
+    lat_ck = sorted(x for o in outs for x in o.get("lat_ckpt", []))
     errors = [e for o in outs for e in o["errors"]]
     wall = max(o["end"] for o in outs) - start_at
     done = [len(o["lat"]) for o in outs]
@@ -280,7 +318,10 @@ def run_workload(root: Path, name: str, config: str, writers: int,
             "max": lat[-1] if lat else float("nan"), "errors": len(errors),
             "error_samples": errors[:3], "messages": len(lat), "wall_s": wall,
             "fairness": (min(done) / max(done)) if max(done) else float("nan"),
-            "causes": causes, "holds": holds}
+            "causes": causes, "holds": holds,
+            "ckpt_writes": len(lat_ck), "ckpt_p50": _pct(lat_ck, 0.5),
+            "ckpt_max": lat_ck[-1] if lat_ck else float("nan"),
+            "p99_without_ckpt": _pct(_without(lat, lat_ck), 0.99)}
 
 
 def measure_writers8(per_writer: int = 400, runs: int = 3, writers: int = WRITERS,
@@ -366,8 +407,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--stall", type=float, default=0.0,
                     help="also run the stall workload for this many seconds per config")
+    ap.add_argument("--configs", default="ours,ours-nolock,busy30")
     args = ap.parse_args(argv)
-    res = measure_writers8(args.per_writer, args.runs)
+    res = measure_writers8(args.per_writer, args.runs, configs=tuple(args.configs.split(",")))
     if args.stall:
         res.update({f"stall {k}": v for k, v in measure_stall(args.stall, args.runs).items()})
     for name, samples in res.items():
@@ -377,6 +419,10 @@ def main(argv: list[str] | None = None) -> int:
               f"p99 {summary(samples, 'p99')[0] * 1e3:7.2f} ms  "
               f"max {summary(samples, 'max')[0] * 1e3:7.1f} ms  "
               f"fair {summary(samples, 'fairness')[0]:.2f}  "
+              f"ckpt writes {summary(samples, 'ckpt_writes')[0]:.0f} "
+              f"p50 {summary(samples, 'ckpt_p50')[0] * 1e3:.1f} ms "
+              f"max {summary(samples, 'ckpt_max')[0] * 1e3:.1f} ms; "
+              f"p99 without them {summary(samples, 'p99_without_ckpt')[0] * 1e3:.2f} ms  "
               f"errors {sum(s['errors'] for s in samples)}")
         c = merged_causes(samples)
         if c["writes"] and any(s.get("causes") for s in samples):

@@ -236,6 +236,17 @@ class CheckpointLock:
         """Take the lock EXCLUSIVELY, waiting at most ``timeout`` seconds (0 = one try)."""
         return self._take(fcntl.LOCK_EX, "exclusive", timeout)
 
+    def exclusive_elsewhere(self) -> bool:
+        """True when another description holds the lock EXCLUSIVELY now (a checkpoint or
+        maintenance), by one non-blocking SHARED try released at once. Call it holding nothing
+        on this description; False when the lock is unusable."""
+        if self.fd is None or self.mode is not None:
+            return False
+        if self._try(fcntl.LOCK_SH):
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+            return False
+        return True
+
     def release(self) -> None:
         """Drop whatever this description holds (no-op when nothing is held)."""
         if self.fd is not None and self.mode is not None:

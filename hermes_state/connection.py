@@ -475,9 +475,9 @@ class StoreConnection(GenerationTracking):
             if self._retired or self._sticky is not None or self.journal_mode != "wal":
                 return None
             failpoints.hit("checkpoint.before")
-            took = self._enter_exclusive(wait)
-            if took is None:
-                self._skipped_checkpoint(mode, trigger)
+            took = self._enter_exclusive(wait, passive=mode.upper() == "PASSIVE")
+            if took is None or took == "running":
+                self._skipped_checkpoint(mode, trigger, running=took == "running")
                 return None
             try:
                 return self._checkpoint_locked(mode, trigger, "exclusive" if took
@@ -486,13 +486,19 @@ class StoreConnection(GenerationTracking):
                 if took:
                     self._guard.release()  # type: ignore[union-attr]
 
-    def _enter_exclusive(self, wait: float) -> bool | None:
+    def _enter_exclusive(self, wait: float, *, passive: bool = False) -> bool | str | None:
         """Take the checkpoint lock EXCLUSIVELY before a checkpoint (issue 12).
 
+        Args:
+            wait: seconds to wait for writers' shared holds (0 = one try).
+            passive: a PASSIVE checkpoint: when another checkpoint (or maintenance) holds the
+                lock exclusively, give up at once, as SQLite's PASSIVE returns busy at once
+                when another connection checkpoints (issue 18).
         Returns:
             True when taken (the caller releases it), False when not needed (fixed SQLite, lock
-            off or degraded, or already held by this process for maintenance), None when it
-            stayed busy for ``wait`` seconds (0 = one try).
+            off or degraded, or already held by this process for maintenance), ``"running"``
+            when ``passive`` and another process holds it exclusively, None when it stayed
+            busy for ``wait`` seconds.
         """
         if not self._lock_checkpoints or checkpoint_lock.held_here(self.db_path):
             return False
@@ -501,6 +507,8 @@ class StoreConnection(GenerationTracking):
             return True
         if wait <= 0:
             return None
+        if passive and guard.exclusive_elsewhere():  # type: ignore[union-attr]
+            return "running"
         # Queue for SQLite's write lock like any writer (its busy timeout): while this
         # connection holds it, no write transaction can start, and a writer holds the
         # checkpoint lock only while it holds the write lock, so only writers finishing their
@@ -513,6 +521,11 @@ class StoreConnection(GenerationTracking):
                 return None
             raise
         try:
+            # A checkpointer that queued for the write lock ahead of this one now checkpoints
+            # holding the lock: waiting for it would only hold every writer off for its
+            # checkpoint and then this one (issue 18).
+            if passive and guard.exclusive_elsewhere():  # type: ignore[union-attr]
+                return "running"
             ok = guard.acquire_exclusive(wait)  # type: ignore[union-attr]
         finally:
             self.conn.execute("ROLLBACK")
@@ -523,11 +536,13 @@ class StoreConnection(GenerationTracking):
             return "exclusive"
         return "not needed" if not self._exposed else "off"
 
-    def _skipped_checkpoint(self, mode: str, trigger: str) -> None:
-        log.info("%s checkpoint of %s skipped: the checkpoint lock is busy", mode, self.db_path)
+    def _skipped_checkpoint(self, mode: str, trigger: str, *, running: bool = False) -> None:
+        why = ("another process checkpoints (the checkpoint lock is held exclusively)"
+               if running else "the checkpoint lock is busy")
+        log.info("%s checkpoint of %s skipped: %s", mode, self.db_path, why)
         if events.enabled():
             events.emit("checkpoint", mode=mode, trigger=trigger, seq=self._writes,
-                        skipped="checkpoint lock busy", lock="busy",
+                        skipped=why if running else "checkpoint lock busy", lock="busy",
                         holders=[h.as_dict() for h in checkpoint_lock.lock_holders(self.db_path)])
 
     def _checkpoint_locked(self, mode: str, trigger: str, lock: str) -> tuple | None:

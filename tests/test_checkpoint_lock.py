@@ -203,6 +203,47 @@ def test_a_cadence_checkpoint_skips_when_the_lock_stays_busy(tmp_path, event_log
     assert len(skipped) == 1 and skipped[0]["trigger"] == "manual"
 
 
+def test_exclusive_elsewhere_sees_only_an_exclusive_holder(tmp_path):
+    path = tmp_path / "state.db"
+    make_store(path)
+    mine, other = CheckpointLock(path), CheckpointLock(path)
+    try:
+        assert not mine.exclusive_elsewhere()  # nobody holds it
+        assert other.acquire_shared(0)
+        assert not mine.exclusive_elsewhere()  # a write transaction: shared
+        other.release()
+        assert other.acquire_exclusive(0)
+        assert mine.exclusive_elsewhere()  # a checkpoint or maintenance
+        assert mine.mode is None  # the probe holds nothing afterwards
+        other.release()
+        assert mine.acquire_exclusive(0)  # and left nothing behind
+    finally:
+        mine.close()
+        other.close()
+
+
+@needs_exposed
+def test_a_passive_checkpoint_beside_a_running_checkpoint_gives_up_at_once(
+        tmp_path, spawn, event_log):
+    """SQLite's PASSIVE returns busy at once while another connection checkpoints; so does the
+    store's, instead of queueing for the write lock and holding every writer off for the other
+    checkpoint and then its own (issue 18). Other modes still wait (here 50 ms)."""
+    path = tmp_path / "state.db"
+    make_store(path, event_log)
+    holder = hold_checkpoint(spawn, path, ms=600000)  # inside a checkpoint, lock exclusive
+    try:
+        with SessionDB(path) as db:
+            event_log.clear()  # the checkpoints below only
+            assert db.connection.checkpoint("PASSIVE", trigger="cadence") is None
+            assert db.connection.checkpoint("TRUNCATE", wait=0.05) is None
+    finally:
+        holder.kill()
+    skipped = [e for e in event_log if e["event"] == "checkpoint" and e.get("skipped")]
+    assert [(e["mode"], e["skipped"]) for e in skipped][:2] == [  # close: skipped too
+        ("PASSIVE", "another process checkpoints (the checkpoint lock is held exclusively)"),
+        ("TRUNCATE", "checkpoint lock busy")]
+
+
 @needs_exposed
 def test_a_killed_checkpointer_releases_the_lock(tmp_path, spawn, event_log):
     path = tmp_path / "state.db"
