@@ -58,6 +58,20 @@ def machine() -> dict:
             "packages": pkgs, "loadavg_at_start": loadavg()}
 
 
+def merge_results(earlier: dict, later: dict) -> dict:
+    """``earlier`` with the rows of ``later`` added (same id: replaced in place); the commands,
+    start times and total seconds of both kept, so the file says how it was made."""
+    ids = {r["id"] for r in later["rows"]}
+    rows = [r for r in earlier["rows"] if r["id"] not in ids] + later["rows"]
+    order = {name: k for k, name in enumerate(ROWS)}
+    rows.sort(key=lambda r: order.get(r["id"], len(order)))
+    return {**earlier, "rows": rows,
+            "command": f"{earlier['command']}; then {later['command']}",
+            "started": earlier["started"], "merged_started": later["started"],
+            "total_s": earlier["total_s"] + later["total_s"],
+            "loadavg_at_end": later.get("loadavg_at_end")}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks",
                                  description="issue 18 / SPEC §17 benchmarks, side by side.")
@@ -67,6 +81,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="multiply every workload size (e.g. 0.01 for a smoke run)")
     ap.add_argument("--out", type=Path, default=None, help="results JSON path")
     ap.add_argument("--cache", type=Path, default=None, help="where built stores are cached")
+    ap.add_argument("--merge", type=Path, default=None, metavar="RESULTS_JSON",
+                    help="add this run's rows to an earlier results file (a row of the same id "
+                         "is replaced; each row keeps the load it ran under) and write it there")
     ap.add_argument("--markdown", type=Path, metavar="RESULTS_JSON", default=None,
                     help="print the tables of an earlier results file as markdown and exit")
     ap.add_argument("--readme", nargs="?", type=Path, const=RESULTS / "latest.json",
@@ -118,6 +135,9 @@ def main(argv: list[str] | None = None) -> int:
         result["rows"].extend(r for r in done_groups[group] if r["id"] == name)
     result["total_s"] = time.perf_counter() - t0
     result["loadavg_at_end"] = loadavg()
+    if args.merge is not None:
+        out = args.merge
+        result = merge_results(json.loads(out.read_text()), result)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1, default=str) + "\n")
     render(result)

@@ -120,3 +120,22 @@ def test_the_generated_store_is_deterministic_and_shaped_like_users_stores(tmp_p
                         "'deploy'").fetchone()[0] > 0
     with pytest.raises(FileExistsError):
         bigstore.build(tmp_path / "a" / "state.db", 1 << 20)
+
+
+def test_merging_results_replaces_rows_of_the_same_id_and_keeps_both_commands():
+    from benchmarks.__main__ import merge_results
+
+    def res(cmd, started, rows, total):
+        return {"command": cmd, "started": started, "total_s": total, "loadavg_at_end": [1.0],
+                "machine": {"cpu_count": 2}, "rows": [{"id": i, "v": v} for i, v in rows]}
+
+    merged = merge_results(res("python -m benchmarks --only append,pytest", "t0",
+                               [("append", 1), ("pytest", 1)], 10.0),
+                           res("python -m benchmarks --only pytest,gate", "t1",
+                               [("gate", 2), ("pytest", 2)], 5.0))
+    assert [(r["id"], r["v"]) for r in merged["rows"]] == [("append", 1), ("gate", 2),
+                                                           ("pytest", 2)]
+    assert merged["command"] == ("python -m benchmarks --only append,pytest; then "
+                                 "python -m benchmarks --only pytest,gate")
+    assert merged["started"] == "t0" and merged["merged_started"] == "t1"
+    assert merged["total_s"] == 15.0 and merged["machine"] == {"cpu_count": 2}
