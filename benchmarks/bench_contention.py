@@ -141,6 +141,9 @@ def _writer(spec: dict) -> dict:
     kind, path, sid = spec["kind"], spec["path"], spec["sid"]
     causes = None
     ran = [False]  # bare writers: the write now timed ran its checkpoint
+    # bare writers' checkpoints: SQLite's PASSIVE returns busy at once while another
+    # connection checkpoints (busy), else checkpoints (ran)
+    bare_ckpt = {"busy": 0, "ran": 0, "error": 0}
     if kind == "ours":
         from hermes_state import events
 
@@ -174,9 +177,10 @@ def _writer(spec: dict) -> dict:
             if done[0] % 50 == 0:
                 ran[0] = True
                 try:
-                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+                    busy = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()[0]
+                    bare_ckpt["busy" if busy else "ran"] += 1
                 except sqlite3.OperationalError:
-                    pass  # housekeeping, as in the store
+                    bare_ckpt["error"] += 1  # housekeeping, as in the store
 
         close = conn.close
     lat: list[float] = []
@@ -207,6 +211,7 @@ def _writer(spec: dict) -> dict:
     end = time.time()
     close()
     return {"lat": lat, "lat_ckpt": lat_ckpt, "errors": errors, "end": end,
+            "bare_ckpt": bare_ckpt if causes is None else None,
             "causes": causes.as_dict() if causes else None}
 
 
@@ -314,11 +319,13 @@ def run_workload(root: Path, name: str, config: str, writers: int,
     wall = max(o["end"] for o in outs) - start_at
     done = [len(o["lat"]) for o in outs]
     causes = _merge([o["causes"] for o in outs]) if kind == "ours" else None
+    bare_ckpt = (dict(sum((Counter(o["bare_ckpt"]) for o in outs), Counter()))
+                 if kind == "bare" else None)
     return {"throughput": len(lat) / wall, "p50": _pct(lat, 0.50), "p99": _pct(lat, 0.99),
             "max": lat[-1] if lat else float("nan"), "errors": len(errors),
             "error_samples": errors[:3], "messages": len(lat), "wall_s": wall,
             "fairness": (min(done) / max(done)) if max(done) else float("nan"),
-            "causes": causes, "holds": holds,
+            "causes": causes, "holds": holds, "bare_checkpoints": bare_ckpt,
             "ckpt_writes": len(lat_ck), "ckpt_p50": _pct(lat_ck, 0.5),
             "ckpt_max": lat_ck[-1] if lat_ck else float("nan"),
             "p99_without_ckpt": _pct(_without(lat, lat_ck), 0.99)}
@@ -424,6 +431,10 @@ def main(argv: list[str] | None = None) -> int:
               f"max {summary(samples, 'ckpt_max')[0] * 1e3:.1f} ms; "
               f"p99 without them {summary(samples, 'p99_without_ckpt')[0] * 1e3:.2f} ms  "
               f"errors {sum(s['errors'] for s in samples)}")
+        bare = [s["bare_checkpoints"] for s in samples if s.get("bare_checkpoints")]
+        if bare:
+            print(f"{'':18} PASSIVE checkpoints: {sum(b.get('busy', 0) for b in bare)} returned "
+                  f"busy at once, {sum(b.get('ran', 0) for b in bare)} ran")
         c = merged_causes(samples)
         if c["writes"] and any(s.get("causes") for s in samples):
             print(f"{'':18} retries {c['retries']}; met a checkpoint: {c['met_writes']} writes "

@@ -140,6 +140,8 @@ def row_contention(sz: Sizes, cache: Path) -> list[dict]:
                  busy30_throughput=_med(r["throughput"] for r in busy),
                  busy30_errors=sum(r["errors"] for r in busy), causes=causes,
                  p99_without_ckpt_ms=_med(r["p99_without_ckpt"] for r in samples) * 1e3,
+                 busy30_checkpoints_busy=sum(r["bare_checkpoints"].get("busy", 0) for r in busy),
+                 busy30_checkpoints_ran=sum(r["bare_checkpoints"].get("ran", 0) for r in busy),
                  busy30_p99_without_ckpt_ms=_med(r["p99_without_ckpt"] for r in busy) * 1e3,
                  causes_note=_causes_note(causes),
                  error_samples=[e for r in samples for e in r["error_samples"]][:3])

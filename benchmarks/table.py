@@ -48,7 +48,9 @@ _NOTES = {
     "writers8-p99": ("p50 {p50_ms:.2f} ms; p99 of the appends that did not run their cadence "
                      "checkpoint {p99_without_ckpt_ms:.1f} ms (busy handler "
                      "{busy30_p99_without_ckpt_ms:.1f} ms); busy handler alone: "
-                     "{busy30_throughput:,.0f} msg/s, {busy30_errors} errors"),
+                     "{busy30_throughput:,.0f} msg/s, {busy30_errors} errors, its PASSIVE "
+                     "checkpoints {busy30_checkpoints_busy} busy at once (another connection "
+                     "checkpointing) / {busy30_checkpoints_ran} ran"),
     "stall": "{errors} caller errors; {holds} holds of {hold_s:.2f} s; {causes_note}",
 }
 
