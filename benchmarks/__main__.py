@@ -65,7 +65,14 @@ def merge_results(earlier: dict, later: dict) -> dict:
     rows = [r for r in earlier["rows"] if r["id"] not in ids] + later["rows"]
     order = {name: k for k, name in enumerate(ROWS)}
     rows.sort(key=lambda r: order.get(r["id"], len(order)))
+
+    def sources(res: dict) -> list[dict]:
+        return res.get("sources") or [{"started": res["started"], "command": res["command"],
+                                       "rows": [r["id"] for r in res["rows"]]}]
+
+    kept = [dict(src, rows=[i for i in src["rows"] if i not in ids]) for src in sources(earlier)]
     return {**earlier, "rows": rows,
+            "sources": [src for src in kept if src["rows"]] + sources(later),
             "command": f"{earlier['command']}; then {later['command']}",
             "started": earlier["started"], "merged_started": later["started"],
             "total_s": earlier["total_s"] + later["total_s"],
@@ -79,6 +86,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", default=None, help=f"rows to run, comma-separated: {', '.join(ROWS)}")
     ap.add_argument("--scale", type=float, default=1.0,
                     help="multiply every workload size (e.g. 0.01 for a smoke run)")
+    ap.add_argument("--runs", type=int, default=None,
+                    help="runs of every row (overrides each row's own count; e.g. 1 on a busy "
+                         "machine)")
     ap.add_argument("--out", type=Path, default=None, help="results JSON path")
     ap.add_argument("--cache", type=Path, default=None, help="where built stores are cached")
     ap.add_argument("--merge", type=Path, default=None, metavar="RESULTS_JSON",
@@ -106,6 +116,12 @@ def main(argv: list[str] | None = None) -> int:
     sizes: Sizes = QUICK if args.quick else FULL
     if args.scale != 1.0:
         sizes = sizes.scaled(args.scale)
+    if args.runs is not None:
+        if args.runs < 1:
+            ap.error("--runs must be >= 1")
+        sizes = dataclasses.replace(sizes, **{f.name: args.runs for f in
+                                              dataclasses.fields(sizes)
+                                              if f.name.endswith("_runs")})
     cache = args.cache or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / \
         "hermes-state-bench"
     cache.mkdir(parents=True, exist_ok=True)
@@ -133,6 +149,10 @@ def main(argv: list[str] | None = None) -> int:
                     else None
                 r["load_start"], r["load_end"] = load, load_end
         result["rows"].extend(r for r in done_groups[group] if r["id"] == name)
+        # written after every row: a run stopped half way keeps what it measured
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.with_name(out.name + ".partial").write_text(
+            json.dumps(result, indent=1, default=str) + "\n")
     result["total_s"] = time.perf_counter() - t0
     result["loadavg_at_end"] = loadavg()
     if args.merge is not None:
@@ -140,6 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         result = merge_results(json.loads(out.read_text()), result)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1, default=str) + "\n")
+    out.with_name(out.name + ".partial").unlink(missing_ok=True)
     render(result)
     print(f"results: {out}")
     return 0 if all(r["pass"] is not False for r in result["rows"]) else 1

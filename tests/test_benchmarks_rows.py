@@ -139,3 +139,8 @@ def test_merging_results_replaces_rows_of_the_same_id_and_keeps_both_commands():
                                  "python -m benchmarks --only pytest,gate")
     assert merged["started"] == "t0" and merged["merged_started"] == "t1"
     assert merged["total_s"] == 15.0 and merged["machine"] == {"cpu_count": 2}
+    assert merged["sources"] == [
+        {"started": "t0", "command": "python -m benchmarks --only append,pytest",
+         "rows": ["append"]},
+        {"started": "t1", "command": "python -m benchmarks --only pytest,gate",
+         "rows": ["gate", "pytest"]}]
