@@ -191,7 +191,9 @@ def _writer(spec: dict) -> dict:
     if delay > 0:
         time.sleep(delay)
     i = 0
-    while (n is not None and i < n) or (until is not None and time.time() < until):
+    # time mode: at least one append, so a writer that a loaded machine started after the
+    # window still reports a latency (never an empty sample)
+    while (n is not None and i < n) or (until is not None and (i == 0 or time.time() < until)):
         t = time.perf_counter()
         try:
             write(i)
