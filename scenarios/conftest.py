@@ -20,8 +20,9 @@ def _stale_wal(result) -> None:
     verdicts = {v.checker: v.status for v in result.verdicts}
     assert verdicts == {"no_lost_writes": "PASS", "stale_wal_refusal": "PASS",
                         "sticky_refusal": "PASS", "integrity": "PASS", "recovery": "PASS",
-                        "checkpoint_cadence": "PASS", "single_wal_generation": "PASS", "error_taxonomy": "PASS",
-                        "no_lockup": "PASS", "must_observe": "PASS"}, verdicts
+                        "checkpoint_cadence": "PASS", "single_wal_generation": "PASS",
+                        "error_taxonomy": "PASS", "no_lockup": "PASS",
+                        "must_observe": "PASS"}, verdicts
     history = _history(result)
     # The gateway was refused with the stale-WAL error and left evidence beside the store.
     assert any(r.get("type") == "fail" and r.get("error") == "DeletedWalGenerationError"
