@@ -11,6 +11,13 @@ the roles are stopped (SIGCONT, SIGTERM, SIGKILL what does not exit within :data
 and ``recover`` (final store snapshot, checkers). The chaos phase ends early when every role
 process has exited and nothing (role start, nemesis step) is left to happen.
 
+Every role instance the scenario starts is launched before the run's clock starts: its spawned
+interpreter imports and sets itself up, reports ready on its start gate (a pipe) and waits; the
+clock starts once every one is ready, and each is released at its ``start_at`` with the run's
+``t0`` and its deadline. So the time an interpreter needs to start on a loaded machine is never
+taken out of a scenario's timeline (a 3 s scenario whose roles took 3 s to import tested
+nothing). Restarted instances start when their fault fires, as a real restart does.
+
 Scheduling (``at``/``after``) lives in :mod:`chaos.schedule`. Restarts (``restart`` fault) start
 a new :class:`RoleInstance` in the same slot under a fresh process name. Every role process
 runs with ``HERMES_STATE_FAILPOINTS_FILE`` naming its own arm file under ``failpoints/`` so a
@@ -22,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import multiprocessing
+import multiprocessing.connection
 import os
 import shutil
 import signal
@@ -54,6 +62,9 @@ from .schedule import Counts, Schedule, reached
 TICK_S = 0.02
 STOP_GRACE_S = 5.0
 NATURAL_EXIT_S = 2.0
+#: Hang guard only: the longest wait for launched role processes to report ready on their start
+#: gate (a start-up that never reports is a toolkit defect, not a slow machine).
+READY_GUARD_S = 300.0
 _MP = multiprocessing.get_context("spawn")  # SPEC §16.1: spawned, never forked from a holder
 
 
@@ -71,6 +82,7 @@ class RoleInstance:
     replaces: str | None = None  # the process this restart replaced
     failpoints_file: str = ""  # HERMES_STATE_FAILPOINTS_FILE of the process (run-time arming)
     history_file: str = ""  # set at spawn: history/<process>.jsonl
+    gate: multiprocessing.connection.Connection | None = None  # start gate until released
 
     @property
     def role(self) -> str:
@@ -204,6 +216,7 @@ class Runner:
         self.writer: hist.HistoryWriter | None = None
         self.tail: HistoryTail | None = None
         self._numbers: dict[str, int] = {}  # role -> next process number for a restart
+        self.launched: list[RoleInstance] = []  # started before the clock, released at start_at
 
     # ------------------------------------------------------------------ helpers
     def elapsed(self) -> float:
@@ -255,30 +268,32 @@ class Runner:
         self.console.print(f"[yellow]SKIPPED: {reason}[/]")
         return RunResult(self.run_dir, verdicts, 0, results)
 
-    def _spawn(self, inst: RoleInstance, writer: hist.HistoryWriter) -> None:
+    def _launch(self, inst: RoleInstance) -> None:
+        """Start ``inst``'s process behind its start gate: it sets itself up, reports ready and
+        waits for :meth:`_release` (which sends the run's clock and its deadline)."""
         spec = inst.spec
         self.dirs.failpoints.mkdir(exist_ok=True)
         inst.failpoints_file = str(self.dirs.arm_file(inst.process))
         inst.history_file = str(self.dirs.process_history(inst.process))
-        if self.tail is not None:
-            self.tail.roles[inst.process] = spec.name
-        end = spec.stop_at if spec.stop_at is not None else self.sc.duration
         cfg = {
             "role": spec.name, "kind": spec.kind, "index": inst.index, "process": inst.process,
             "db_path": str(self.db_path), "home": str(self.home),
             "history_dir": str(self.hist_dir), "log_path": str(self.dirs.log(inst.process)),
-            "seed": self.sc.seed, "t0": self.t0, "deadline": self.t0 + end,
+            "seed": self.sc.seed, "t0": 0.0, "deadline": 0.0,
             "workload": as_dict(spec.workload), "failpoints": spec.failpoints or "",
             "synchronous": self.sc.store.get("synchronous", "NORMAL"),
             "undumpable": spec.undumpable, "ptrace_cap": spec.ptrace_cap,
         }
         fn = self.functions.get(spec.name)
         if fn is None:
-            inst.proc = _MP.Process(target=role_main, args=(cfg,), name=inst.process,
-                                    daemon=False)
+            ours, theirs = _MP.Pipe()
+            inst.proc = _MP.Process(target=role_main, args=(cfg, None, theirs),
+                                    name=inst.process, daemon=False)
         else:  # the test's function: dill-pickled into a spawned interpreter (multiprocess)
-            inst.proc = spawn_context().Process(target=role_main, args=(cfg, fn),
-                                                name=inst.process, daemon=False)
+            ctx = spawn_context()
+            ours, theirs = ctx.Pipe()
+            inst.proc = ctx.Process(target=role_main, args=(cfg, fn, theirs), name=inst.process,
+                                    daemon=False)
         # The spawned interpreter inherits the environment: the arm file is named there.
         saved = os.environ.get(failpoints.FILE_ENV_VAR)
         os.environ[failpoints.FILE_ENV_VAR] = inst.failpoints_file
@@ -289,6 +304,43 @@ class Runner:
                 os.environ.pop(failpoints.FILE_ENV_VAR, None)
             else:
                 os.environ[failpoints.FILE_ENV_VAR] = saved
+            theirs.close()
+        inst.gate = ours
+
+    def _await_ready(self, launched: list[RoleInstance]) -> None:
+        """Block until every launched process reported ready on its gate or exited.
+
+        Raises:
+            RuntimeError: one did neither within :data:`READY_GUARD_S` (hang guard).
+        """
+        waiting = {i.gate: i for i in launched if i.gate is not None}
+        guard = time.monotonic() + READY_GUARD_S
+        while waiting:
+            left = guard - time.monotonic()
+            if left <= 0:
+                raise RuntimeError(f"role processes {sorted(i.process for i in waiting.values())}"
+                                   f" did not start within {READY_GUARD_S:g}s")
+            for conn in multiprocessing.connection.wait(list(waiting), timeout=left):
+                waiting.pop(conn)
+                try:
+                    conn.recv()
+                except (EOFError, OSError):
+                    pass  # it died while starting: its exit is recorded once released
+
+    def _release(self, inst: RoleInstance, writer: hist.HistoryWriter) -> None:
+        """Let ``inst`` run from now: send the run's ``t0`` and its deadline through its gate."""
+        spec = inst.spec
+        self.instances.append(inst)
+        if self.tail is not None:
+            self.tail.roles[inst.process] = spec.name
+        end = spec.stop_at if spec.stop_at is not None else self.sc.duration
+        gate, inst.gate = inst.gate, None
+        try:
+            gate.send({"t0": self.t0, "deadline": self.t0 + end})
+        except (BrokenPipeError, OSError):
+            pass  # it died while starting: reaped like any exit
+        finally:
+            gate.close()
         extra = ({"generation": inst.generation, "replaces": inst.replaces}
                  if inst.generation else {})
         writer.record("process", phase="spawn", role=spec.name, kind=spec.kind,
@@ -296,6 +348,18 @@ class Runner:
                       process_of=inst.process, **extra)
         again = f" restart #{inst.generation} of slot {inst.index}" if inst.generation else ""
         self.say(f"spawn [bold]{inst.process}[/] ({spec.kind}) pid {inst.proc.pid}{again}")
+
+    def _discard(self, launched: list[RoleInstance]) -> None:
+        """Close the gates of launched processes never released: they exit without running."""
+        unreleased = [i for i in launched if i.gate is not None]
+        for inst in unreleased:
+            inst.gate.close()
+            inst.gate = None
+        for inst in unreleased:
+            inst.proc.join(STOP_GRACE_S)
+            if inst.proc.exitcode is None:
+                inst.proc.kill()
+                inst.proc.join(STOP_GRACE_S)
 
     def _restart(self, role: str, slot: int) -> RoleInstance:
         """Start the next instance of ``role``'s ``slot`` (the ``restart`` fault, SPEC §16.2)."""
@@ -305,8 +369,8 @@ class Runner:
         same = [i for i in self.instances if i.role == role and i.index == slot]
         inst = RoleInstance(spec, slot, f"{role}-{number}", generation=len(same),
                             replaces=same[-1].process if same else None)
-        self.instances.append(inst)
-        self._spawn(inst, self.writer)
+        self._launch(inst)
+        self._release(inst, self.writer)
         return inst
 
     def _reap(self, writer: hist.HistoryWriter) -> None:
@@ -357,6 +421,13 @@ class Runner:
             return self._skipped(f"the store's tmpfs is unavailable: {exc}")
         except FsUnavailable as exc:
             return self._skipped(f"the faulty filesystem is unavailable: {exc}")
+        pending_roles = [RoleInstance(spec, i, f"{spec.name}-{i}")
+                         for spec in self.sc.roles for i in range(spec.count)]
+        pending_roles.sort(key=lambda r: r.spec.start_at)
+        self.launched = list(pending_roles)
+        for inst in pending_roles:
+            self._launch(inst)
+        self._await_ready(pending_roles)
         self.t0 = time.monotonic()
         writer = self.writer = hist.HistoryWriter(self.dirs.process_history(store.RUNNER_PROCESS),
                                                   store.RUNNER_PROCESS)
@@ -367,9 +438,6 @@ class Runner:
         self.sampler = Sampler(self.db_path, self.hist_dir,
                                self._sampled_processes)
         self.sampler.start()
-        pending_roles = [RoleInstance(spec, i, f"{spec.name}-{i}")
-                         for spec in self.sc.roles for i in range(spec.count)]
-        pending_roles.sort(key=lambda r: r.spec.start_at)
         schedule = Schedule(self.sc.nemesis)
         heal_at = self.sc.heal_at if self.sc.heal_at is not None else self.sc.duration
         healed = False
@@ -383,9 +451,7 @@ class Runner:
                 healed = True
                 self._heal_phase(env, writer, schedule)
             while pending_roles and pending_roles[0].spec.start_at <= now:
-                inst = pending_roles.pop(0)
-                self.instances.append(inst)
-                self._spawn(inst, writer)
+                self._release(pending_roles.pop(0), writer)
             tail.poll()
             for step in ([] if healed else schedule.due(now, tail.seen)):
                 if not chaos_started:
@@ -417,6 +483,7 @@ class Runner:
             time.sleep(TICK_S)
         if not healed:
             self._heal_phase(env, writer, schedule)
+        self._discard(self.launched)
         self._stop_roles(writer)
         self.sampler.stop()
         tail.poll()
@@ -453,6 +520,7 @@ class Runner:
         """SIGCONT then SIGKILL every role still alive (interrupted runs); reaps them."""
         if self.sampler is not None:
             self.sampler.stop()
+        self._discard(self.launched)
         for inst in self.instances:
             if inst.alive():
                 for sig in (signal.SIGCONT, signal.SIGKILL):

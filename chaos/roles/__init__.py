@@ -58,9 +58,23 @@ __all__ = ["ADVERSARY_KINDS", "KINDS", "NOT_WRITER_KINDS", "ROLES", "Role", "Rol
            "RoleContext", "role_main"]
 
 
-def role_main(cfg_dict: dict, fn: Callable[[RoleContext], None] | None = None) -> None:
+def role_main(cfg_dict: dict, fn: Callable[[RoleContext], None] | None = None,
+              gate=None) -> None:
     """Entry point of every role process (target of the spawned ``multiprocessing.Process``;
-    of a ``multiprocess`` one for a ``callable`` role, whose function ``fn`` it calls)."""
+    of a ``multiprocess`` one for a ``callable`` role, whose function ``fn`` it calls).
+
+    ``gate``: the runner's start gate (a connection) or None. The process reports ready on it
+    once imported, then waits for ``{"t0", "deadline", "index"}`` (the run's clock) before it
+    runs; a gate closed instead (the run ended first) ends it without running.
+    """
+    if gate is not None:
+        try:
+            gate.send("ready")
+            cfg_dict = {**cfg_dict, **gate.recv()}
+        except (EOFError, OSError):
+            return
+        finally:
+            gate.close()
     cfg = RoleConfig(**cfg_dict)
     log_fd = os.open(cfg.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     os.dup2(log_fd, 1)
