@@ -16,7 +16,9 @@ interpreter imports and sets itself up, reports ready on its start gate (a pipe)
 clock starts once every one is ready, and each is released at its ``start_at`` with the run's
 ``t0`` and its deadline. So the time an interpreter needs to start on a loaded machine is never
 taken out of a scenario's timeline (a 3 s scenario whose roles took 3 s to import tested
-nothing). Restarted instances start when their fault fires, as a real restart does.
+nothing). So are the processes the scenario's ``restart`` steps will start: a restart releases
+one (what the new instance does with the store starts at the restart, not seconds later when a
+fresh interpreter would have imported).
 
 Scheduling (``at``/``after``) lives in :mod:`chaos.schedule`. Restarts (``restart`` fault) start
 a new :class:`RoleInstance` in the same slot under a fresh process name. Every role process
@@ -217,6 +219,7 @@ class Runner:
         self.tail: HistoryTail | None = None
         self._numbers: dict[str, int] = {}  # role -> next process number for a restart
         self.launched: list[RoleInstance] = []  # started before the clock, released at start_at
+        self._standby: dict[str, list[RoleInstance]] = {}  # role -> processes its restarts use
 
     # ------------------------------------------------------------------ helpers
     def elapsed(self) -> float:
@@ -336,7 +339,7 @@ class Runner:
         end = spec.stop_at if spec.stop_at is not None else self.sc.duration
         gate, inst.gate = inst.gate, None
         try:
-            gate.send({"t0": self.t0, "deadline": self.t0 + end})
+            gate.send({"t0": self.t0, "deadline": self.t0 + end, "index": inst.index})
         except (BrokenPipeError, OSError):
             pass  # it died while starting: reaped like any exit
         finally:
@@ -362,16 +365,43 @@ class Runner:
                 inst.proc.join(STOP_GRACE_S)
 
     def _restart(self, role: str, slot: int) -> RoleInstance:
-        """Start the next instance of ``role``'s ``slot`` (the ``restart`` fault, SPEC §16.2)."""
+        """Start the next instance of ``role``'s ``slot`` (the ``restart`` fault, SPEC §16.2):
+        the role's next standby process (launched and imported before the run's clock started,
+        as a supervisor's warm spare) is released in the slot."""
         spec = self.sc.role(role)
         number = self._numbers.get(role, spec.count)
         self._numbers[role] = number + 1
         same = [i for i in self.instances if i.role == role and i.index == slot]
-        inst = RoleInstance(spec, slot, f"{role}-{number}", generation=len(same),
-                            replaces=same[-1].process if same else None)
-        self._launch(inst)
+        spares = self._standby.get(role, [])
+        if spares and spares[0].process == f"{role}-{number}":
+            inst = spares.pop(0)
+        else:  # more restarts than the scenario's steps can ask for: a toolkit defect, but run
+            inst = RoleInstance(spec, slot, f"{role}-{number}")
+            self._launch(inst)
+        inst.index, inst.generation = slot, len(same)
+        inst.replaces = same[-1].process if same else None
         self._release(inst, self.writer)
         return inst
+
+    def _launch_standby(self) -> list[RoleInstance]:
+        """Launch (not release) one process per instance the scenario's ``restart`` steps can
+        start (every slot of the role, or the step's ``index``), numbered as they will be."""
+        wanted: dict[str, int] = {}
+        for step in self.sc.nemesis:
+            if step.fault == "restart":
+                role = step.params.role
+                n = 1 if step.params.index is not None else self.sc.role(role).count
+                wanted[role] = wanted.get(role, 0) + n
+        out = []
+        for role, n in sorted(wanted.items()):
+            count = self.sc.role(role).count
+            spares = [RoleInstance(self.sc.role(role), 0, f"{role}-{count + k}") for k in range(n)]
+            for inst in spares:
+                self._launch(inst)
+            self._standby[role] = spares
+            out += spares
+        self.launched += out
+        return out
 
     def _reap(self, writer: hist.HistoryWriter) -> None:
         for inst in self.instances:
@@ -427,7 +457,7 @@ class Runner:
         self.launched = list(pending_roles)
         for inst in pending_roles:
             self._launch(inst)
-        self._await_ready(pending_roles)
+        self._await_ready(pending_roles + self._launch_standby())
         self.t0 = time.monotonic()
         writer = self.writer = hist.HistoryWriter(self.dirs.process_history(store.RUNNER_PROCESS),
                                                   store.RUNNER_PROCESS)
