@@ -164,6 +164,26 @@ def test_no_lockup_fails_a_stall_and_names_the_lock_owner(tmp_path):
     assert run(tmp_path, "no_lockup", lockup_history(), {"bound": 7.5}).status == PASS
 
 
+def test_no_lockup_bound_can_count_from_the_retry_budget_measured_in_the_run(tmp_path):
+    """long_stall: writes wait out their whole retry budget by design, and that budget's wall
+    time is the machine's (16 s nominal, 19 s seen under load). The bound then counts from the
+    longest budget a write gave up after in the run; a wait past it still fails."""
+    def with_budget(waited_s):
+        h = lockup_history()  # an append waiting 7 s
+        at(h, 8.5)
+        h.add("event", "gateway-0", event="write_gave_up", attempts=15, waited_s=waited_s)
+        return h
+
+    params = {"bound": "2s", "after_retry_budget": True}
+    v = run(tmp_path, "no_lockup", with_budget(5.5), params)
+    assert v.status == PASS and v.figures["retry_budget_s"] == 5.5, v.to_dict()
+    assert v.figures["bound_s"] == 7.5
+    v = run(tmp_path, "no_lockup", with_budget(4.5), params)
+    assert v.status == FAIL and v.evidence[0]["waited_s"] == pytest.approx(7.0, abs=0.05)
+    assert run(tmp_path, "no_lockup", lockup_history(), params).status == FAIL  # no give-up
+    assert run(tmp_path, "no_lockup", with_budget(5.5), {"bound": "2s"}).status == FAIL
+
+
 def test_no_lockup_fails_an_op_that_never_returned(tmp_path):
     v = run(tmp_path, "no_lockup", lockup_history(finish=False))
     assert v.status == FAIL and v.evidence[0]["completed"] is False

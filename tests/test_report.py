@@ -310,3 +310,26 @@ def test_a_stall_is_plotted_where_it_began_and_the_page_says_how_long_the_run_ra
     assert "state.db-wal" in row and "missing" not in row and "<code>{}</code>" not in row
     moment = relative_times({"at_that_moment": {"sample_t": 102.25, "seq": 3}}, 100.0)
     assert moment == {"at_that_moment": {"sample_t": 2.25, "seq": 3}}
+
+
+def test_evidence_badges_never_overlap_when_a_group_widens_after_the_next_began():
+    """Found under load (test_report_browser): marks at 0, 1, 23.1 and 24 px made badges "1–2"
+    and "3–4", each 24 px wide, 23.1 px apart: the second group widened after it was judged
+    apart from the first. Badges that would touch merge, however they grew."""
+    from types import SimpleNamespace
+
+    from chaos.report import lanes
+
+    class Axis:  # one second is one pixel
+        def x(self, t):
+            return t
+
+    for times in ([0, 1, 23.1, 24], [0, 30, 31, 53.5, 54, 54.5], [0, 17, 34, 51]):
+        marks = [SimpleNamespace(t=t, number=i + 1) for i, t in enumerate(times)]
+        badges = lanes._badge_groups(Axis(), marks)
+        spans = sorted((m.t - lanes._badge_width(text) / 2, m.t + lanes._badge_width(text) / 2)
+                       for m in marks if (text := badges.get(id(m))) is not None)
+        assert all(a[1] + lanes.BADGE_GAP_PX <= b[0] for a, b in zip(spans, spans[1:])), spans
+        numbered = sorted(n for m in marks if (t := badges.get(id(m))) for n in
+                          map(int, t.split("–")))
+        assert numbered[0] == 1 and numbered[-1] == len(times)  # every mark is in a badge

@@ -18,7 +18,10 @@ stopped processes.
 Excluded: the adversaries' bare transactions (``hold_lock``, ``hold_read``, ``long_read``, and
 every op of a ``lock_holder``/``long_reader`` role) and ``ignore_ops``.
 
-Params: ``bound`` (seconds or duration string, default 5 s), ``ignore_ops`` (op names).
+Params: ``bound`` (seconds or duration string, default 5 s), ``ignore_ops`` (op names),
+``after_retry_budget`` (the bound counts from the end of the longest retry budget a write spent in
+this run, the ``waited_s`` of its ``write_gave_up`` events: for scenarios whose writes wait out
+their whole budget by design, where that budget's wall time is the machine's, not the rule's).
 INCONCLUSIVE when no operation was judged.
 """
 
@@ -52,6 +55,8 @@ class Params:
     bound: Duration = param("5s", "Longest wait without progress.")
     ignore_ops: list[str] = param([], "Ops that are long by design (besides hold_lock and the "
                                   "adversary roles').", uniqueItems=True)
+    after_retry_budget: bool = param(False, "Count the bound from the longest retry budget a "
+                                     "write gave up after in this run (write_gave_up waited_s).")
 
 
 NAME = "no_lockup"
@@ -89,6 +94,12 @@ def check(ctx: CheckContext, params: dict) -> Verdict:
     this module's docstring, the parameters in :class:`Params`."""
     p = params_of(Params, params)
     bound = p.bound
+    budget = None
+    if p.after_retry_budget:
+        budget = max((float(r.get("waited_s") or 0.0) for r in ctx.history
+                      if r.get("type") == "event" and r.get("event") == "write_gave_up"),
+                     default=0.0)
+        bound += budget
     ignore = ADVERSARY_OPS | set(p.ignore_ops)
     hist = ctx.history
     kinds = role_kinds(ctx.scenario)
@@ -129,7 +140,7 @@ def check(ctx: CheckContext, params: dict) -> Verdict:
                            "invoked_t": round(start, 6), "bound_crossed_t": round(crossed, 6),
                            "at_that_moment": moment(at), "record": brief(op.record())})
 
-    fig: dict = {"bound_s": bound, "ops_judged": judged, "stalls": len(stalls),
+    fig: dict = {"bound_s": bound, "retry_budget_s": budget, "ops_judged": judged, "stalls": len(stalls),
                  "longest_wait_s": round(longest[0], 4),
                  "longest_wait_op": None if longest[1] is None else
                  f"{longest[1].process} {longest[1].op} ({longest[1].op_id})",

@@ -257,16 +257,15 @@ def _badge_groups(tl: Timeline, marks: list) -> dict[int, str]:
         return x - half, x + half
 
     for numbered in (True, False):
-        group: list = []
+        groups: list[list] = []
         for m in sorted((m for m in marks if bool(m.number) == numbered), key=lambda m: m.t):
-            x = LABEL_W + tl.x(m.t)
-            if group and x - _badge_width(_badge_text([m])) / 2 < extent(group)[1] + BADGE_GAP_PX:
-                group.append(m)
-                continue
-            if group:
-                _place(group, extent(group), out, taken, numbered)
-            group = [m]
-        if group:
+            groups.append([m])
+            # A group's badge widens as it grows ("3" -> "3–4"): merge while it would touch the
+            # badge before it (the merged one widens too, so look again).
+            while len(groups) > 1 and extent(groups[-1])[0] < extent(groups[-2])[1] + BADGE_GAP_PX:
+                last = groups.pop()
+                groups[-1].extend(last)
+        for group in groups:
             _place(group, extent(group), out, taken, numbered)
     return out
 
