@@ -61,8 +61,12 @@ def test_spool_replay_imports_each_refused_message_exactly_once(tmp_path):
     spooled = [r for r in history if r.get("op") == "append" and r["type"] == "fail"
                and r.get("spooled")]
     assert spooled
-    [first] = done(history, "run", "replay-0")
-    [second] = done(history, "run", "replay-again-0")
+    first, second = [r for r in history if r["type"] == "nemesis" and r["fault"] == "run"
+                     and r["phase"] == "done"]
+    [closed] = done(history, "close", "gateway-0")
+    assert closed["t"] < first["t"] < second["t"]
+    [opened] = done(history, "open", "restarted-0")
+    assert opened["t"] > second["t"]  # the restarted gateway started after both replays
     assert first["exit_code"] == 0 and f"imported {len(spooled)} message(s)" in first["stdout"]
     assert second["exit_code"] == 0 and "imported 0 message(s)" in second["stdout"]
     [restart] = done(history, "replay_spool", "restarted-0")
