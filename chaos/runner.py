@@ -11,14 +11,9 @@ the roles are stopped (SIGCONT, SIGTERM, SIGKILL what does not exit within :data
 and ``recover`` (final store snapshot, checkers). The chaos phase ends early when every role
 process has exited and nothing (role start, nemesis step) is left to happen.
 
-Every role instance the scenario starts is launched before the run's clock starts: its spawned
-interpreter imports and sets itself up, reports ready on its start gate (a pipe) and waits; the
-clock starts once every one is ready, and each is released at its ``start_at`` with the run's
-``t0`` and its deadline. So the time an interpreter needs to start on a loaded machine is never
-taken out of a scenario's timeline (a 3 s scenario whose roles took 3 s to import tested
-nothing). So are the processes the scenario's ``restart`` steps will start: a restart releases
-one (what the new instance does with the store starts at the restart, not seconds later when a
-fresh interpreter would have imported).
+Role processes are launched before the run's clock starts and released at their ``start_at``
+(:mod:`chaos.roles.gate`); so are the processes the ``restart`` steps will start, released by the
+restart: a loaded machine's interpreter start-up never eats a scenario's timeline.
 
 Scheduling (``at``/``after``) lives in :mod:`chaos.schedule`. Restarts (``restart`` fault) start
 a new :class:`RoleInstance` in the same slot under a fresh process name. Every role process
@@ -56,6 +51,7 @@ from .nemesis.commands import command_argv
 from .params import as_dict, build
 from .report import print_verdicts
 from .roles import ROLES, role_main
+from .roles.gate import await_ready, release
 from .roles.python_callable import check_bindings, spawn_context
 from .sampler import Sampler
 from .scenario import NemesisStep, RoleSpec, Scenario
@@ -64,9 +60,6 @@ from .schedule import Counts, Schedule, reached
 TICK_S = 0.02
 STOP_GRACE_S = 5.0
 NATURAL_EXIT_S = 2.0
-#: Hang guard only: the longest wait for launched role processes to report ready on their start
-#: gate (a start-up that never reports is a toolkit defect, not a slow machine).
-READY_GUARD_S = 300.0
 _MP = multiprocessing.get_context("spawn")  # SPEC §16.1: spawned, never forked from a holder
 
 
@@ -310,26 +303,6 @@ class Runner:
             theirs.close()
         inst.gate = ours
 
-    def _await_ready(self, launched: list[RoleInstance]) -> None:
-        """Block until every launched process reported ready on its gate or exited.
-
-        Raises:
-            RuntimeError: one did neither within :data:`READY_GUARD_S` (hang guard).
-        """
-        waiting = {i.gate: i for i in launched if i.gate is not None}
-        guard = time.monotonic() + READY_GUARD_S
-        while waiting:
-            left = guard - time.monotonic()
-            if left <= 0:
-                raise RuntimeError(f"role processes {sorted(i.process for i in waiting.values())}"
-                                   f" did not start within {READY_GUARD_S:g}s")
-            for conn in multiprocessing.connection.wait(list(waiting), timeout=left):
-                waiting.pop(conn)
-                try:
-                    conn.recv()
-                except (EOFError, OSError):
-                    pass  # it died while starting: its exit is recorded once released
-
     def _release(self, inst: RoleInstance, writer: hist.HistoryWriter) -> None:
         """Let ``inst`` run from now: send the run's ``t0`` and its deadline through its gate."""
         spec = inst.spec
@@ -338,12 +311,7 @@ class Runner:
             self.tail.roles[inst.process] = spec.name
         end = spec.stop_at if spec.stop_at is not None else self.sc.duration
         gate, inst.gate = inst.gate, None
-        try:
-            gate.send({"t0": self.t0, "deadline": self.t0 + end, "index": inst.index})
-        except (BrokenPipeError, OSError):
-            pass  # it died while starting: reaped like any exit
-        finally:
-            gate.close()
+        release(gate, {"t0": self.t0, "deadline": self.t0 + end, "index": inst.index})
         extra = ({"generation": inst.generation, "replaces": inst.replaces}
                  if inst.generation else {})
         writer.record("process", phase="spawn", role=spec.name, kind=spec.kind,
@@ -457,7 +425,7 @@ class Runner:
         self.launched = list(pending_roles)
         for inst in pending_roles:
             self._launch(inst)
-        self._await_ready(pending_roles + self._launch_standby())
+        await_ready({i.gate: i.process for i in pending_roles + self._launch_standby()})
         self.t0 = time.monotonic()
         writer = self.writer = hist.HistoryWriter(self.dirs.process_history(store.RUNNER_PROCESS),
                                                   store.RUNNER_PROCESS)

@@ -22,6 +22,7 @@ from ..params import build
 from . import (cli, foreign_writer, gateway, lock_holder, long_reader, maintenance, procfs,
                python_callable, worktree)
 from .base import RoleConfig, RoleContext
+from .gate import wait_for_start
 
 
 @dataclass(frozen=True)
@@ -67,14 +68,14 @@ def role_main(cfg_dict: dict, fn: Callable[[RoleContext], None] | None = None,
     once imported, then waits for ``{"t0", "deadline", "index"}`` (the run's clock) before it
     runs; a gate closed instead (the run ended first) ends it without running.
     """
+    # SIGTERM = clean shutdown: finish the op, close, exit 0 (set before the gate says ready)
+    term: list = []
+    signal.signal(signal.SIGTERM, lambda signum, frame: term.append(signum))
     if gate is not None:
-        try:
-            gate.send("ready")
-            cfg_dict = {**cfg_dict, **gate.recv()}
-        except (EOFError, OSError):
+        start = wait_for_start(gate)
+        if start is None:
             return
-        finally:
-            gate.close()
+        cfg_dict = {**cfg_dict, **start}
     cfg = RoleConfig(**cfg_dict)
     log_fd = os.open(cfg.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     os.dup2(log_fd, 1)
@@ -89,10 +90,11 @@ def role_main(cfg_dict: dict, fn: Callable[[RoleContext], None] | None = None,
     procfs.apply(undumpable=cfg.undumpable, ptrace_cap=cfg.ptrace_cap)
     ctx = RoleContext(cfg, build(ROLES[cfg.kind].Params, cfg.workload))
 
-    def on_term(signum, frame):  # SIGTERM = clean shutdown: finish the op, close, exit 0
+    def on_term(signum, frame):
         ctx.stopping = True
 
     signal.signal(signal.SIGTERM, on_term)
+    ctx.stopping = bool(term)
     install_foreign_open_close(cfg.db_path, lambda **f: ctx.history.record("event", **f))
     events.add_listener(ctx.history.event)
     print(f"{cfg.process} pid {os.getpid()} kind {cfg.kind} start", flush=True)
@@ -104,3 +106,7 @@ def role_main(cfg_dict: dict, fn: Callable[[RoleContext], None] | None = None,
         raise SystemExit(70)
     finally:
         print(f"{cfg.process} done", flush=True)
+        # Done: only the interpreter's exit is left, which resets a Python handler to the
+        # default action (a late SIGTERM from the runner would then kill it: -15, read as a
+        # crash on a loaded machine). An ignored signal is not reset.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
