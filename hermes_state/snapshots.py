@@ -383,8 +383,11 @@ def list_snapshots(db_path: str | os.PathLike) -> list[dict]:
                 continue
             created = _stamp_iso(key[0])
             try:  # the name has whole seconds; the mtime orders images of the same second
-                mtime = entry.stat().st_mtime
-                if 0 <= mtime - _iso_epoch(created) < 1:
+                # (clamped into it: an image named in second S may be finished in S+1 on a
+                # loaded machine, and must still sort after the earlier images of S)
+                stamp = _iso_epoch(created)
+                mtime = min(max(entry.stat().st_mtime, stamp), stamp + 0.999999)
+                if 0 <= mtime - stamp < 1:
                     created = (time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(mtime))
                                + f".{int((mtime % 1) * 1e6):06d}Z")
             except OSError:

@@ -443,3 +443,21 @@ def test_restore_a_pre_update_bak(store):
     assert result["verified"] is True and result["messages"] == 10
     with SessionDB(store) as db:
         assert "written after the update" not in [m["content"] for m in db.get_messages("s0")]
+
+
+def test_pre_update_images_of_one_second_list_newest_first_when_one_ends_in_the_next(tmp_path):
+    """Found under load (test_pre_update_writes_a_bak_beside_the_store_and_keeps_two): an image
+    named in second S but finished in S+1 sorted as S.0, before the earlier image of S."""
+    import os
+    import time
+
+    path = tmp_path / "state.db"
+    make_store(path, sessions=1, messages=1)
+    base = int(time.time())
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(base))
+    for n, finished in ((2, 0.5), (3, 1.3)):
+        image = tmp_path / f"state.db.pre-update-emergency-{stamp}-{n}.bak"
+        image.write_bytes(b"image")
+        os.utime(image, (base + finished, base + finished))
+    listed = [s["id"] for s in list_snapshots(path) if s["kind"] == "pre-update"]
+    assert [i[-6:] for i in listed] == ["-3.bak", "-2.bak"]
