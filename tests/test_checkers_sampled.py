@@ -512,3 +512,25 @@ def test_must_observe_a_sampled_state_or_inconclusive():
     assert ev["retired_wal_held"]["holders"] == [
         "PID 1001 gateway-0: db, wal (retired), shm (retired)"]
     assert ev["checkpoint"]["mode"] == "PASSIVE"
+
+
+def test_maintenance_refusal_counts_a_holder_that_opened_after_the_last_sample(tmp_path):
+    """A step triggered by a role's open lands within one sampler interval of it: the last
+    sample before the command predates the open, the first after it shows the holder."""
+    def history(exit_code):
+        h = H()
+        sample(h, [])
+        op = h.invoke("gateway-0", "open", pid=1001)
+        h.complete("gateway-0", op, "ok", pid=1001)
+        run_op = h.invoke("maint-0", "run", command="optimize-storage", force=False,
+                          dry_run=False, args=[])
+        out = REFUSAL_TEXT.format(db="/h/state.db", pid=1001) if exit_code else "optimized"
+        h.complete("maint-0", run_op, "fail" if exit_code else "ok", exit_code=exit_code,
+                   stdout="", stderr=out, named_pids=[1001] if exit_code else [],
+                   child_pid=4242, error=f"exit {exit_code}" if exit_code else None)
+        sample(h, [("gateway-0", 1001, "sleeping", held())])
+        return h
+    v = maint(tmp_path, history(1))
+    assert v.status == PASS and v.figures["runs"][0]["live_writers"] == {"gateway-0": 1001}
+    v = maint(tmp_path, history(0))
+    assert v.status == FAIL and "exit 0, not 1" in v.summary, v.to_dict()

@@ -173,7 +173,14 @@ def _live_writers(cmd: Command, samples: Samples, ops) -> tuple[dict[str, int], 
             return {p["process"]: p["pid"] for p in sample.get("procs") or []
                     if p.get("parent") is None and holding(p) and p["process"] != cmd.process}
         a, b = holders(before), holders(after)
-        return {n: pid for n, pid in a.items() if b.get(n) == pid}, "samples"
+        # A process seen holding after the command that had opened the store before it began
+        # held it across the command, although the last sample before it (up to one sampler
+        # interval old) predates that open: a step triggered by the open itself lands there.
+        opened = {o.process: o.pid for o in ops
+                  if o.op == "open" and o.kind == "ok" and o.t_done is not None
+                  and o.t_done < cmd.t0 and o.process != cmd.process}
+        return {n: pid for n, pid in b.items()
+                if a.get(n) == pid or opened.get(n) == pid}, "samples"
     live = {}
     for o in ops:
         if o.kind != "ok" or o.op not in WRITE_OPS or o.process == cmd.process:
