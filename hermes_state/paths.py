@@ -211,6 +211,10 @@ def access_problem(db_path: str | os.PathLike, *, write: bool):
     for suffix, (p, st) in files.items():
         if st is None or os.access(p, mode, effective_ids=True):
             continue
+        if not os.path.lexists(p):
+            # gone between the stat and the check (another process starting on the same store
+            # moved it aside or SQLite deleted it on a last close): no file, no permission problem
+            continue
         need = "no read and write permission" if write else "no read permission"
         if write and os.access(p, os.R_OK, effective_ids=True):
             need = "no write permission"
