@@ -31,7 +31,6 @@ import sys
 import threading
 import time
 import xml.etree.ElementTree as ET
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -42,7 +41,7 @@ from hermes_state.testing import utc_stamp
 
 from . import audit_probe, mutants, store
 from .audit_report import kill_table, markdown_table, write_readme
-from .gate import _Slots
+from .gate import _Slots, run_parallel
 
 KILLED, SURVIVED, ERROR = "KILLED", "SURVIVED", "ERROR"
 #: Hang guard for one scenario run of a mutant (s): no verdict by then counts as a hang.
@@ -359,16 +358,7 @@ class Audit:
                 self.console.print(f"[{self.done:3}/{self.total}] [{style}]{r.status:8}[/] "
                                    f"{r.name} {how} {r.seconds:.0f}s", highlight=False)
 
-        with ThreadPoolExecutor(max_workers=self.jobs) as pool:
-            futures = [pool.submit(work, m) for m in catalogue]
-            try:
-                for f in futures:
-                    while not f.done():
-                        time.sleep(0.1)
-                    f.result()
-            except BaseException:
-                self.stop()
-                raise
+        run_parallel(catalogue, work, self.jobs, self.stop)
         order = {m.name: i for i, m in enumerate(catalogue)}
         return sorted(results, key=lambda r: order[r.name])
 

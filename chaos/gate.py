@@ -67,6 +67,22 @@ class Job:
     meta: dict = field(default_factory=dict)
 
 
+
+def run_parallel(items, work, jobs: int, stop) -> None:
+    """Call ``work(item)`` for every item on ``jobs`` threads; on any error or interrupt call
+    ``stop()`` (which ends the running children) and re-raise. The main thread polls, so a
+    signal reaches it while the workers run."""
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        futures = [pool.submit(work, item) for item in items]
+        try:
+            for f in futures:
+                while not f.done():
+                    time.sleep(0.1)
+                f.result()
+        except BaseException:
+            stop()
+            raise
+
 class _Slots:
     """``jobs`` shared slots; an exclusive job takes all of them (a readers-writer lock)."""
 
@@ -186,16 +202,7 @@ class Gate:
                 self.console.print(f"[{done[0]:3}/{len(jobs)}] [{style}]{status:12}[/] "
                                    f"{job.label}{extra}", highlight=False)
 
-        with ThreadPoolExecutor(max_workers=self.jobs) as pool:
-            futures = [pool.submit(work, j) for j in jobs]
-            try:
-                for f in futures:
-                    while not f.done():
-                        time.sleep(0.1)  # polling keeps the main thread responsive to signals
-                    f.result()
-            except BaseException:
-                self.stop()
-                raise
+        run_parallel(jobs, work, self.jobs, self.stop)
         return self.rows
 
     def stop(self) -> None:
