@@ -12,10 +12,9 @@ a mutant that silently runs the real code is refused, loudly.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
-
-from .history import read_file
 
 ENV_LOG = "HERMES_AUDIT_PROBE"
 
@@ -61,11 +60,20 @@ def install(root: Path) -> None:
 
 
 def records(log: Path) -> list[dict]:
-    """The probe's lines (a torn last line of a killed process is skipped; no log: [])."""
+    """The probe's lines (a torn last line of a killed process is skipped)."""
+    out = []
     try:
-        return read_file(log)
+        text = log.read_text(encoding="utf-8", errors="replace")
     except FileNotFoundError:
         return []
+    for line in text.splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict):
+            out.append(rec)
+    return out
 
 
 def verify(log: Path, package: Path, role_pids: list[int]) -> list[str]:
