@@ -65,7 +65,7 @@ def _warn_if_retired(path: Path) -> None:
     misses that holder's last writes: say so on stderr, naming the holders and ``doctor``."""
     from . import holders
 
-    retired = holders.scan(path).retired_holders
+    retired = holders.scan_settled(path).retired_holders
     if retired:
         names = ", ".join(f"PID {h.pid} ({h.command})" for h in retired)
         print(f"warning: {names} still hold(s) a retired WAL generation of {path}: what is shown "

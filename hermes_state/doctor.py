@@ -135,7 +135,7 @@ def run_doctor(db_path: str | os.PathLike, *, fix: bool = False) -> DoctorReport
     """
     db = Path(db_path).absolute()
     report = DoctorReport(str(db))
-    scan = holders.scan(db)
+    scan = holders.scan_settled(db)
     retired = scan.retired_holders
     report.stats["scan_complete"] = scan.complete
     report.stats["holders"] = [_holder_dict(h) for h in scan.holders]

@@ -15,10 +15,13 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
+
+from . import events
 
 _DELETED = " (deleted)"
 HAVE_PROC = sys.platform.startswith("linux") and os.path.isdir("/proc/self/fd")
@@ -30,6 +33,11 @@ SHM_LOCK_NAMES = {120: "WAL write lock", 121: "checkpoint lock", 122: "recover l
 SHM_LOCK_NAMES.update({b: f"read mark {b - 123}" for b in range(123, 128)})
 # Main-file locks of the rollback journal (SQLite os.h): PENDING_BYTE = 0x40000000.
 PENDING_BYTE = 0x40000000
+# SQLite os_unix.c: the SHARED range; a WRITE lock over it is the main file's EXCLUSIVE lock.
+SHARED_FIRST = PENDING_BYTE + 2
+SHARED_SIZE = 510
+# How often a settling scan looks again at a holder that is closing the store (seconds).
+SETTLE_POLL_S = 0.005
 
 
 @dataclass(frozen=True)
@@ -216,6 +224,53 @@ def scan(db_path: str | os.PathLike, *, include_self: bool = False) -> HolderSca
     return result
 
 
+def closing_pids(db_path: str | os.PathLike) -> set[int]:
+    """Pids holding the EXCLUSIVE lock of ``state.db`` (a WRITE lock over the SHARED range).
+
+    In WAL mode only the last connection to close takes it: under it SQLite checkpoints,
+    unlinks ``-shm`` (then closes it), closes and deletes ``-wal``. (Or a connection in
+    ``locking_mode=EXCLUSIVE``.) Linux only, else an empty set.
+    """
+    last = SHARED_FIRST + SHARED_SIZE - 1
+    return {rec.pid for rec in read_locks(db_path)
+            if rec.file == os.path.basename(os.path.realpath(os.fspath(db_path)))
+            and rec.write and not rec.waiting and rec.start <= SHARED_FIRST
+            and (rec.end is None or rec.end >= last)}
+
+
+def scan_settled(db_path: str | os.PathLike, *, include_self: bool = False,
+                 wait_s: float = 1.0) -> HolderScan:
+    """:func:`scan`, looking again while a retired sidecar belongs to a closing connection.
+
+    The last connection to close a WAL store unlinks ``-shm`` a moment before it closes it,
+    with the EXCLUSIVE lock of ``state.db`` held (see :func:`closing_pids`): a scan in that
+    window sees ``state.db-shm (deleted)`` although no generation is retired. Such a holder is
+    waited for (polled every :data:`SETTLE_POLL_S`) and the store scanned again; a retired
+    sidecar of a process without that lock, or one still held after ``wait_s`` seconds, stays
+    in the result (SPEC §10.4 refuses it).
+
+    Args:
+        db_path: path of ``state.db``.
+        include_self: as for :func:`scan`.
+        wait_s: longest wait for closing holders, seconds.
+    Returns:
+        The last :class:`HolderScan`.
+    """
+    deadline = time.monotonic() + wait_s
+    waited = False
+    while True:
+        result = scan(db_path, include_self=include_self)
+        retired = {h.pid for h in result.retired_holders}
+        if not retired or time.monotonic() >= deadline:
+            return result
+        if not retired <= closing_pids(db_path):
+            return result
+        if not waited:
+            waited = True
+            events.enabled() and events.emit("holder_closing", pids=sorted(retired))
+        time.sleep(SETTLE_POLL_S)
+
+
 def _has_cap_sys_ptrace() -> bool:
     """True when this process may read any process's descriptors (CAP_SYS_PTRACE effective)."""
     try:
@@ -259,9 +314,6 @@ def _scan_psutil(db_path: str | os.PathLike, include_self: bool) -> HolderScan:
             hit = _classify(real, os.path.realpath(f.path), None, idents)
             if hit:
                 files.add(hit[0])
-        if denied:
-            _note_unreadable(result, pid, my_uid)
-            continue
         if files:
             result.holders.append(Holder(proc.pid, describe_pid(proc.pid), tuple(sorted(files))))
     result.holders.sort(key=lambda h: h.pid)

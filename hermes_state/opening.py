@@ -131,7 +131,7 @@ def _connect_ro(sc: StoreConnection) -> sqlite3.Connection:
         raise sqlite3.OperationalError(f"no session store at {sc.db_path}") from None
     except PermissionError as exc:
         raise (access_problem(sc.db_path, write=False) or exc) from exc
-    sc.retired_holders = holders.scan(sc.db_path, include_self=True).retired_holders
+    sc.retired_holders = holders.scan_settled(sc.db_path, include_self=True).retired_holders
     params = {"mode": "ro"}
     if sc.retired_holders:
         params["immutable"] = "1"
@@ -175,7 +175,7 @@ def _refuse_unsafe_files(sc: StoreConnection) -> None:
 
 def _refuse_if_retired_holders(sc: StoreConnection) -> None:
     """SPEC §10.4: never connect while any process holds a retired sidecar of this store."""
-    found = holders.scan(sc.db_path, include_self=True).retired_holders
+    found = holders.scan_settled(sc.db_path, include_self=True).retired_holders
     if not found:
         return
     lines = "\n".join("  " + h.line() for h in found)

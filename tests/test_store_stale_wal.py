@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import sqlite3
+import threading
 from pathlib import Path
 
 import pytest
@@ -23,8 +24,11 @@ from hermes_state import (
     find_holders,
     format_holder,
 )
+from hermes_state import events
 from hermes_state import holders as holders_mod
 from hermes_state.holders import describe_pid
+
+HANG_GUARD_S = 90.0  # a hang guard, never a speed assertion
 
 N_COMMITTED = 5
 
@@ -303,3 +307,72 @@ def test_cp_over_state_db_same_inode_is_detected(live, tmp_path):
     res = child.call("append", sid="s", n=1)
     assert not res["ok"], "the write went into a store whose main file was copied over"
     assert res["error"] == "StateDbReplacedError"
+
+
+# ------------------------------------------------------------------ the last closer's moment
+# SQLite's last connection to close unlinks -shm a moment before it closes it, holding the
+# EXCLUSIVE lock of state.db: an opener scanning in that moment saw "state.db-shm (deleted)"
+# and refused with DeletedWalGenerationError (maintenance_under_cron in CI, a prune closing
+# while a cron job opened). tests/helpers/last_closer.py holds that state until told to finish.
+
+@pytest.fixture
+def closed_store(tmp_path):
+    path = tmp_path / "home" / "state.db"
+    with SessionDB(path) as db:
+        db.create_session("s", source="cli")
+    assert not Path(f"{path}-wal").exists()
+    return path
+
+
+def test_an_open_waits_for_a_closing_last_connection_instead_of_refusing(closed_store, spawn):
+    path = closed_store
+    closer = spawn("last_closer.py", path)
+    assert closer.readline() == "CLOSING"
+    assert holders_mod.closing_pids(path) == {closer.pid}
+    assert [h.pid for h in holders_mod.scan(path).retired_holders] == [closer.pid]
+    waiting = threading.Event()
+    listener = lambda e: e["event"] == "holder_closing" and waiting.set()  # noqa: E731
+    events.add_listener(listener)
+    outcome: dict = {}
+
+    def open_it():
+        try:
+            with SessionDB(path) as db:
+                outcome["sessions"] = [s["id"] for s in db.list_sessions_rich()]
+        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+            outcome["error"] = exc
+
+    opener = threading.Thread(target=open_it)
+    try:
+        opener.start()
+        # The open saw the closer and waits; if it refused instead, the thread ends first.
+        while not waiting.wait(0.05):
+            assert opener.is_alive(), f"the open did not wait: {outcome}"
+        closer.send("finish")
+        assert closer.readline() == "CLOSED"
+        opener.join(HANG_GUARD_S)
+    finally:
+        events.remove_listener(listener)
+    assert "error" not in outcome, outcome
+    assert outcome["sessions"] == ["s"]
+
+
+def test_a_closer_that_never_finishes_is_refused_after_the_wait(closed_store, spawn):
+    path = closed_store
+    closer = spawn("last_closer.py", path)
+    assert closer.readline() == "CLOSING"
+    found = holders_mod.scan_settled(path, wait_s=0.05).retired_holders
+    assert [h.pid for h in found] == [closer.pid]
+    assert found[0].retired == ("state.db-shm (deleted)",)
+
+
+def test_a_deleted_shm_without_the_exclusive_lock_is_refused_at_once(closed_store, spawn,
+                                                                     event_log):
+    path = closed_store
+    holder = spawn("last_closer.py", path, "--no-lock")
+    assert holder.readline() == "CLOSING"
+    assert holders_mod.closing_pids(path) == set()
+    with pytest.raises(DeletedWalGenerationError) as info:
+        SessionDB(path)
+    assert holder.pid in [h[0] for h in info.value.holders]
+    assert not [e for e in event_log if e["event"] == "holder_closing"]

@@ -1,0 +1,41 @@
+"""Leave a store in the state SQLite's last closing connection is in for a moment.
+
+Usage: last_closer.py DB_PATH [--no-lock]. SQLite's last connection to close a WAL store takes
+the EXCLUSIVE lock of ``state.db`` (a POSIX write lock over the SHARED range), checkpoints,
+unlinks ``-shm`` and only then closes it, then closes and deletes ``-wal`` (os_unix.c
+unixShmUnmap, wal.c sqlite3WalClose). This child takes that very lock, opens ``-wal`` and
+``-shm`` (creating them if needed), unlinks ``-shm`` and prints CLOSING; on a stdin line it
+finishes the close as SQLite does (closes ``-shm``, closes and deletes ``-wal``, releases the
+lock) and prints CLOSED. ``--no-lock`` skips the lock: a process that keeps a deleted ``-shm``
+without closing the store (a retired generation).
+"""
+
+import fcntl
+import os
+import sys
+
+SHARED_FIRST = 0x40000000 + 2
+SHARED_SIZE = 510
+
+
+def main() -> int:
+    db = sys.argv[1]
+    lock = "--no-lock" not in sys.argv[2:]
+    fd_db = os.open(db, os.O_RDWR)
+    if lock:
+        fcntl.lockf(fd_db, fcntl.LOCK_EX | fcntl.LOCK_NB, SHARED_SIZE, SHARED_FIRST, os.SEEK_SET)
+    fd_wal = os.open(f"{db}-wal", os.O_RDWR | os.O_CREAT, 0o600)
+    fd_shm = os.open(f"{db}-shm", os.O_RDWR | os.O_CREAT, 0o600)
+    os.unlink(f"{db}-shm")
+    print("CLOSING", flush=True)
+    sys.stdin.readline()
+    os.close(fd_shm)
+    os.close(fd_wal)
+    os.unlink(f"{db}-wal")
+    os.close(fd_db)  # releases the lock
+    print("CLOSED", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
