@@ -112,12 +112,13 @@ def stop(proc: multiprocessing.Process) -> None:
 def test_gateway_workload_splits_titles_usage_searches_and_cjk(tmp_path):
     wl = {"appends_per_s": 0, "sessions": 2, "split_every": 6, "titles": True,
           "token_usage": True, "search_every": 0.2, "cjk_share": 1.0, "tool_call_share": 1.0,
-          "burst_size": 5, "burst_every": 0.1}
+          "burst_size": 5, "burst_every": 0.1, "read_every": 0.2}
     db = prepare(tmp_path)
     proc, path = start_role(db, "gateway", wl, seconds=HANG_GUARD_S)
     wait_for(path, lambda h: completions(h, "search") and completions(h, "update_token_counts")
-             and any(r.get("lineage_from") for r in completions(h, "set_title")),
-             "a search, a token-usage update and a title moved down a lineage")
+             and any(r.get("lineage_from") for r in completions(h, "set_title"))
+             and any(r["value"] > 0 for r in completions(h, "read_history")),
+             "a search, a token-usage update, a title moved down a lineage, a history pass")
     stop(proc)
     hist = read_file(path)
     appends = completions(hist, "append")
@@ -127,6 +128,13 @@ def test_gateway_workload_splits_titles_usage_searches_and_cjk(tmp_path):
     done = {r["op_id"] for r in hist if r["type"] in ("ok", "fail", "info")}
     assert invoked == done
     assert not [r for r in hist if r["type"] in ("fail", "info")]
+    # a history pass reads every message acknowledged before it began (and no more than exist)
+    passes = [(r, next(i for i in hist if i["type"] == "invoke" and i.get("op_id") == r["op_id"]))
+              for r in completions(hist, "read_history")]
+    total = store_rows(db, "SELECT count(*) FROM messages")[0][0]
+    for done, began in passes:
+        acked = sum(1 for a in appends if a["t"] <= began["t"])
+        assert acked <= done["value"] <= total
     moved = [r for r in completions(hist, "set_title") if r.get("lineage_from")]
     # In the store: the child of a split has the parent, the title sits on the lineage's tip.
     last = moved[-1]

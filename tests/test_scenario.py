@@ -139,6 +139,7 @@ def test_full_scenario_loads_with_defaults_filled(tmp_path):
             "titles": False,
             "token_usage": False,
             "search_every": 0.0,
+            "read_every": 0.0,
             "replay_spool_at_start": False,
         }),
         failpoints="",

@@ -11,6 +11,9 @@ Workload (SPEC §16.1; declared with their defaults in :class:`Params`):
 * ``titles``: give each session a title by hand and move it down the lineage at every split (the
   child takes its compression ancestor's title, SPEC §7); ``token_usage``: a token-usage update
   after every acknowledged assistant message; ``search_every``: a search every N s (0 = never);
+  ``read_every``: every N s read every message of every session (op ``read_history``: a
+  dashboard paging through the whole store; with another writer beside it, whose commits
+  invalidate this handle's page cache, it reads every page of the messages b-tree from disk);
 * ``replay_spool_at_start``: once open, import the spool (``replay_spool``, SPEC §10.1): the
   "gateway restart" step.
 
@@ -70,6 +73,8 @@ class Params:
     token_usage: bool = param(False, "A token-usage update after every acknowledged assistant "
                               "message.")
     search_every: Duration = param(0, "Period between searches (0 = never).")
+    read_every: Duration = param(0, "Period between passes reading every message of every "
+                                 "session (0 = never).")
     replay_spool_at_start: bool = param(False, "Once open, import the spool (`replay-spool`, "
                                         "SPEC §10.1): a gateway restart.")
 
@@ -86,6 +91,13 @@ def open_store(ctx: RoleContext) -> SessionDB | None:
             return value
         ctx.sleep(0.5)
     return None
+
+
+def read_history(db: SessionDB) -> int:
+    """Every message of every session (``get_messages`` per session); returns the row count."""
+    ids = [r["id"] for r in db.list_sessions_rich(limit=100_000, include_children=True,
+                                                    include_archived=True)]
+    return sum(len(db.get_messages(sid)) for sid in ids)
 
 
 def replay(ctx: RoleContext, db: SessionDB) -> None:
@@ -124,6 +136,7 @@ def run(ctx: RoleContext) -> None:
     ctx.op("claim_owner", lambda: claim_gateway_ownership(db))
     next_poll = time.monotonic() + 1.0
     next_search = time.monotonic() + search_every if search_every > 0 else None
+    next_read = time.monotonic() + w.read_every if w.read_every > 0 else None
     pacer = Pacer(time.monotonic(), w.appends_per_s, w.burst_size, w.burst_every)
     roles = ("user", "assistant", "tool")
     k = 0
@@ -136,6 +149,9 @@ def run(ctx: RoleContext) -> None:
             next_search = now + search_every
             q = search_query(ctx.rng, w.cjk_share)
             ctx.op("search", lambda q=q: len(db.search_messages(q, limit=10)), query=q)
+        if next_read is not None and now >= next_read:
+            next_read = now + w.read_every
+            ctx.op("read_history", lambda: read_history(db))
         slot = ctx.rng.randrange(n_sessions)
         sid = sessions[slot]
         role = roles[k % 3]
