@@ -400,7 +400,10 @@ class Runner:
             return False
         merged = {**params, **details}
         writer.record("nemesis", fault=step.fault, phase="done", step=step.index, **merged)
-        self.say(f"[magenta]nemesis {step.fault}[/] {json.dumps(details, default=str)}")
+        text = json.dumps(details, default=str)
+        if len(text) > 400:  # e.g. plant_quarantine_copies' hundreds of names: in the history
+            text = f"{text[:400]}... ({len(text)} characters; the whole record is in the history)"
+        self.say(f"[magenta]nemesis {step.fault}[/] {text}")
         return True
 
     # ------------------------------------------------------------------ the run

@@ -394,3 +394,38 @@ def test_quarantine_evidence_finds_sidecars_left_behind_and_an_overwritten_copy(
     assert qe.overwritten_cases(events[:1], kept.__contains__) == []
     (gone,) = qe.overwritten_cases(events[:1], set().__contains__)
     assert gone["violation"] == "quarantine_gone"
+
+
+def test_quarantine_evidence_finds_a_planted_copy_replaced_gone_or_beside_a_backup():
+    """SPEC §12: a quarantine copy never replaces an earlier one nor lands beside its sidecar."""
+    from chaos.checkers import quarantine_evidence as qe
+
+    old = "state.db.corrupt.20300101T000000Z"
+    sha = {f"{old}.bak": "a" * 64, f"{old}.bak-wal": "b" * 64, f"{old}-2.bak-wal": "c" * 64}
+    h = [rec(1, "nemesis", process="nemesis", fault="plant_quarantine_copies", phase="start"),
+         rec(2, "nemesis", process="nemesis", fault="plant_quarantine_copies", phase="done",
+             first_stamp="20291231T235959Z", last_stamp="20300101T000100Z", planted=sha),
+         rec(3, "nemesis", process="nemesis", fault="zero_db", phase="done"),
+         rec(4, "event", event="quarantine", db="/h/state.db", backup=f"/h/{old}-3.bak"),
+         rec(5, "ok", op="open", op_id="cli-0:1")]
+    copies, windows, taken = qe.planted(h)
+    assert copies == sha and taken == set() and windows == [("20291231T235959Z", "20300101T000100Z")]
+    assert qe.stamp_of(f"/h/{old}-3.bak") == "20300101T000000Z" == qe.stamp_of(f"{old}.bak")
+    assert qe.stamp_of("/h/state.db.corrupt.x.bak") is None
+    assert qe._met(qe.quarantines(h), windows) == 1
+    assert qe._met(qe.quarantines(h), [("20300101T000001Z", "20300101T000100Z")]) == 0
+    # clean: every planted copy keeps its bytes, the backup took a name of its own
+    assert qe.planted_cases(copies, copies.get) == []
+    assert qe.beside_planted_cases([f"{old}-3.bak", f"{old}.bak"], copies) == []
+    # the quarantine moved the zeroed file over the earlier copy (os.replace), and its -wal over
+    # the lone -wal of -2.bak; another earlier -wal is gone
+    now = dict(copies, **{f"{old}.bak": "0" * 64, f"{old}-2.bak-wal": "d" * 64})
+    now[f"{old}.bak-wal"] = None
+    cases = qe.planted_cases(copies, now.get)
+    assert [(c["violation"], c["copy"]) for c in cases] == [
+        ("planted_copy_replaced", f"{old}-2.bak-wal"), ("planted_copy_replaced", f"{old}.bak"),
+        ("planted_copy_gone", f"{old}.bak-wal")]
+    # the quarantine took -2.bak although -2.bak-wal was an earlier copy's sidecar
+    (beside,) = qe.beside_planted_cases([f"{old}-2.bak", f"{old}.bak"], copies)
+    assert beside["violation"] == "backup_beside_earlier_sidecar"
+    assert beside["sidecar"] == f"{old}-2.bak-wal"

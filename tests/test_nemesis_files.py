@@ -7,6 +7,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from chaos import fixtures
 from chaos.nemesis import FAULTS, NemesisEnv, NemesisError
 from chaos.nemesis.files import wal_pages
 from hermes_state import SessionDB
+from hermes_state.testing import utc_stamp
 from hermes_state.errors import (
     DeletedWalGenerationError,
     StateDbCorruptError,
@@ -95,6 +97,78 @@ def test_zero_and_truncate_db_keep_the_inode(tmp_path):
     assert set(db.read_bytes()) == {0} and db.stat().st_size == size
     out = fire("truncate_db", env, bytes=1000)
     assert out["bytes_before"] == size and out["bytes_after"] == 1000 and ident(db) == inode
+
+
+def _quarantine_verdict(db: Path, records: list[dict]):
+    from chaos.checkers import CHECKERS
+    from chaos.checkers.base import CheckContext
+
+    ctx = CheckContext(history=records, store_path=db, home=db.parent, run_dir=db.parent.parent,
+                       scenario={})
+    return CHECKERS["quarantine_evidence"](ctx, {})
+
+
+def test_planted_quarantine_copies_stand_in_the_quarantines_way(tmp_path):
+    """SPEC §12: plant_quarantine_copies fills every name a quarantine of the next minute would
+    take (never following nor replacing a file already there); the real quarantine steps over
+    all of them and quarantine_evidence passes on the files left. A copy moved beside an earlier
+    sidecar, or over an earlier copy (what the quarantine_* mutants do), makes it fail."""
+    db, env = store(tmp_path, "generated", sessions=1, messages=20)
+    home = db.parent
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    now = time.time()
+    links = [home / f"state.db.corrupt.{utc_stamp(now + k)}.bak" for k in range(3)]
+    for link in links:
+        os.symlink(victim, link)
+    out = fire("plant_quarantine_copies", env, seed=3)
+    first = out["first_stamp"]
+    assert sorted(out["skipped"]) == sorted(p.name for p in links)
+    assert len(out["planted"]) == 62 * 8 - 3 and out["last_stamp"] > first
+    assert f"state.db.corrupt.{first}-2.bak-shm" in out["planted"]  # whole copies 1 and 2,
+    assert f"state.db.corrupt.{first}-3.bak-wal" in out["planted"]  # then a lone -wal
+    assert f"state.db.corrupt.{first}-3.bak" not in out["planted"]
+    assert f"state.db.corrupt.{first}-4.bak-shm" in out["planted"]  # and a lone -shm
+    again = fire("plant_quarantine_copies", env, seed=4)  # a second plant replaces nothing
+    assert not set(again["planted"]) & set(out["planted"])
+    assert set(out["planted"]) & set(again["skipped"])
+    assert victim.read_text() == "precious\n" and all(p.is_symlink() for p in links)
+
+    fire("zero_db", env)
+    with SessionDB(db) as s:
+        backup = s.quarantined_to
+        s.create_session("fresh", source="cli")
+    assert backup is not None and backup.name.endswith("-5.bak")
+    assert first <= backup.name.split(".")[3].split("-")[0] <= again["last_stamp"]
+    records = [{"t": 1.0, "type": "nemesis", "fault": "plant_quarantine_copies", "phase": "done",
+                **out},
+               {"t": 2.0, "type": "nemesis", "fault": "plant_quarantine_copies", "phase": "done",
+                **again},
+               {"t": 3.0, "type": "event", "event": "quarantine", "db": str(db),
+                "backup": str(backup)}]
+    v = _quarantine_verdict(db, records)
+    assert v.status == "PASS", v.to_dict()
+    assert v.figures["planted"] == len(out["planted"]) + len(again["planted"])
+    assert v.figures["met_planted"] == 1
+
+    # a quarantine whose name no planted second had: the copies were never in its way
+    elsewhere = home / "state.db.corrupt.20000101T000000Z.bak"
+    elsewhere.write_bytes(b"")
+    v = _quarantine_verdict(db, records[:2] + [dict(records[2], backup=str(elsewhere))])
+    assert v.status == "INCONCLUSIVE" and "never in its way" in v.summary, v.to_dict()
+    elsewhere.unlink()
+
+    # the copy beside an earlier copy's lone -wal (-3.bak), then over a whole earlier copy
+    stem = backup.name[: -len("-5.bak")]
+    os.rename(backup, home / f"{stem}-3.bak")
+    v = _quarantine_verdict(db, records)
+    assert v.status == "FAIL" and v.figures["violations"] == {
+        "quarantine_overwritten": 1, "backup_beside_earlier_sidecar": 1}, v.to_dict()
+    os.replace(home / f"{stem}-3.bak", home / f"{stem}-2.bak")
+    v = _quarantine_verdict(db, records)
+    assert v.status == "FAIL" and v.figures["violations"] == {
+        "quarantine_overwritten": 1, "planted_copy_changed": 1}, v.to_dict()
+    assert f"{stem}-2.bak was replaced" in v.summary
 
 
 def test_wal_pages_reads_the_frames_of_the_current_generation(tmp_path):

@@ -22,6 +22,7 @@ Pages with a frame in the current WAL generation are never garbled and the WAL i
 
 from __future__ import annotations
 
+import hashlib
 import os
 import random
 import shutil
@@ -112,6 +113,21 @@ class FtsParams:
         "messages_fts_data", "The FTS5 shadow table whose index data is garbled.")
     pages: int = param(0, "Leaf pages to garble; 0 = every page outside the WAL.", minimum=0)
     seed: int = _seed()
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlantParams:
+    """Plant earlier quarantine copies in the names a quarantine would take."""
+
+    seconds: int = param(60, "Plant the names of the second before the fault and of this many "
+                         "seconds after it: a quarantine in that window finds earlier copies in "
+                         "its way.", minimum=1, maximum=600)
+    copies: int = param(2, "Whole copies per second (state.db.corrupt.<stamp>.bak, -2.bak, ..., "
+                        "each with its -wal and -shm); the next two numbers get a lone -wal and "
+                        "a lone -shm.", minimum=1, maximum=20)
+    seed: int = _seed()
+
+
 FOREIGN_SIGNAL = signal.SIGUSR2
 
 
@@ -272,6 +288,51 @@ def zero_db(env: NemesisEnv, params: NoParams) -> dict:
     finally:
         os.close(fd)
     return {"inode": _ident(db), "bytes": size}
+
+
+def plant_quarantine_copies(env: NemesisEnv, params: PlantParams) -> dict:
+    """Plant earlier quarantine copies where the next quarantine would put its own (SPEC §12).
+
+    For the UTC stamp of every second from the one before now to ``seconds`` after it, the
+    names ``state.db.corrupt.<stamp>.bak`` numbered as the store numbers them (``.bak``,
+    ``-2.bak``, ...): ``copies`` whole copies (main file, ``-wal``, ``-shm``), then a lone
+    ``-wal`` and a lone ``-shm`` (an inspected copy whose other files were taken away). What a
+    clock stepped back or a copy restored from elsewhere leaves: a quarantine in the window must
+    take a name beside none of them. Each file holds ``seed``-derived random bytes, is created
+    with ``O_EXCL|O_NOFOLLOW`` in the store's directory (a name already taken is skipped, never
+    replaced) and is recorded with its sha256, for ``quarantine_evidence``.
+
+    Returns: ``{"first_stamp", "last_stamp", "planted": {name: sha256}, "skipped": [names],
+    "bytes"}`` (names relative to the store's directory).
+    """
+    db = Path(env.db_path)
+    now = int(time.time())
+    stamps = [utc_stamp(t) for t in range(now - 1, now + params.seconds + 1)]
+    layout = [(n, ("", "-wal", "-shm")) for n in range(1, params.copies + 1)]
+    layout += [(params.copies + 1, ("-wal",)), (params.copies + 2, ("-shm",))]
+    planted, skipped, total = {}, [], 0
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    for stamp in stamps:
+        for n, suffixes in layout:
+            stem = f"{db.name}.corrupt.{stamp}" + ("" if n == 1 else f"-{n}")
+            for suffix in suffixes:
+                name = f"{stem}.bak{suffix}"
+                rng = random.Random(f"plant_quarantine_copies:{params.seed}:{name}")
+                data = rng.randbytes(4096 if not suffix else 1024)
+                try:
+                    fd = os.open(db.parent / name, flags, 0o600)
+                except FileExistsError:
+                    skipped.append(name)
+                    continue
+                try:
+                    with os.fdopen(fd, "wb", closefd=False) as fh:
+                        fh.write(data)
+                finally:
+                    os.close(fd)
+                planted[name] = hashlib.sha256(data).hexdigest()
+                total += len(data)
+    return {"first_stamp": stamps[0], "last_stamp": stamps[-1], "planted": planted,
+            "skipped": skipped, "bytes": total}
 
 
 def truncate_db(env: NemesisEnv, params: TruncateParams) -> dict:
@@ -555,6 +616,8 @@ FILE_FAULTS = (
     Fault("replace_db", ReplaceParams, replace_db, "mv/cp another store over state.db",
           corrupting=True),
     Fault("zero_db", NoParams, zero_db, "zero every byte", corrupting=True),
+    Fault("plant_quarantine_copies", PlantParams, plant_quarantine_copies,
+          "earlier quarantine copies in the names the next quarantine would take"),
     Fault("truncate_db", TruncateParams, truncate_db, "truncate to `bytes`", corrupting=True),
     Fault("corrupt_page", PageParams, corrupt_page, "garble a b-tree page", corrupting=True),
     Fault("corrupt_fts", FtsParams, corrupt_fts, "garble FTS5 index data", corrupting=True),
