@@ -9,6 +9,7 @@ once for the plugin and again for a test).
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 
 def _history(result) -> list[dict]:
@@ -70,8 +71,19 @@ def _salvage(result) -> None:
     assert len(records) == 1 and json.loads(records[0][0])["messages_added"], records
 
 
+def _quarantine_copies(result) -> None:
+    """Each quarantine stepped over the planted copies of its second (two whole copies, a lone
+    -wal, a lone -shm) to -5.bak; the first took the killed gateway's -wal and -shm along."""
+    home = result.run_dir / "home"
+    backups = [r["backup"] for r in _history(result) if r.get("event") == "quarantine"]
+    assert backups and all(b.endswith("-5.bak") for b in backups), backups
+    assert all((home / (Path(backups[0]).name + s)).is_file() for s in ("-wal", "-shm"))
+
+
 EXTRA = {"stale-wal": _stale_wal, "contention": _contention, "lock-stall": _lock_stall,
-         "salvage-after-wal-deleted": _salvage}
+         "salvage-after-wal-deleted": _salvage,
+         "quarantine-beside-earlier-copies": _quarantine_copies,
+         "quarantine-twice": _quarantine_copies}
 
 
 def pytest_chaos_scenario_result(item, result):

@@ -173,9 +173,10 @@ def check(ctx: CheckContext, params) -> Verdict:
     # any copy the run left (a quarantine failing half-way emits no event), but the files that
     # were there before the plant
     backups.update(f.name for f in where.glob("state.db.corrupt.*.bak") if f.name not in taken)
+    changed = planted_cases(copies, lambda n: sha256_of(where / n))
     cases = {"sidecar_left_behind": sidecars_left_cases(events, before),
              "quarantine_overwritten": overwritten_cases(events),
-             "planted_copy_changed": planted_cases(copies, lambda n: sha256_of(where / n)),
+             "planted_copy_changed": changed,
              "backup_beside_earlier_sidecar": beside_planted_cases(sorted(backups), copies)}
     met = _met(events, windows)
     fig = {"quarantines": len(events), "with_sidecars": sum(1 for v in before.values() if v),
@@ -183,7 +184,8 @@ def check(ctx: CheckContext, params) -> Verdict:
     summary = (f"{len(events)} quarantine(s), {fig['with_sidecars']} with sidecars beside the "
                "damaged file")
     if copies:
-        summary += f"; {len(copies)} planted earlier copies kept, {met} quarantine(s) met them"
+        summary += (f"; {len(copies) - len(changed)} of {len(copies)} planted earlier copies "
+                    f"kept, {met} quarantine(s) met them")
     why = None if len(events) >= p.min_quarantines else (
         f"only {len(events)} quarantine(s) (min_quarantines {p.min_quarantines})")
     if why is None and windows and not met:
