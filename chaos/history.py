@@ -298,6 +298,21 @@ def events_of(history: Iterable[dict], kind: str) -> list[dict]:
     return of_type(history, "event", event=kind)
 
 
+def nemesis_steps(history: Iterable[dict]) -> list[tuple[dict, dict | None]]:
+    """Every nemesis step as ``(start record, done record or None)``, in start order (a step
+    without a ``start`` record is its ``done`` record twice)."""
+    steps: dict = {}
+    for r in history:
+        if r.get("type") != "nemesis":
+            continue
+        key = r.get("step")
+        if r.get("phase") == "start":
+            steps[key] = [r, None]
+        elif r.get("phase") == "done":
+            steps.setdefault(key, [r, None])[1] = r
+    return [(a, b) for a, b in steps.values()]
+
+
 def phase_time(history: Iterable[dict], phase: str) -> float | None:
     """``t`` of the first ``phase`` record of that phase (``heal``, ``chaos``...), or None."""
     return next((float(r["t"]) for r in history if is_type(r, "phase", phase=phase)), None)

@@ -68,6 +68,25 @@ def test_unexpected_and_duplicated_cases_read_the_store():
     assert nlw.unexpected_cases(h, nlw.Places(store=Counter({"a": 1}))) == []
 
 
+def test_unreplayed_cases_find_a_spooled_append_a_successful_replay_did_not_import():
+    """Exactly once is also at least once: b was spooled before a replay that exited 0."""
+    h = (op(1, 2, "fail", 1, payload_id="b", spooled=True)
+         + [rec(3, "nemesis", "nemesis", fault="run", phase="start", step=0,
+                command="replay-spool"),
+            rec(4, "nemesis", "nemesis", fault="run", phase="done", step=0,
+                command="replay-spool", exit_code=0)])
+    h.append(rec(5, "ok", op="append", op_id="gateway-0:2", payload_id="c"))
+    assert len(h) == 5
+    by_pid, spool = nlw.appends(h), Counter({"b": 1})
+    (case,) = nlw.unreplayed_cases(by_pid, nlw.Places(spool=spool), h)
+    assert (case["violation"], case["payload_id"]) == ("unreplayed", "b")
+    assert nlw.unreplayed_cases(by_pid, nlw.Places(spool=spool, store=Counter({"b": 1})), h) == []
+    failed = [dict(r, exit_code=1) if r.get("phase") == "done" else r for r in h]
+    assert nlw.unreplayed_cases(by_pid, nlw.Places(spool=spool), failed) == []  # no replay ran
+    swapped = h + [rec(6, "nemesis", "nemesis", fault="replace_db", phase="start", step=1)]
+    assert nlw.unreplayed_cases(by_pid, nlw.Places(spool=spool), swapped) == []
+
+
 # ------------------------------------------------------------------------------ stale_wal_refusal
 T = 2.0
 
@@ -194,6 +213,21 @@ def test_a_kill_right_after_the_last_write_may_miss_only_that_checkpoint():
     assert case["missing_seq"] == [4]
 
 
+def test_emptied_cases_find_a_passive_checkpoint_that_found_an_empty_wal():
+    """A cadence checkpoint right after its own commit that found log 0 ran TRUNCATE."""
+    h = [rec(1, "event", event="write", seq=1), rec(2, "event", event="write", seq=2),
+         rec(2.1, "event", event="checkpoint", mode="PASSIVE", trigger="cadence", seq=2, log=0,
+             checkpointed=0, busy=0),
+         rec(3, "event", event="write", seq=3), rec(4, "event", event="write", seq=4)]
+    (case,) = cc.emptied_cases(h)
+    assert case["record"]["seq"] == 2 and "TRUNCATE" in case["why"]
+    assert cc.emptied_cases([dict(r, log=7, checkpointed=7) if r["event"] == "checkpoint"
+                             else r for r in h]) == []
+    # a maintenance command between the commit and the checkpoint may have truncated the WAL
+    busy = h[:2] + op(2.02, 2.2, "ok", 9, process="maint-0", op_="run") + h[2:]
+    assert cc.emptied_cases(busy) == []
+
+
 # ------------------------------------------------------------------------------ retry_jitter
 def retries(*sleeps, attempts=None):
     return [rec(k, "event", event="retry", sleep_s=s, attempt=(attempts or {}).get(k, 1))
@@ -224,6 +258,33 @@ def test_uniform_and_fixed_backoff_cases_need_enough_sleeps():
     assert rj.fixed_backoff_cases(fixed)[0]["largest_1ms_cluster"] == rj.MIN_FOR_KS
     spread = [0.02 + 0.13 * k / (rj.MIN_FOR_KS - 1) for k in range(rj.MIN_FOR_KS)]
     assert rj.uniform_cases(spread, 0.02, 0.15) == rj.fixed_backoff_cases(spread) == []
+
+
+def test_repeated_draw_cases_find_two_processes_drawing_the_same_sleep():
+    h = retries(0.0731, 0.1203, 0.0412)
+    h += [dict(r, process="gateway-1") for r in retries(0.0731, 0.0999)]
+    assert len(h) == 5
+    (case,) = rj.repeated_draw_cases(h)
+    assert case["process"] == "gateway-1" and "fixed seed" in case["why"]
+    assert rj.repeated_draw_cases(h[:3] + h[4:]) == []
+
+
+def test_slept_short_cases_find_an_attempt_begun_before_the_declared_sleep_ended():
+    """retry at t=1 declares 0.1 s; the next attempt began 0.02 s later (t - waited_s)."""
+    h = [rec(1.0, "event", event="retry", op="append_message", attempt=1, sleep_s=0.1,
+             waited_s=0.0),
+         rec(1.5, "event", event="retry", op="append_message", attempt=2, sleep_s=0.12,
+             waited_s=0.48),
+         rec(1.53, "event", event="write", op="append_message", attempts=3, t_begin=1.53),
+         rec(2.0, "event", event="retry", op="append_message", attempt=1, sleep_s=0.05,
+             waited_s=0.0),
+         rec(2.2, "event", event="write", op="append_message", attempts=2, t_begin=2.19)]
+    slept = rj.slept_short_cases(h)
+    assert [c["t"] for c in slept] == [1.0, 1.5]  # 0.02 s < 0.1 s, then 0.03 s < 0.12 s
+    honest = [dict(h[1], waited_s=0.3), dict(h[2], t_begin=1.65)]
+    assert rj.slept_short_cases([h[0], *honest, *h[3:]]) == []
+    # another write of the process (other op) is not this write's next attempt
+    assert rj.slept_short_cases([h[0], dict(h[2], op="set_title", attempts=2)]) == []
 
 
 def test_lock_error_cases_skip_adversaries_and_justified_waits():
@@ -296,7 +357,7 @@ def test_no_lost_writes_max_loss_fails_a_loss_larger_than_the_damage():
     from chaos.history import Op
 
     cases = {"lost": [{"payload_id": f"p{i}"} for i in range(5)], "phantom": [],
-             "spooled_missing": [], "unexpected": [], "duplicated": []}
+             "spooled_missing": [], "unexpected": [], "duplicated": [], "unreplayed": []}
     by_pid = {f"p{i}": Op(f"gateway-0:{i}", "append", "gateway-0", {"type": "invoke"},
                           {"type": "ok"}) for i in range(5)}
     fig = {"ok": 5, "found_in_store": 0, "fail": 0, "info": 0}

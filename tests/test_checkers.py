@@ -805,8 +805,12 @@ def test_retry_jitter_fails_a_skewed_distribution(tmp_path):
 
 
 def test_retry_jitter_too_few_sleeps_do_not_fail_on_spread(tmp_path):
-    v = jitter(tmp_path, retry_history([0.05] * 19))
+    near = [0.05 + k * 1e-5 for k in range(19)]  # a near-fixed back-off, every draw distinct
+    v = jitter(tmp_path, retry_history(near))
     assert v.status == PASS and "too few" in v.figures["distribution"]
+    # the very same float drawn again is one seed behind every draw, whatever the count
+    v = jitter(tmp_path, retry_history([0.05] * 19))
+    assert v.status == FAIL and "drawn again" in v.summary
 
 
 def test_retry_jitter_inconclusive_below_min_retries(tmp_path):

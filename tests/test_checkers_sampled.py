@@ -383,7 +383,7 @@ MAINT_SCENARIO = {"roles": [{"name": "gateway", "kind": "gateway", "count": 1},
 
 def maint_history(*, exit_code=1, named=(1001,), text=True, dry_run=False, force=False,
                   command="optimize-storage", new_db_ino=None, child_lock=False,
-                  holder_alive=True):
+                  holder_alive=True, stdout=""):
     h = H()
     sample(h, [("gateway-0", 1001, "sleeping", held())])
     h.append("gateway-0", "a")
@@ -392,7 +392,7 @@ def maint_history(*, exit_code=1, named=(1001,), text=True, dry_run=False, force
         sample(h, [("gateway-0", 1001, "sleeping", held())],
                write_lock={"pid": 4242, "process": None, "command": "python -m hermes_state"})
     out = REFUSAL_TEXT.format(db="/h/state.db", pid=1001) if text else ""
-    h.complete("maint-0", op, "fail" if exit_code else "ok", exit_code=exit_code, stdout="",
+    h.complete("maint-0", op, "fail" if exit_code else "ok", exit_code=exit_code, stdout=stdout,
                stderr=out, named_pids=list(named), child_pid=4242,
                error=f"exit {exit_code}" if exit_code else None)
     path = {"db": {**DB_NOW, "ino": new_db_ino or DB_NOW["ino"]}, "wal": WAL_NOW, "shm": WAL_NOW}
@@ -444,8 +444,25 @@ def test_maintenance_refusal_inconclusive_without_a_live_writer_or_gated_command
 
 
 def test_maintenance_refusal_prune_under_a_gateway_is_a_hand_off(tmp_path):
-    v = maint(tmp_path, maint_history(command="prune", exit_code=0, text=False, named=()))
+    handed = ("2 ended session(s) older than 0 days would be pruned\nthe gateway (PID 1001) owns "
+              "the store: prune handed to it as request 5f3c; it runs between turns\n")
+    v = maint(tmp_path, maint_history(command="prune", exit_code=0, text=False, named=(),
+                                      stdout=handed))
     assert v.status == INCONCLUSIVE and v.figures["handed_off"] == 1
+    # refused (another holder beside the gateway): not judged either
+    v = maint(tmp_path, maint_history(command="prune", exit_code=1))
+    assert v.status == INCONCLUSIVE and v.figures["handed_off"] == 1
+
+
+def test_maintenance_refusal_fails_a_prune_run_itself_under_the_gateway(tmp_path):
+    """SPEC §11: the owning gateway executes the deletion (skipping busy sessions); a prune
+    that deleted the sessions itself while the gateway lived broke that rule."""
+    ran = "2 ended session(s) older than 0 days would be pruned\npruned 2 session(s)\n"
+    v = maint(tmp_path, maint_history(command="prune", exit_code=0, text=False, named=(),
+                                      stdout=ran))
+    assert v.status == FAIL, v.to_dict()
+    assert "without handing the deletion to the gateway" in v.summary
+    assert "gateway-0 (PID 1001)" in v.summary
 
 
 def test_maintenance_refusal_reads_the_nemesis_run_fault(tmp_path):

@@ -15,7 +15,12 @@ every, 2·every, ... up to the highest multiple ≤ W. One case function per rul
   (negative exit code) right after its last write may miss only that final checkpoint (seq == W
   on its last connection: :func:`allowed_final`);
 * :func:`extra_cases`: a cadence checkpoint at a seq that is not a multiple ≤ W;
-* :func:`repeated_cases`: a multiple with two cadence checkpoints.
+* :func:`repeated_cases`: a multiple with two cadence checkpoints;
+* :func:`emptied_cases`: a cadence checkpoint reported PASSIVE whose result says the WAL was
+  empty (``log`` 0). It runs right after its connection's own commit, whose frames a PASSIVE
+  checkpoint leaves in the WAL (it never resets or truncates it), so only a TRUNCATE can have
+  emptied it: the mode the event reports is not the one SQLite ran. Excused when a maintenance
+  command (a ``run`` op) or a nemesis step overlaps the time from that commit to the checkpoint.
 
 Figures also report the largest WAL size (``log`` frames) a checkpoint saw.
 INCONCLUSIVE when no connection reached ``every`` writes.
@@ -26,7 +31,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from ..history import brief, exit_records
+from ..history import brief, exit_records, nemesis_steps, pair_ops
 from ..params import param
 from .base import CheckContext, Verdict, params_of, verdict_from
 
@@ -142,6 +147,42 @@ def repeated_cases(conns: list[Connection], every: int) -> list[dict]:
     return out
 
 
+def _busy_windows(history: list[dict]) -> list[tuple[float, float]]:
+    """``(start, end)`` of every maintenance command (``run`` op) and nemesis step."""
+    out = [(o.t_invoke, o.t_done if o.t_done is not None else float("inf"))
+           for o in pair_ops(history) if o.op == "run"]
+    return out + [(float(start.get("t", 0.0)),
+                   float(done.get("t", 0.0)) if done is not None else float("inf"))
+                  for start, done in nemesis_steps(history)]
+
+
+def emptied_cases(history: list[dict]) -> list[dict]:
+    """Cadence checkpoints reported PASSIVE that found the WAL empty right after their own
+    connection's commit (module docstring), outside maintenance and nemesis steps."""
+    windows = _busy_windows(history)
+    last_write: dict[str, float] = {}
+    out = []
+    for r in history:
+        if r.get("type") != "event":
+            continue
+        proc = str(r.get("process"))
+        if r.get("event") == "write":
+            last_write[proc] = float(r.get("t", 0.0))
+            continue
+        if (r.get("event") != "checkpoint" or r.get("trigger") != "cadence"
+                or str(r.get("mode", "")).upper() != "PASSIVE" or r.get("log") != 0
+                or proc not in last_write):
+            continue
+        t0, t1 = last_write[proc], float(r.get("t", 0.0))
+        if any(a <= t1 and b >= t0 for a, b in windows):
+            continue
+        out.append({"violation": "PASSIVE checkpoint emptied the WAL", "record": brief(r),
+                    "why": f"{proc}: cadence checkpoint at write seq {r.get('seq')} reported "
+                           "PASSIVE but found an empty WAL (log 0) right after its own commit: "
+                           "only a TRUNCATE checkpoint empties it"})
+    return out
+
+
 # ------------------------------------------------------------------------------ verdict
 def check(ctx: CheckContext, params) -> Verdict:
     """``check(ctx, params) -> Verdict`` as :mod:`chaos.checkers` defines it; the rules are in
@@ -151,7 +192,8 @@ def check(ctx: CheckContext, params) -> Verdict:
         raise ValueError("checkpoint_cadence: every must be > 0")
     conns, dead = connections(ctx.history), killed(ctx.history)
     cases = {"mode": mode_cases(ctx.history), "missing": missing_cases(conns, every, dead),
-             "extra": extra_cases(conns, every), "repeated": repeated_cases(conns, every)}
+             "extra": extra_cases(conns, every), "repeated": repeated_cases(conns, every),
+             "emptied": emptied_cases(ctx.history)}
     fig = _figures(ctx.history, conns, every, dead)
     summary = (f"{sum(1 for p in fig['processes'].values() if p['writes'])} writer(s), "
                f"{sum(p['writes'] for p in fig['processes'].values())} writes, "

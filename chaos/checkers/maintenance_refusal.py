@@ -21,7 +21,10 @@ Judged, for each gated command (``optimize``, ``optimize-storage``, ``prune``):
 
 * without ``--force``/``--dry-run`` under live writers: ``exit_code`` 1, the output says
   "Refusing", and every live writer's PID is named. A ``prune`` whose live writers include a
-  ``gateway`` role is handed off to the gateway (SPEC §11): counted, not judged;
+  ``gateway`` role is handed off to the gateway (SPEC §11): counted; it may be refused (another
+  holder beside the gateway), but one that exits 0 without saying it handed the deletion to the
+  gateway ran it itself under the live gateway (sessions with a turn in progress go with it):
+  a violation;
 * with ``--dry-run``: ``exit_code`` 0 (a preview is never refused);
 * both: nothing was rewritten. The evidence is what the sampler saw at the store's paths: the
   ``state.db`` inode is the same before and after; the command's child never owned the WAL write
@@ -67,6 +70,8 @@ class Params:
 
 
 NAME = "maintenance_refusal"
+#: What a prune handed to the owning gateway prints (text, or ``--json``'s action).
+HANDED_OFF = re.compile(r'handed to it|"action": "handoff"')
 
 
 @dataclass
@@ -263,7 +268,11 @@ def check(ctx: CheckContext, params: dict) -> Verdict:
             continue
         elif cmd.command == "prune" and any(kinds.get(role_of(n)) == "gateway" for n in live):
             fig["handed_off"] += 1
-            continue
+            if cmd.exit_code != 0 or HANDED_OFF.search(cmd.output):
+                continue
+            bad.append("exit 0 without handing the deletion to the gateway (no 'handed to it' "
+                       "in the output): the prune ran itself under live writer(s) "
+                       + ", ".join(f"{n} (PID {p})" for n, p in live.items()))
         else:
             fig["refusals_judged"] += 1
             if cmd.exit_code != 1:

@@ -17,7 +17,11 @@ One case function per rule (Elle's ``*-cases``), each returning its violating ca
   replay-spool`` imports it, SPEC §10.1);
 * :func:`spooled_missing_cases`: a ``fail`` with ``spooled: true`` is not in the spool;
 * :func:`unexpected_cases`: the store holds a payload id no history record mentions;
-* :func:`duplicated_cases`: the store holds one payload id more than once (a write applied twice).
+* :func:`duplicated_cases`: the store holds one payload id more than once (a write applied twice);
+* :func:`unreplayed_cases`: a ``fail`` with ``spooled: true`` that is in the spool before a spool
+  replay began (``sessions replay-spool`` exiting 0, or a role's ``replay_spool`` op that ended
+  ``ok``) is not in the final store: "exactly once" is also "at least once" (SPEC §10.1). Not
+  judged when the store was replaced, zeroed, truncated or restored after that replay began.
 
 Params (:class:`Params`): ``allow_in`` (subset of ``["capture", "spool", "pre_restore"]``;
 ``pre_restore``: the copy ``backup restore`` keeps of the store it overwrites,
@@ -39,7 +43,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Literal
 
-from ..history import Op, brief, pair_ops
+from ..history import Op, brief, nemesis_steps, pair_ops
 from ..params import param
 from .base import FAIL, INCONCLUSIVE, PASS, CheckContext, Verdict, params_of
 from .store import (
@@ -170,6 +174,49 @@ def duplicated_cases(places: Places) -> list[dict]:
             for p, n in sorted(places.store.items()) if n > 1]
 
 
+#: Nemesis faults and commands after which the final store need not hold what a replay imported.
+STORE_REPLACED = ("replace_db", "zero_db", "truncate_db", "restore")
+
+
+def replay_starts(history: list[dict]) -> tuple[float | None, float | None]:
+    """``(start of the first replay that succeeded, start of the first store replacement)``:
+    a replay is ``sessions replay-spool`` that exited 0 (a role ``run`` op or a nemesis ``run``
+    step) or a role ``replay_spool`` op that ended ``ok``; a replacement is a nemesis step or
+    command of :data:`STORE_REPLACED`. None when there is none."""
+    replays: list[float] = []
+    replaced: list[float] = []
+    for o in pair_ops(history):
+        rec = {**(o.invoke or {}), **(o.done or {})}
+        what = "replay" if o.op == "replay_spool" or rec.get("command") == "replay-spool" else (
+            "replaced" if o.op == "run" and rec.get("command") in STORE_REPLACED else None)
+        if what == "replaced":
+            replaced.append(o.t_invoke)
+        elif what == "replay" and o.kind == "ok" and rec.get("exit_code", 0) == 0:
+            replays.append(o.t_invoke)
+    for start, done in nemesis_steps(history):
+        t = float(start.get("t", 0.0))
+        if start.get("fault") in STORE_REPLACED or start.get("command") in STORE_REPLACED:
+            replaced.append(t)
+        elif (done is not None and done.get("fault") == "run"
+              and done.get("command") == "replay-spool" and done.get("exit_code") == 0):
+            replays.append(t)
+    return (min(replays) if replays else None), (min(replaced) if replaced else None)
+
+
+def unreplayed_cases(by_pid: dict[str, Op], places: Places, history: list[dict]) -> list[dict]:
+    """Spooled ``fail`` appends in the spool before a successful replay began, absent from the
+    final store (module docstring)."""
+    start, replaced = replay_starts(history)
+    if start is None or (replaced is not None and replaced >= start):
+        return []
+    return [{"violation": "unreplayed", "payload_id": pid, "record": brief(op.record()),
+             "why": f"{pid} was spooled before a spool replay that succeeded began, but it is "
+                    "not in the final store"}
+            for pid, op in by_pid.items()
+            if op.kind == "fail" and _spooled(op) and pid in places.spool
+            and op.t_done is not None and op.t_done < start and pid not in places.store]
+
+
 # ------------------------------------------------------------------------------ verdict
 def _places(ctx: CheckContext, fig: dict) -> Places:
     captures = find_captures(ctx.home, ctx.store_path.parent)
@@ -237,7 +284,8 @@ def check(ctx: CheckContext, params) -> Verdict:
              "spooled_missing": spooled_missing_cases(by_pid, places),
              "phantom": phantom_cases(by_pid, places, replayed),
              "unexpected": unexpected_cases(ctx.history, places),
-             "duplicated": duplicated_cases(places)}
+             "duplicated": duplicated_cases(places),
+             "unreplayed": unreplayed_cases(by_pid, places, ctx.history)}
     return _verdict(cases, fig, by_pid, allow, expect_loss, p.max_loss)
 
 
@@ -248,14 +296,14 @@ def _verdict(cases: dict[str, list], fig: dict, by_pid: dict[str, Op], allow: li
     fig.update({"lost": len(lost), "phantom": len(phantom),
                 "spooled_missing": len(cases["spooled_missing"]),
                 "unexpected": len(cases["unexpected"]), "duplicated": len(cases["duplicated"]),
-                "expect_loss": expect_loss})
+                "unreplayed": len(cases["unreplayed"]), "expect_loss": expect_loss})
     if lost:
         fig["lost_payload_ids"] = lost if expect_loss else lost[:50]
         fig["lost_by_process"] = dict(Counter(by_pid[pid].process for pid in lost))
     if phantom:
         fig["phantom_payload_ids"] = phantom[:50]
     evidence = (cases["lost"] + cases["spooled_missing"] + cases["phantom"]
-                + cases["unexpected"][:5] + cases["duplicated"][:5])
+                + cases["unexpected"][:5] + cases["duplicated"][:5] + cases["unreplayed"][:5])
     summary = (f"{fig['ok']} ok appends: {fig['found_in_store']} in store"
                + (f", {fig['found_only_in_capture']} only in capture" if "capture" in allow else "")
                + (f", {fig['found_only_in_spool']} only in spool" if "spool" in allow else "")
@@ -266,12 +314,14 @@ def _verdict(cases: dict[str, list], fig: dict, by_pid: dict[str, Op], allow: li
                + f", {fig['info']} info")
     extra = [f"{n} {what}" for n, what in ((fig["unexpected"], "unexpected"),
                                            (fig["duplicated"], "duplicated"),
-                                           (fig["spooled_missing"], "spooled but not in spool"))
+                                           (fig["spooled_missing"], "spooled but not in spool"),
+                                           (fig["unreplayed"], "spooled but not replayed"))
              if n]
     if extra:
         summary += "; " + ", ".join(extra)
     failed = (lost and not expect_loss) or any(
-        cases[k] for k in ("phantom", "unexpected", "duplicated", "spooled_missing"))
+        cases[k] for k in ("phantom", "unexpected", "duplicated", "spooled_missing",
+                           "unreplayed"))
     if failed:
         return Verdict(NAME, FAIL, summary, fig, evidence)
     if expect_loss and max_loss is not None and len(lost) > max_loss:

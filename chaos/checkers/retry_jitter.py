@@ -14,6 +14,14 @@ From the ``retry`` store events (``attempt`` = the failed attempt, 1-based; ``sl
   ``docs/decisions/chaos-faults-and-checks.md``); and
   no fixed back-off: FAIL when more than half of the sleeps lie within 1 ms of one another.
   Fewer than 20 sleeps: "too few to test the distribution", no verdict on spread;
+* no draw repeated: two retries (in any processes) reporting the very same ``sleep_s`` float
+  mean the generators follow one seed, so writers that collide sleep alike and collide again
+  (two independent uniform doubles are equal with probability about 2^-53);
+* no sleep shorter than declared: the next attempt of the same write starts (the next
+  ``retry`` event's ``t - waited_s``, or the ``write`` event's ``t_begin``) at least ``sleep_s``
+  after the ``retry`` event was recorded (recorded before the sleep, on the same monotonic
+  clock; load only makes the gap longer), so a sleep that ignores its draw is seen even when
+  the telemetry reports the draw;
 * no ``fail``/``info`` of a store client carrying ``WriteContentionError`` or "database is locked"
   (an adversary's own ``hold_lock`` ops and processes of kind ``lock_holder``/``long_reader`` are
   not store clients) -- unless the lock really was held for the whole retry budget: a give-up
@@ -61,6 +69,8 @@ class Params:
 NAME = "retry_jitter"
 MIN_FOR_KS = 20
 FIXED_WINDOW_S = 0.001
+#: Slack (s) when a measured retry sleep is compared with the declared one (clock rounding).
+SLEEP_TOLERANCE_S = 0.001
 
 
 def ks_uniform(samples: list[float], lo: float, hi: float) -> float:
@@ -176,6 +186,64 @@ def fixed_backoff_cases(sleeps: list[float]) -> list[dict]:
              "largest_1ms_cluster": cluster}]
 
 
+def repeated_draw_cases(retries: list[dict]) -> list[dict]:
+    """Retry sleeps whose exact value was drawn before (in any process): a seeded generator."""
+    first: dict[float, dict] = {}
+    out = []
+    for r in retries:
+        if r.get("sleep_s") is None:
+            continue
+        s = float(r["sleep_s"])
+        if s in first:
+            prior = first[s]
+            out.append(_case(r, f"sleep {s!r} s drawn again (first by {prior.get('process')} at "
+                                f"t={float(prior['t']):.3f}): the retry jitter follows a fixed "
+                                "seed, so colliding writers retry in lockstep"))
+        else:
+            first[s] = r
+    return out
+
+
+def slept_short_cases(history: list[dict], tolerance: float = SLEEP_TOLERANCE_S) -> list[dict]:
+    """Retries whose write's next attempt began before the declared ``sleep_s`` was over.
+
+    Pairs each ``retry`` event with the next ``retry`` (``attempt`` + 1, same ``op``; the attempt
+    began at its ``t - waited_s``) or ``write`` (``attempts`` = ``attempt`` + 1, same ``op``; began
+    by ``t_begin``) event of the same process; a ``write_gave_up`` ends the write.
+    """
+    out = []
+    pending: dict[str, dict] = {}
+
+    def judge(prev: dict, start: float) -> None:
+        slept = start - float(prev["t"])
+        declared = float(prev["sleep_s"])
+        if 0 <= slept < declared - tolerance:
+            out.append(_case(prev, f"declared a {declared:.3f} s sleep but the next attempt "
+                                   f"began {slept:.3f} s later"))
+
+    for r in history:
+        if r.get("type") != "event":
+            continue
+        kind, proc = r.get("event"), str(r.get("process"))
+        prev = pending.get(proc)
+        if kind == "retry":
+            if (prev is not None and r.get("op") == prev.get("op")
+                    and r.get("attempt") == prev.get("attempt", 0) + 1
+                    and r.get("waited_s") is not None):
+                judge(prev, float(r["t"]) - float(r["waited_s"]))
+            if r.get("sleep_s") is not None and isinstance(r.get("attempt"), int):
+                pending[proc] = r
+            else:
+                pending.pop(proc, None)
+        elif kind in ("write", "write_gave_up"):
+            pending.pop(proc, None)
+            if (kind == "write" and prev is not None and r.get("op") == prev.get("op")
+                    and r.get("attempts") == prev.get("attempt", 0) + 1
+                    and r.get("t_begin") is not None):
+                judge(prev, float(r["t_begin"]))
+    return out
+
+
 def lock_errors(history: list[dict], kinds: dict, holds: list,
                 budget_s: float) -> tuple[list[dict], list[dict]]:
     """``(reached, justified)``: lock errors (``WriteContentionError``, "database is locked")
@@ -213,6 +281,8 @@ def check(ctx: CheckContext, params) -> Verdict:
              "write_gave_up": gave_up_cases(ctx.history, holds, budget_s),
              "not_uniform": uniform_cases(sleeps, lo, hi),
              "fixed_backoff": fixed_backoff_cases(sleeps),
+             "repeated_draw": repeated_draw_cases(retries),
+             "slept_short": slept_short_cases(ctx.history),
              "lock_error_reached_caller": lock_error_cases(reached)}
     fig = _figures(ctx.history, retries, sleeps, cases, lo, hi, holds, budget_s)
     fig.update(lock_errors_reaching_callers=len(reached), lock_errors_justified=len(justified))
