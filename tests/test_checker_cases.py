@@ -145,6 +145,20 @@ def test_open_cases_find_an_open_allowed_while_the_holder_lives():
     assert swr.open_cases(swr.observe(h, "gateway", T)) == []
 
 
+def test_open_cases_judge_the_holders_own_reopen():
+    """SPEC §10.4 counts this process too: the holder opening again beside its own retired
+    generation must be refused like anyone else."""
+    gw = op(1, 3.5, "fail", 1, error=REFUSAL)  # the holder lives until 3.5 at least
+    h = [*op(0.1, 0.2, "ok", 0, op_="open"), gw[0], fault(),
+         *op(2.5, 2.6, "ok", 2, op_="open", reopen=True), gw[1]]
+    run = swr.observe(h, "gateway", T)
+    assert run.holders == ["gateway-0"]
+    (case,) = swr.open_cases(run)
+    assert case["record"]["process"] == "gateway-0" and case["record"]["reopen"] is True
+    h[5].update(type="fail", error=REFUSAL)
+    assert swr.open_cases(swr.observe(h, "gateway", T)) == []
+
+
 def test_after_exit_cases_find_no_writer_after_the_holder_exited():
     h = [*op(1, 1.5, "ok", 1), fault(),
          rec(3, "process", "runner", phase="exit", role="gateway", index=0, exitcode=0),

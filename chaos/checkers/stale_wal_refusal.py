@@ -15,7 +15,8 @@ rule (Elle's ``*-cases``):
   refusal (the refusal is sticky);
 * :func:`capture_cases`: a refused holder left no capture ``state.db.retired-wal-*`` whose
   ``manifest.json`` is JSON, version 1, its pid, ``wal.bytes`` > 0 and ``wal.sha256`` matching;
-* :func:`open_cases`: an ``open`` of another process invoked after T completed other than with
+* :func:`open_cases`: an ``open`` invoked after T (by another process, or a holder's own reopen:
+  it holds the retired generation itself) completed other than with
   ``DeletedWalGenerationError`` while a holder surely still held its descriptors (before its
   ``close`` was invoked, else before its last own record). Opens that straddle a holder's
   release may go either way and are only counted;
@@ -198,8 +199,9 @@ def capture_cases(run: Run, captures: list[Capture]) -> list[dict]:
 
 
 def _judged_opens(run: Run) -> list[Op]:
-    """Writable opens of other processes invoked after T and before the last holder exited."""
-    return [o for o in run.ops if o.op == "open" and o.process not in run.holders
+    """Writable opens invoked after T and before the last holder exited: other processes' and
+    the holders' own reopens (a holder's first open precedes T)."""
+    return [o for o in run.ops if o.op == "open"
             and run.T < o.t_invoke < run.end_window
             and not (o.invoke and (o.invoke.get("read_only") or o.invoke.get("mode") == "ro"))]
 

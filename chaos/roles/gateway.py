@@ -15,7 +15,11 @@ Workload (SPEC §16.1; declared with their defaults in :class:`Params`):
   dashboard paging through the whole store; with another writer beside it, whose commits
   invalidate this handle's page cache, it reads every page of the messages b-tree from disk);
 * ``replay_spool_at_start``: once open, import the spool (``replay_spool``, SPEC §10.1): the
-  "gateway restart" step.
+  "gateway restart" step;
+* ``reopen_on_refusal``: after a refused write (a retired or replaced generation), open the store
+  again (op ``open`` with ``reopen: true``, at most once a second) while keeping the refused
+  handle, as an app opening another window would: beside its own retired generation that open
+  must be refused too (SPEC §10.4); a handle that does open takes over the writes.
 
 A session whose creation was refused is created again before its next message. Refused writes
 (stale or replaced generation, write contention after the retry budget, a session whose creation
@@ -77,6 +81,9 @@ class Params:
                                  "session (0 = never).")
     replay_spool_at_start: bool = param(False, "Once open, import the spool (`replay-spool`, "
                                         "SPEC §10.1): a gateway restart.")
+    reopen_on_refusal: bool = param(False, "After a refused write, open the store again (at most "
+                                    "once a second) keeping the refused handle: beside its own "
+                                    "retired generation the open must be refused (SPEC §10.4).")
 
 #: Refusals whose message is diverted to the spool instead of being dropped (SPEC §10.1).
 SPOOLED_ERRORS = (StateDbReplacedError, WriteContentionError, StateDbCorruptError,
@@ -127,6 +134,8 @@ def run(ctx: RoleContext) -> None:
     parents: dict[str, str] = {}  # child -> parent of a split
     splits = 0
     created: set[str] = set()
+    kept: list[SessionDB] = []  # refused handles kept open beside a reopened one
+    next_reopen = 0.0
     for slot, sid in enumerate(sessions):
         _create(ctx, db, sid, created)
         if titles and sid in created:
@@ -167,8 +176,15 @@ def run(ctx: RoleContext) -> None:
                 return {"spooled": True}
             return {}
 
-        ok, _ = ctx.op("append", lambda sid=sid, msg=msg: db.append_message(sid, **msg),
-                       on_fail=spool, payload_id=pid, session_id=sid)
+        ok, res = ctx.op("append", lambda sid=sid, msg=msg: db.append_message(sid, **msg),
+                         on_fail=spool, payload_id=pid, session_id=sid)
+        if (not ok and w.reopen_on_refusal and isinstance(res, StateDbReplacedError)
+                and time.monotonic() >= next_reopen):
+            next_reopen = time.monotonic() + 1.0
+            opened, new = ctx.op("open", ctx.open_db, definite=(Exception,), reopen=True)
+            if opened:
+                kept.append(db)  # the refused handle stays open (it holds the retired WAL)
+                db = new
         if ok:
             counts[sid] += 1
             if usage and role == "assistant":
@@ -188,7 +204,8 @@ def run(ctx: RoleContext) -> None:
         delay = pacer.delay(time.monotonic())
         if delay > 0:
             ctx.sleep(delay)
-    ctx.op("close", db.close, definite=(Exception,))
+    for handle in (*kept, db):
+        ctx.op("close", handle.close, definite=(Exception,))
 
 
 def _create(ctx: RoleContext, db: SessionDB, sid: str, created: set[str],
