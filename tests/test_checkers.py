@@ -332,6 +332,25 @@ def test_no_lost_writes_fails_a_lost_ok_append(tmp_path):
     assert v.evidence[0]["payload_id"] == "b" and v.evidence[0]["record"]["type"] == "ok"
 
 
+def test_no_lost_writes_is_inconclusive_on_a_final_store_it_cannot_read(tmp_path):
+    """A garbled page of the messages b-tree (as corrupt_page leaves it) is no crash and no PASS."""
+    db = tmp_path / "home" / "state.db"
+    make_store(db, [f"p{i}" for i in range(400)])
+    conn = sqlite3.connect(db)
+    root = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = 'messages'").fetchone()[0]
+    page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+    conn.close()
+    with open(db, "r+b") as fh:  # the messages b-tree's root: every row lookup passes through it
+        fh.seek((root - 1) * page_size)
+        fh.write(bytes([0xA5]) * page_size)
+    h = H()
+    for i in range(3):
+        h.append("gateway-0", f"p{i}")
+    v = CHECKERS["no_lost_writes"](make_ctx(tmp_path, h.history()), {})
+    assert v.status == INCONCLUSIVE, v.to_dict()
+    assert "final store cannot be read" in v.summary and v.figures["ok"] == 3
+
+
 def test_no_lost_writes_fails_a_phantom_fail_append(tmp_path):
     def build(h):
         h.append("gateway-0", "a")

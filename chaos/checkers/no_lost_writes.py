@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import json
 import re
+import sqlite3
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Literal
@@ -277,7 +278,18 @@ def check(ctx: CheckContext, params) -> Verdict:
         return Verdict(NAME, INCONCLUSIVE, "no append in the history: nothing to check",
                        {"ok": 0, "fail": 0, "info": 0})
     fig: dict = {}
-    places = _places(ctx, fig)
+    try:
+        places = _places(ctx, fig)
+    except sqlite3.DatabaseError as exc:
+        # A damaged final store (a fault garbled a page and no step recovered it) cannot say
+        # which appends it holds: not a pass, and not a loss this checker can prove.
+        return Verdict(NAME, INCONCLUSIVE,
+                       f"the final store cannot be read ({type(exc).__name__}: {exc}): its "
+                       "acknowledged appends cannot be looked up; recover it in the scenario "
+                       "first (a `run` step of `sessions recover --allow-partial`, as "
+                       "page_corruption_recover does) or judge it with other checkers",
+                       {"ok": sum(1 for op in by_pid.values() if op.kind == "ok"),
+                        "store_error": f"{type(exc).__name__}: {exc}"})
     replayed = replay_seen(ctx.history)
     fig = {**_figures(by_pid, places, allow, replayed), **fig}
     cases = {"lost": lost_cases(by_pid, places, allow),
