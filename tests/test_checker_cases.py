@@ -283,6 +283,25 @@ def test_repeated_draw_cases_find_two_processes_drawing_the_same_sleep():
     assert rj.repeated_draw_cases(h[:3] + h[4:]) == []
 
 
+def test_long_attempt_cases_find_a_first_attempt_that_rode_out_a_stall():
+    """A 30 s busy timeout: the append invoked at t=1 got BEGIN IMMEDIATE at t=6, one attempt."""
+    slow = [*op(1.0, 6.2, "ok", 1)[:1],
+            rec(6.1, "event", event="write", op="append_message", attempts=1, met=0, t_begin=6.0)]
+    (case,) = rj.long_attempt_cases(slow, 3.0)
+    assert case["t"] == 6.1 and "waited 5.00 s" in case["why"]
+    assert rj.long_attempt_cases(slow, 0.0) == []  # the rule is off by default
+    # the 1 s busy timeout: a lock error and a retry, then a later attempt - not this rule
+    retried = [slow[0], dict(slow[1], attempts=5)]
+    assert rj.long_attempt_cases(retried, 3.0) == []
+    # a wait for a checkpoint (met) is not a busy wait; a quick first attempt is fine
+    assert rj.long_attempt_cases([slow[0], dict(slow[1], met=2)], 3.0) == []
+    assert rj.long_attempt_cases([slow[0], dict(slow[1], t_begin=1.9)], 3.0) == []
+    # another process's invoke does not start this process's attempt
+    other = [*op(5.5, 6.2, "ok", 2, process="gateway-1")[:1], slow[1]]
+    assert rj.long_attempt_cases([slow[0], *other], 3.0) != []
+    assert rj.long_attempt_cases(other, 3.0) == []
+
+
 def test_slept_short_cases_find_an_attempt_begun_before_the_declared_sleep_ended():
     """retry at t=1 declares 0.1 s; the next attempt began 0.02 s later (t - waited_s)."""
     h = [rec(1.0, "event", event="retry", op="append_message", attempt=1, sleep_s=0.1,

@@ -22,6 +22,9 @@ From the ``retry`` store events (``attempt`` = the failed attempt, 1-based; ``sl
   after the ``retry`` event was recorded (recorded before the sleep, on the same monotonic
   clock; load only makes the gap longer), so a sleep that ignores its draw is seen even when
   the telemetry reports the draw;
+* (``max_attempt_wait_s`` > 0) no write committed at its first attempt after waiting longer
+  than that for ``BEGIN IMMEDIATE`` (:func:`long_attempt_cases`): with the 1 s busy timeout a
+  stall longer than that shows as retries, never as one long attempt;
 * no ``fail``/``info`` of a store client carrying ``WriteContentionError`` or "database is locked"
   (an adversary's own ``hold_lock`` ops and processes of kind ``lock_holder``/``long_reader`` are
   not store clients) -- unless the lock really was held for the whole retry budget: a give-up
@@ -64,6 +67,11 @@ class Params:
     budget_s: float = param(15.0, "A lock error is justified only when one process held the "
                             "write lock this long during the wait (seconds; 15 attempts x 1 s "
                             "busy timeout).", minimum=0)
+    max_attempt_wait_s: float = param(0.0, "When > 0: FAIL a write whose one and only attempt "
+                                      "waited longer than this for BEGIN IMMEDIATE (a busy "
+                                      "timeout longer than the declared 1 s rides out a stall "
+                                      "without retrying); only for scenarios whose writers are "
+                                      "never frozen (seconds, 0 = off).", minimum=0)
 
 
 NAME = "retry_jitter"
@@ -244,6 +252,34 @@ def slept_short_cases(history: list[dict], tolerance: float = SLEEP_TOLERANCE_S)
     return out
 
 
+def long_attempt_cases(history: list[dict], bound_s: float) -> list[dict]:
+    """Writes that committed at their first attempt after waiting more than ``bound_s`` for it.
+
+    A ``write`` event with ``attempts`` 1 and no checkpoint met (``met`` 0) began its attempt
+    when its process's last op was invoked (the role records ``invoke`` before it calls the
+    store; a role process runs one op at a time); ``t_begin`` is when BEGIN IMMEDIATE returned.
+    With the 1 s busy timeout of SPEC §4 that wait is about 1 s at most before a lock error
+    and a retry event; much longer means a longer busy timeout. 0 = the rule is off.
+    """
+    if bound_s <= 0:
+        return []
+    out = []
+    last_invoke: dict[str, float] = {}
+    for r in history:
+        proc = str(r.get("process"))
+        if r.get("type") == "invoke":
+            last_invoke[proc] = float(r["t"])
+        elif (r.get("type") == "event" and r.get("event") == "write"
+              and r.get("attempts") == 1 and not r.get("met") and r.get("t_begin") is not None
+              and proc in last_invoke):
+            waited = float(r["t_begin"]) - last_invoke[proc]
+            if waited > bound_s:
+                out.append(_case(r, f"the write's only attempt waited {waited:.2f} s for BEGIN "
+                                    f"IMMEDIATE (> {bound_s:g} s) without a lock error: the busy "
+                                    "timeout is longer than SPEC §4's 1 s"))
+    return out
+
+
 def lock_errors(history: list[dict], kinds: dict, holds: list,
                 budget_s: float) -> tuple[list[dict], list[dict]]:
     """``(reached, justified)``: lock errors (``WriteContentionError``, "database is locked")
@@ -283,6 +319,8 @@ def check(ctx: CheckContext, params) -> Verdict:
              "fixed_backoff": fixed_backoff_cases(sleeps),
              "repeated_draw": repeated_draw_cases(retries),
              "slept_short": slept_short_cases(ctx.history),
+             "attempt_waited_too_long": long_attempt_cases(ctx.history,
+                                                           float(p.max_attempt_wait_s)),
              "lock_error_reached_caller": lock_error_cases(reached)}
     fig = _figures(ctx.history, retries, sleeps, cases, lo, hi, holds, budget_s)
     fig.update(lock_errors_reaching_callers=len(reached), lock_errors_justified=len(justified))
