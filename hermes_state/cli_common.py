@@ -56,16 +56,15 @@ def _open_ro(args: argparse.Namespace):
     if not _exists(path):
         raise CliError(f"no session store at {path}",
                        "check --home/--profile (or HERMES_HOME); the store is created on first use")
-    _warn_if_retired(path)
-    return SessionDB(path, read_only=True)
+    db = SessionDB(path, read_only=True)
+    # the open's own settled scan (it chose immutable=1 for them): one wait, not two
+    _warn_if_retired(path, [h for h in db._conn.retired_holders if h.pid != os.getpid()])
+    return db
 
 
-def _warn_if_retired(path: Path) -> None:
+def _warn_if_retired(path: Path, retired: list) -> None:
     """Read commands still work under a retired-WAL holder (SPEC §10.4), but what they show
     misses that holder's last writes: say so on stderr, naming the holders and ``doctor``."""
-    from . import holders
-
-    retired = holders.scan_settled(path).retired_holders
     if retired:
         names = ", ".join(f"PID {h.pid} ({h.command})" for h in retired)
         print(f"warning: {names} still hold(s) a retired WAL generation of {path}: what is shown "

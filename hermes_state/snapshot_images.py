@@ -161,6 +161,43 @@ def _facts(conn: sqlite3.Connection) -> dict:
     return out
 
 
+_SQLITE_BUSY, _SQLITE_LOCKED = 5, 6
+
+
+def backup_bounded(src: sqlite3.Connection, dst: sqlite3.Connection, *,
+                   busy_for_s: float = BUSY_TIMEOUT_S) -> None:
+    """``src.backup(dst, pages=-1)`` that gives up when the source stays locked ``busy_for_s``.
+
+    Python's ``Connection.backup`` retries SQLITE_BUSY/SQLITE_LOCKED forever (sleeping between
+    steps, its connections' busy timeouts do not apply): a process holding the store in
+    ``locking_mode=EXCLUSIVE`` would hang a backup or restore for good. The progress callback
+    SQLite's backup calls after every step ends it instead.
+
+    Raises:
+        sqlite3.OperationalError: still locked after ``busy_for_s`` seconds (SQLITE_BUSY-coded;
+            nothing was copied into ``dst`` that counts: the caller discards it).
+    """
+    since: list[float] = []
+
+    def progress(status: int, remaining: int, total: int) -> None:
+        if status not in (_SQLITE_BUSY, _SQLITE_LOCKED):
+            since.clear()
+            return
+        now = time.monotonic()
+        if not since:
+            since.append(now)
+        elif now - since[0] > busy_for_s:
+            exc = sqlite3.OperationalError(
+                f"database is locked: the store stayed locked for {busy_for_s:g} s while it "
+                "was copied (another process holds it exclusively, e.g. in "
+                "locking_mode=EXCLUSIVE, or runs a long maintenance command); nothing was "
+                "copied. Run `hermes-state doctor` to see who holds it, then retry.")
+            exc.sqlite_errorcode = _SQLITE_BUSY  # type: ignore[attr-defined]
+            raise exc
+
+    src.backup(dst, pages=-1, progress=progress, sleep=0.05)
+
+
 def _backup_image(db: Path, dest: Path) -> None:
     """Copy the store's consistent image into the new file ``dest`` (SPEC §13).
 
@@ -176,7 +213,7 @@ def _backup_image(db: Path, dest: Path) -> None:
     try:
         dst = sqlite3.connect(os.fspath(dest), timeout=BUSY_TIMEOUT_S)
         try:
-            src.backup(dst, pages=-1)
+            backup_bounded(src, dst)
         finally:
             dst.close()
     finally:

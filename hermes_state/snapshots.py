@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import atomic, checkpoint_lock, failpoints, holders
-from .errors import HermesStateError
+from .errors import HermesStateError, is_lock_error
 from .paths import utc_stamp
 from .snapshot_images import (
     _STAMP_RE,
@@ -52,6 +52,7 @@ from .snapshot_images import (
     _stamp_iso,
     _store_sizes,
     _verify_image,
+    backup_bounded,
     sanitize_reason,
 )
 
@@ -188,12 +189,14 @@ def create_snapshot(db_path: str | os.PathLike, reason: str = "manual", *,
         os.close(atomic.create_file(image))  # 0600 from the start; SQLite fills it
         sizes = _store_sizes(db)
         backup_error = None
+        locked = False
         if progress is not None:
             progress("copying the store (online backup)", None, None)
         try:
             _backup_image(db, image)
         except sqlite3.Error as exc:
             backup_error = f"the online backup failed: {exc}"
+            locked = is_lock_error(exc)
         if progress is not None:
             progress("verifying the snapshot (quick_check, sha256)", None, None)
         facts, digest = _verify_image(image) if backup_error is None else ({
@@ -229,6 +232,11 @@ def create_snapshot(db_path: str | os.PathLike, reason: str = "manual", *,
     result = dict(manifest, id=final.name, path=str(final / IMAGE), dir=str(final), pruned=[])
     if not manifest["verified"]:
         lines = "; ".join(manifest["quick_check"][:5]) or manifest["error"] or "unknown"
+        if locked:  # the store was never read: nothing says it is damaged
+            raise SnapshotFailed(
+                f"the snapshot {final} could not be taken: {manifest['error']} It was kept and "
+                "marked failed, and no older snapshot was removed.",
+                f"image {final / IMAGE}, sha256 {manifest['sha256']}", result=result)
         raise SnapshotFailed(
             f"the snapshot {final} failed verification (quick_check: {lines}); it was kept and "
             f"marked failed, and no older snapshot was removed. The store itself may be damaged: "
@@ -574,7 +582,7 @@ def _restore_locked(db: Path, snapshot_id: str, image: Path, keep: int
     try:
         src = sqlite3.connect(_ro_uri(image), uri=True, timeout=BUSY_TIMEOUT_S)
         try:
-            src.backup(dst, pages=-1)
+            backup_bounded(src, dst)
         finally:
             src.close()
         mode = dst.execute("PRAGMA journal_mode").fetchone()[0]

@@ -461,3 +461,32 @@ def test_pre_update_images_of_one_second_list_newest_first_when_one_ends_in_the_
         os.utime(image, (base + finished, base + finished))
     listed = [s["id"] for s in list_snapshots(path) if s["kind"] == "pre-update"]
     assert [i[-6:] for i in listed] == ["-3.bak", "-2.bak"]
+
+
+def test_a_backup_beside_an_exclusive_mode_holder_gives_up_instead_of_hanging(tmp_path, spawn):
+    """Python's Connection.backup retries a locked source forever; ours stops after the bound
+    with a lock error (a holder in locking_mode=EXCLUSIVE: any SQLite program may be one)."""
+    from hermes_state.snapshot_images import backup_bounded
+
+    path = tmp_path / "state.db"
+    with SessionDB(path) as db:
+        db.create_session("s", source="cli")
+    holder = spawn("exclusive_holder.py", path)
+    assert holder.readline() == "LOCKED"
+    src = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=0.05)
+    dst = sqlite3.connect(tmp_path / "copy.db")
+    try:
+        with pytest.raises(sqlite3.OperationalError, match="stayed locked for 0.2 s") as info:
+            backup_bounded(src, dst, busy_for_s=0.2)
+        assert info.value.sqlite_errorcode == 5  # SQLITE_BUSY: a lock error, retryable
+    finally:
+        src.close()
+        dst.close()
+    with pytest.raises(SnapshotFailed) as failed:  # the command's wording: a lock, not damage
+        create_snapshot(path)
+    assert "could not be taken" in str(failed.value) and "locked" in str(failed.value)
+    assert "damaged" not in str(failed.value) and "recover" not in str(failed.value)
+    holder.send("release")
+    assert holder.readline() == "RELEASED"
+    result = create_snapshot(path)  # once released, the same store copies as usual
+    assert result["sessions"] == 1
