@@ -85,6 +85,18 @@ def test_unreplayed_cases_find_a_spooled_append_a_successful_replay_did_not_impo
     assert nlw.unreplayed_cases(by_pid, nlw.Places(spool=spool), failed) == []  # no replay ran
     swapped = h + [rec(6, "nemesis", "nemesis", fault="replace_db", phase="start", step=1)]
     assert nlw.unreplayed_cases(by_pid, nlw.Places(spool=spool), swapped) == []
+    # rows removed on purpose after the replay: a prune run by the CLI, or handed to a gateway
+    pruned = h + op(6, 7, "ok", 3, process="prune-0", op_="run", command="prune", exit_code=0)
+    assert nlw.unreplayed_cases(by_pid, nlw.Places(spool=spool), pruned) == []
+    handed = h + op(6, 7, "ok", 3, process="gateway-1", op_="maintenance",
+                    value={"requests": [{}], "pruned": 2})
+    assert nlw.unreplayed_cases(by_pid, nlw.Places(spool=spool), handed) == []
+    idle = h + op(6, 7, "ok", 3, process="gateway-1", op_="maintenance",
+                  value={"requests": [], "pruned": 0})  # the gateway's idle poll, every second
+    assert len(nlw.unreplayed_cases(by_pid, nlw.Places(spool=spool), idle)) == 1
+    # a command that removes nothing does not excuse it
+    listed = h + op(6, 7, "ok", 3, process="cli-0", op_="run", command="backup", exit_code=0)
+    assert len(nlw.unreplayed_cases(by_pid, nlw.Places(spool=spool), listed)) == 1
 
 
 # ------------------------------------------------------------------------------ stale_wal_refusal
@@ -240,6 +252,13 @@ def test_emptied_cases_find_a_passive_checkpoint_that_found_an_empty_wal():
     # a maintenance command between the commit and the checkpoint may have truncated the WAL
     busy = h[:2] + op(2.02, 2.2, "ok", 9, process="maint-0", op_="run") + h[2:]
     assert cc.emptied_cases(busy) == []
+    # so may another process's housekeeping VACUUM + TRUNCATE checkpoint (in-process)
+    vacuum = rec(2.06, "event", "gateway-1", event="checkpoint", mode="TRUNCATE",
+                 trigger="vacuum", t_start=2.03, t_end=2.05, log=0, checkpointed=0, busy=0)
+    assert cc.emptied_cases(h[:2] + [vacuum] + h[2:]) == []
+    # ... but not one that ended before the commit
+    early = dict(vacuum, t=0.9, t_start=0.5, t_end=0.8)
+    assert len(cc.emptied_cases([early, *h])) == 1
 
 
 # ------------------------------------------------------------------------------ retry_jitter

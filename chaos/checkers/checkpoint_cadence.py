@@ -20,7 +20,8 @@ every, 2·every, ... up to the highest multiple ≤ W. One case function per rul
   empty (``log`` 0). It runs right after its connection's own commit, whose frames a PASSIVE
   checkpoint leaves in the WAL (it never resets or truncates it), so only a TRUNCATE can have
   emptied it: the mode the event reports is not the one SQLite ran. Excused when a maintenance
-  command (a ``run`` op) or a nemesis step overlaps the time from that commit to the checkpoint.
+  command (a ``run`` op), a nemesis step or a checkpoint reported in another mode (a gateway's
+  housekeeping VACUUM + TRUNCATE) overlaps the time from that commit to the checkpoint.
 
 Figures also report the largest WAL size (``log`` frames) a checkpoint saw.
 INCONCLUSIVE when no connection reached ``every`` writes.
@@ -148,9 +149,15 @@ def repeated_cases(conns: list[Connection], every: int) -> list[dict]:
 
 
 def _busy_windows(history: list[dict]) -> list[tuple[float, float]]:
-    """``(start, end)`` of every maintenance command (``run`` op) and nemesis step."""
+    """``(start, end)`` of every maintenance command (``run`` op), nemesis step and checkpoint
+    reported in another mode than PASSIVE (a gateway's own housekeeping VACUUM ends with a
+    TRUNCATE one, in-process: it may empty the WAL between another process's commit and its
+    cadence checkpoint)."""
     out = [(o.t_invoke, o.t_done if o.t_done is not None else float("inf"))
            for o in pair_ops(history) if o.op == "run"]
+    out += [(float(r.get("t_start", r.get("t", 0.0))), float(r.get("t_end", r.get("t", 0.0))))
+            for r in history if r.get("type") == "event" and r.get("event") == "checkpoint"
+            and str(r.get("mode", "")).upper() != "PASSIVE"]
     return out + [(float(start.get("t", 0.0)),
                    float(done.get("t", 0.0)) if done is not None else float("inf"))
                   for start, done in nemesis_steps(history)]

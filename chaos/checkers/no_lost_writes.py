@@ -175,21 +175,32 @@ def duplicated_cases(places: Places) -> list[dict]:
             for p, n in sorted(places.store.items()) if n > 1]
 
 
-#: Nemesis faults and commands after which the final store need not hold what a replay imported.
-STORE_REPLACED = ("replace_db", "zero_db", "truncate_db", "restore")
+#: Nemesis faults and commands after which the final store need not hold what a replay imported
+#: (the store replaced, or rows removed on purpose: a prune, a delete, a recover's new store).
+STORE_REPLACED = ("replace_db", "zero_db", "truncate_db", "restore", "prune", "delete",
+                  "recover")
+
+
+def _pruned(rec: dict) -> bool:
+    """A gateway ``maintenance`` op that pruned sessions (it runs every second, mostly idle)."""
+    value = rec.get("value")
+    return isinstance(value, dict) and bool(value.get("pruned"))
 
 
 def replay_starts(history: list[dict]) -> tuple[float | None, float | None]:
     """``(start of the first replay that succeeded, start of the first store replacement)``:
     a replay is ``sessions replay-spool`` that exited 0 (a role ``run`` op or a nemesis ``run``
     step) or a role ``replay_spool`` op that ended ``ok``; a replacement is a nemesis step or
-    command of :data:`STORE_REPLACED`. None when there is none."""
+    command of :data:`STORE_REPLACED` or a gateway's ``maintenance`` op that pruned (a handed-over
+    prune).
+    None when there is none."""
     replays: list[float] = []
     replaced: list[float] = []
     for o in pair_ops(history):
         rec = {**(o.invoke or {}), **(o.done or {})}
         what = "replay" if o.op == "replay_spool" or rec.get("command") == "replay-spool" else (
-            "replaced" if o.op == "run" and rec.get("command") in STORE_REPLACED else None)
+            "replaced" if (o.op == "run" and rec.get("command") in STORE_REPLACED)
+            or (o.op == "maintenance" and _pruned(rec)) else None)
         if what == "replaced":
             replaced.append(o.t_invoke)
         elif what == "replay" and o.kind == "ok" and rec.get("exit_code", 0) == 0:
