@@ -232,9 +232,9 @@ def closing_pids(db_path: str | os.PathLike) -> set[int]:
     ``locking_mode=EXCLUSIVE``.) Linux only, else an empty set.
     """
     last = SHARED_FIRST + SHARED_SIZE - 1
+    name = os.path.basename(os.path.realpath(os.fspath(db_path)))
     return {rec.pid for rec in read_locks(db_path)
-            if rec.file == os.path.basename(os.path.realpath(os.fspath(db_path)))
-            and rec.write and not rec.waiting and rec.start <= SHARED_FIRST
+            if rec.file == name and rec.write and not rec.waiting and rec.start <= SHARED_FIRST
             and (rec.end is None or rec.end >= last)}
 
 
