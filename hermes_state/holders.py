@@ -245,9 +245,10 @@ def scan_settled(db_path: str | os.PathLike, *, include_self: bool = False,
     The last connection to close a WAL store unlinks ``-shm`` a moment before it closes it,
     with the EXCLUSIVE lock of ``state.db`` held (see :func:`closing_pids`): a scan in that
     window sees ``state.db-shm (deleted)`` although no generation is retired. Such a holder is
-    waited for (polled every :data:`SETTLE_POLL_S`) and the store scanned again; a retired
-    sidecar of a process without that lock, or one still held after ``wait_s`` seconds, stays
-    in the result (SPEC §10.4 refuses it).
+    waited for (polled every :data:`SETTLE_POLL_S`) and the store scanned again. A holder seen
+    without that lock is scanned once more after the lock table was read (it may have finished
+    closing in between); a retired sidecar it still holds then, or one held after ``wait_s``
+    seconds, stays in the result (SPEC §10.4 refuses it).
 
     Args:
         db_path: path of ``state.db``.
@@ -261,9 +262,21 @@ def scan_settled(db_path: str | os.PathLike, *, include_self: bool = False,
     while True:
         result = scan(db_path, include_self=include_self)
         retired = {h.pid for h in result.retired_holders}
-        if not retired or time.monotonic() >= deadline:
+        if not retired:
             return result
-        if not retired <= closing_pids(db_path):
+        closing = closing_pids(db_path)
+        if not retired <= closing:
+            # The lock table is read after the descriptors: a closer that finished in between
+            # holds neither any more. Only a holder that keeps its retired sidecar across that
+            # read (a deleted file cannot be opened again) held it without the lock.
+            confirm = scan(db_path, include_self=include_self)
+            if {h.pid for h in confirm.retired_holders} & (retired - closing):
+                return confirm
+            result = confirm
+            retired = {h.pid for h in confirm.retired_holders}
+            if not retired:
+                return confirm
+        if time.monotonic() >= deadline:
             return result
         if not waited:
             waited = True

@@ -357,6 +357,31 @@ def test_an_open_waits_for_a_closing_last_connection_instead_of_refusing(closed_
     assert outcome["sessions"] == ["s"]
 
 
+def test_an_open_is_not_refused_by_a_closer_that_finished_between_scan_and_lock_read(
+        closed_store, spawn, monkeypatch):
+    # maintenance_under_cron in CI (issue 11): the scan saw a cron job's "-shm (deleted)", the
+    # job finished closing (releasing its EXCLUSIVE lock) before the lock table was read, and
+    # the open refused a holder that no longer existed. The closer here is a real process with
+    # the real lock; the test only fixes the order: it finishes just before the lock read.
+    path = closed_store
+    closer = spawn("last_closer.py", path)
+    assert closer.readline() == "CLOSING"
+    real_closing_pids = holders_mod.closing_pids
+    reads = []
+
+    def closer_finishes_first(db_path):
+        if not reads:
+            closer.send("finish")
+            assert closer.readline() == "CLOSED"
+        reads.append(db_path)
+        return real_closing_pids(db_path)
+
+    monkeypatch.setattr(holders_mod, "closing_pids", closer_finishes_first)
+    with SessionDB(path) as db:
+        assert [s["id"] for s in db.list_sessions_rich()] == ["s"]
+    assert reads, "the open never read the lock table: the interleaving was not tested"
+
+
 def test_a_closer_that_never_finishes_is_refused_after_the_wait(closed_store, spawn):
     path = closed_store
     closer = spawn("last_closer.py", path)
