@@ -88,6 +88,18 @@ CONFIGS = {
     "busy30": ("bare", 30.0, None),
     "naive": ("bare", 1.0, None),
 }
+#: ``busy30-spinN``: ``busy30`` whose writers also burn N microseconds of CPU per append
+#: outside the write lock (as ``ours`` spends its Python work: building the row, the checks,
+#: events). An experiment for the p99 analysis (docs/decisions/performance-at-scale.md), not a
+#: row: does the busy handler's p99 grow to ours when its writers cost what ours cost?
+SPIN_PREFIX = "busy30-spin"
+
+
+def _config(name: str) -> tuple[str, float | None, object, float]:
+    """``(kind, bare busy timeout, lock, spin s)`` of a config name (:data:`CONFIGS`)."""
+    if name.startswith(SPIN_PREFIX):
+        return ("bare", 30.0, None, int(name[len(SPIN_PREFIX):]) / 1e6)
+    return (*CONFIGS[name], 0.0)
 
 
 def _env(lock: bool | None) -> dict:
@@ -162,7 +174,13 @@ def _writer(spec: dict) -> dict:
         conn.execute("PRAGMA synchronous=NORMAL")
         done = [0]
 
+        spin = spec.get("spin", 0.0)
+
         def write(i: int) -> None:
+            if spin:
+                t_spin = time.perf_counter()
+                while time.perf_counter() - t_spin < spin:
+                    pass
             conn.execute("BEGIN IMMEDIATE")
             try:
                 conn.execute(INSERT, (sid, "user" if i % 2 else "assistant", f"{i} {TEXT}",
@@ -301,7 +319,7 @@ def run_workload(root: Path, name: str, config: str, writers: int,
         "messages": int, "wall_s": s, "fairness": slowest/fastest writer's appends,
         "causes": merged retry causes of ``ours`` writers or None, "holds": [[a, b]]}``.
     """
-    kind, timeout, lock = CONFIGS[config]
+    kind, timeout, lock, spin = _config(config)
     sids = [f"w{k}" for k in range(writers)]
     path = _fresh_store(root, name, sids)
     env = _env(lock)
@@ -309,7 +327,7 @@ def run_workload(root: Path, name: str, config: str, writers: int,
     until = start_at + duration if duration is not None else None
     procs = [_spawn("worker", {"kind": kind, "path": str(path), "sid": sid, "n": per_writer,
                                "until": until, "think": think, "timeout": timeout,
-                               "start_at": start_at}, env) for sid in sids]
+                               "start_at": start_at, "spin": spin}, env) for sid in sids]
     staller = _spawn("staller", {"path": str(path), "start_at": start_at, "until": until,
                                  "first": FIRST_HOLD_S, "hold": HOLD_S, "period": PERIOD_S},
                      env) if stall else None
@@ -331,6 +349,53 @@ def run_workload(root: Path, name: str, config: str, writers: int,
             "ckpt_writes": len(lat_ck), "ckpt_p50": _pct(lat_ck, 0.5),
             "ckpt_max": lat_ck[-1] if lat_ck else float("nan"),
             "p99_without_ckpt": _pct(_without(lat, lat_ck), 0.99)}
+
+
+def cpu_per_append(n: int = 2000, runs: int = 2) -> dict:
+    """CPU seconds per append of ``ours`` and of the bare writer, one process each, alternating
+    ``runs`` times on fresh stores (``time.process_time``, medians).
+
+    Returns:
+        ``{"ours_us": float, "bare_us": float, "extra_us": float}`` (extra: ours - bare, >= 0),
+        the calibration of the ``busy30-spinN`` config (same workload, same CPU per append).
+    """
+    root = Path(tempfile.mkdtemp(prefix="bench-cpu-"))
+    got: dict[str, list[float]] = {"ours": [], "bare": []}
+    try:
+        for k in range(runs):
+            for kind in (("ours", "bare") if k % 2 == 0 else ("bare", "ours")):
+                path = _fresh_store(root, f"cpu-{kind}{k}", ["w0"])
+                got[kind].append(_cpu_run(kind, path, n) / n * 1e6)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    ours, bare = statistics.median(got["ours"]), statistics.median(got["bare"])
+    return {"ours_us": ours, "bare_us": bare, "extra_us": max(0.0, ours - bare)}
+
+
+def _cpu_run(kind: str, path: Path, n: int) -> float:
+    """CPU seconds of ``n`` appends by one writer of ``kind`` in this process."""
+    if kind == "ours":
+        db = SessionDB(path)
+        t = time.process_time()
+        for i in range(n):
+            db.append_message("w0", "user" if i % 2 else "assistant", f"{i} {TEXT}")
+        used = time.process_time() - t
+        db.close()
+        return used
+    conn = sqlite3.connect(path, timeout=30.0, isolation_level=None)
+    conn.execute("PRAGMA foreign_keys=ON")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    t = time.process_time()
+    for i in range(n):
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute(INSERT, ("w0", "user" if i % 2 else "assistant", f"{i} {TEXT}", time.time()))
+        conn.execute(UPDATE, (0, "w0"))
+        conn.execute("COMMIT")
+        if (i + 1) % 50 == 0:
+            conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+    used = time.process_time() - t
+    conn.close()
+    return used
 
 
 def measure_writers8(per_writer: int = 400, runs: int = 3, writers: int = WRITERS,

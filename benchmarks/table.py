@@ -50,7 +50,12 @@ _NOTES = {
                      "{busy30_p99_without_ckpt_ms:.1f} ms); busy handler alone: "
                      "{busy30_throughput:,.0f} msg/s, {busy30_errors} errors, its PASSIVE "
                      "checkpoints {busy30_checkpoints_busy} busy at once (another connection "
-                     "checkpointing) / {busy30_checkpoints_ran} ran"),
+                     "checkpointing) / {busy30_checkpoints_ran} ran. Same workload at the same "
+                     "CPU cost (ours {cpu_ours_us:.0f} us per append, bare {cpu_bare_us:.0f} us: "
+                     "the busy handler's writers burn {spin_us:.0f} us more): p99 "
+                     "{p99_equal_cpu_ms:.1f} ms at {equal_cpu_throughput:,.0f} msg/s, ours "
+                     "{p99_equal_cpu_ratio:.2f}x of it; ours with the checkpoint lock off "
+                     "{p99_nolock_ms:.1f} ms"),
     "stall": "{errors} caller errors; {holds} holds of {hold_s:.2f} s; {causes_note}",
 }
 
@@ -63,7 +68,12 @@ def note(r: dict) -> str:
         return _NOTES[rid].format(**e)
     if "rss_mb" in e:
         bad = [x for x in e.get("exits", []) if x != 0]
-        return (f"peak RSS {e['rss_mb']:.0f} MB (bare {e['bare_rss_mb']:.0f} MB)"
+        spec = ""
+        if "spec_ratio" in e:
+            sp = e["spec_s"]
+            spec = (f"; SPEC bound ({e['spec_what']}): {fmt(sp['median'])} s "
+                    f"({fmt(sp['min'])}-{fmt(sp['max'])}), ours {e['spec_ratio']:.2f}x of it")
+        return (f"peak RSS {e['rss_mb']:.0f} MB (bare {e['bare_rss_mb']:.0f} MB)" + spec
                 + (f"; exits {e['exits']}: {e['stderr_tail']}" if bad else ""))
     if rid in ("gate", "pytest"):
         top = "; ".join(f"{n.split('::')[-1]} {s:.0f} s" for s, n in e["slowest"][:3])

@@ -46,6 +46,11 @@ def test_contention_and_stall_rows(tmp_path):
     causes = w8["extra"]["causes"]
     assert {"retries", "met_writes", "checkpoints", "writes"} <= set(causes)
     assert causes["writes"] > 0 and causes["checkpoints"]["n"] > 0
+    # the same workload at the same CPU cost beside ours (the p99 analysis), and the lock off
+    e = p99["extra"]
+    assert e["cpu_ours_us"] > 0 and e["cpu_bare_us"] > 0 and e["spin_us"] >= 0
+    assert e["p99_equal_cpu_ms"] > 0 and e["p99_nolock_ms"] > 0
+    assert "same CPU cost" in table.note(p99)
     configs = [r[0] for r in stall["detail"]["rows"]]
     assert len(configs) == 4 and any("timeout 1 s, no retry" in c for c in configs)
     assert stall["extra"]["holds"] >= 1 and stall["extra"]["errors"] == 0
@@ -60,6 +65,10 @@ def test_operator_command_and_growth_rows(tmp_path):
     for row in data["rows"][:7]:
         e = row["extra"]
         assert e["exits"] == [0] and 0 < e["rss_mb"] and 0 < e["bare_rss_mb"], row
+    # the rows whose issue reference covers part of the command's work carry its SPEC bound
+    spec = {r["id"] for r in data["rows"] if "spec_ratio" in r["extra"]}
+    assert spec == {"backup", "optimize", "recover", "export"}
+    assert all(r["extra"]["spec_s"]["median"] > 0 for r in data["rows"] if r["id"] in spec)
     growth = data["rows"][7]
     assert len(growth["detail"]["rows"]) == 3 and growth["extra"]["points"]
 
