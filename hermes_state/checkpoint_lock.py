@@ -36,7 +36,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from . import events
 from .errors import HermesStateError
@@ -231,6 +231,24 @@ class CheckpointLock:
     def acquire_shared(self, timeout: float) -> bool:
         """Take the lock SHARED, waiting at most ``timeout`` seconds; True when held."""
         return self._take(fcntl.LOCK_SH, "shared", timeout)
+
+    def acquire_shared_polling(self, timeout: float, poll: float = POLL_S,
+                               before_try: Callable[[], None] | None = None) -> bool:
+        """Take the lock SHARED, trying every ``poll`` seconds (no back-off) for at most
+        ``timeout`` seconds: for a caller that holds SQLite's write lock meanwhile and must
+        notice the release at once. ``before_try`` runs before each try (a failpoint).
+        True when held."""
+        if self.fd is None:
+            return True
+        deadline = time.monotonic() + max(0.0, timeout)
+        while time.monotonic() < deadline:
+            time.sleep(poll)
+            if before_try is not None:
+                before_try()
+            if self._try(fcntl.LOCK_SH):
+                self.mode = "shared"
+                return True
+        return False
 
     def acquire_exclusive(self, timeout: float) -> bool:
         """Take the lock EXCLUSIVELY, waiting at most ``timeout`` seconds (0 = one try)."""

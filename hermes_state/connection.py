@@ -46,6 +46,11 @@ _CHECKPOINT_EVERY_N_WRITES = 50
 #: Checkpoints one write may meet (and wait out) before it gives up: a guard against a livelock,
 #: never reached in practice (each one met is a checkpoint another connection completed).
 _MAX_CHECKPOINTS_MET = 10 * _WRITE_MAX_RETRIES
+#: How long a write that meets a checkpoint right after ``BEGIN IMMEDIATE`` waits for it while
+#: keeping SQLite's write lock (a PASSIVE checkpoint takes a few ms). Past this it rolls back and
+#: waits holding nothing, so a holder that needs the write lock (TRUNCATE, maintenance) is
+#: never kept waiting longer (docs/decisions/0001-checkpoint-lock.md; issue 18).
+HOLD_WAIT_S = 0.025
 
 
 # Connections of retired generations this process must never close (Python 3.11 fallback when
@@ -238,9 +243,9 @@ class StoreConnection(GenerationTracking):
 
     def _transaction(self, fn: Callable[[sqlite3.Connection], T]
                      ) -> tuple[T, float, float, bool]:
-        """``BEGIN IMMEDIATE``, the checkpoint lock SHARED (tried, never waited for: this
-        connection holds SQLite's write lock now), ``fn(conn)``, ``COMMIT``; rollback on any
-        exception; the lock released.
+        """``BEGIN IMMEDIATE``, the checkpoint lock SHARED (waited for at most
+        :data:`HOLD_WAIT_S`: this connection holds SQLite's write lock now), ``fn(conn)``,
+        ``COMMIT``; rollback on any exception; the lock released.
 
         Returns:
             ``(fn's result, t_begin, t_commit, lock_was_held)`` (monotonic seconds).
@@ -272,7 +277,8 @@ class StoreConnection(GenerationTracking):
                 self._guard.release()  # type: ignore[union-attr]
 
     def _enter_shared(self) -> bool:
-        """Try the checkpoint lock SHARED for one write transaction, without waiting (issue 12).
+        """Take the checkpoint lock SHARED for one write transaction (issue 12), waiting at most
+        :data:`HOLD_WAIT_S` while SQLite's write lock is held (nothing written yet).
 
         Returns:
             True when taken (the caller releases it); False when there is nothing to take (lock
@@ -283,7 +289,8 @@ class StoreConnection(GenerationTracking):
         guard = self._guard
         if guard is None or guard.fd is None or checkpoint_lock.held_here(self.db_path):
             return False
-        if guard.try_shared():
+        if guard.try_shared() or guard.acquire_shared_polling(
+                HOLD_WAIT_S, before_try=lambda: failpoints.hit("write.lock_wait")):
             return True
         raise _CheckpointLockMet()
 

@@ -45,6 +45,9 @@ NAMES: dict[str, str] = {
     "open.after_schema": "SessionDB open: schema created/migrated, identities not yet recorded",
     "write.before_lock": "write path: BEGIN IMMEDIATE succeeded, the checkpoint lock not yet "
                          "tried (issue 12)",
+    "write.lock_wait": "write path: BEGIN IMMEDIATE succeeded and a checkpoint holds the "
+                       "checkpoint lock; hit before each try of the short wait that keeps "
+                       "SQLite's write lock (issue 18)",
     "write.after_begin": "write path: BEGIN IMMEDIATE succeeded, generation not yet checked",
     "write.before_commit": "write path: the transaction's statements ran, COMMIT not yet issued",
     "write.after_commit": "write path: COMMIT returned, the caller not yet told",
