@@ -122,14 +122,7 @@ def _causes_note(c: dict) -> str:
 def row_contention(sz: Sizes, cache: Path) -> list[dict]:
     """``writers8`` and ``writers8-p99`` from one measurement (the lock's cost with 8 writers is
     the ``lock-writers8`` row)."""
-    # The busy handler's writers do less CPU work per append than ours (no row building, no
-    # checks, no events); on a saturated 2-core machine the p99 follows that cost. The
-    # ``busy30-spinN`` config burns the difference outside the lock: the same workload at the
-    # same cost, measured in the same alternation (docs/decisions/performance-at-scale.md).
-    cpu = bench_contention.cpu_per_append()
-    spin = f"{bench_contention.SPIN_PREFIX}{round(cpu['extra_us'])}"
-    res = bench_contention.measure_writers8(sz.per_writer, sz.contention_runs, configs=(
-        "ours", "ours-nolock", "busy30", spin))
+    res = bench_contention.measure_writers8(sz.per_writer, sz.contention_runs)
     n = sz.per_writer * bench_contention.WRITERS
     tp1 = [r["throughput"] for r in res["single"]]
     busy = res["busy30"]
@@ -152,11 +145,9 @@ def row_contention(sz: Sizes, cache: Path) -> list[dict]:
                  busy30_p99_without_ckpt_ms=_med(r["p99_without_ckpt"] for r in busy) * 1e3,
                  causes_note=_causes_note(causes),
                  error_samples=[e for r in samples for e in r["error_samples"]][:3],
-                 cpu_ours_us=cpu["ours_us"], cpu_bare_us=cpu["bare_us"], spin_us=cpu["extra_us"],
-                 p99_equal_cpu_ms=_med(r["p99"] for r in res[spin]) * 1e3,
-                 equal_cpu_throughput=_med(r["throughput"] for r in res[spin]),
-                 p99_nolock_ms=_med(r["p99"] for r in res["ours-nolock"]) * 1e3)
-    extra["p99_equal_cpu_ratio"] = extra["p99_ms"] / extra["p99_equal_cpu_ms"]
+                 p99_nolock_ms=_med(r["p99"] for r in res["ours-nolock"]) * 1e3,
+                 nolock_throughput=_med(r["throughput"] for r in res["ours-nolock"]))
+    extra["p99_nolock_ratio"] = extra["p99_nolock_ms"] / extra["p99_busy30_ms"]
     return [
         row("writers8", f"append_message, 8 writer processes, {n} msgs total",
             f"one process, same {n} msgs", "msg/s", tp, tp1, agg, ">= 0.8x, 0 errors",

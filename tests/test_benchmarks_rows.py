@@ -46,11 +46,10 @@ def test_contention_and_stall_rows(tmp_path):
     causes = w8["extra"]["causes"]
     assert {"retries", "met_writes", "checkpoints", "writes"} <= set(causes)
     assert causes["writes"] > 0 and causes["checkpoints"]["n"] > 0
-    # the same workload at the same CPU cost beside ours (the p99 analysis), and the lock off
+    # ours with the checkpoint lock off beside it (the p99 analysis)
     e = p99["extra"]
-    assert e["cpu_ours_us"] > 0 and e["cpu_bare_us"] > 0 and e["spin_us"] >= 0
-    assert e["p99_equal_cpu_ms"] > 0 and e["p99_nolock_ms"] > 0
-    assert "same CPU cost" in table.note(p99)
+    assert e["p99_nolock_ms"] > 0 and e["nolock_throughput"] > 0
+    assert "lock off" in table.note(p99)
     configs = [r[0] for r in stall["detail"]["rows"]]
     assert len(configs) == 4 and any("timeout 1 s, no retry" in c for c in configs)
     assert stall["extra"]["holds"] >= 1 and stall["extra"]["errors"] == 0
