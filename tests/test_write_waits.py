@@ -12,6 +12,7 @@ moments are ordered with the store's own events and failpoints, never with sleep
 from __future__ import annotations
 
 import sqlite3
+import time
 
 from hermes_state import SessionDB, events
 from hermes_state.checkpoint_lock import CheckpointLock
@@ -90,7 +91,7 @@ def test_a_short_checkpoint_is_waited_for_keeping_the_write_lock(tmp_path, armed
             assert other.acquire_exclusive(0)  # a checkpoint starts right after our BEGIN
         elif e["name"] == "write.lock_wait" and not released:
             other.release()  # ... and ends while the writer waits, keeping its write lock
-            released.append(__import__("time").monotonic())
+            released.append(time.monotonic())
 
     events.add_listener(checkpointer)
     armed("write.before_lock=sleep(0)@1,write.lock_wait=sleep(0)")
