@@ -204,22 +204,25 @@ class CheckpointLock:
                 return False
             raise
 
-    def _wait(self, op: int, timeout: float) -> bool:
+    def _wait(self, op: int, timeout: float, max_pause: float = 0.004,
+              before_try: Callable[[], None] | None = None) -> bool:
         if self._try(op):
             return True
         deadline = time.monotonic() + max(0.0, timeout)
         pause = POLL_S
         while time.monotonic() < deadline:
             time.sleep(pause)
+            if before_try is not None:
+                before_try()
             if self._try(op):
                 return True
-            pause = min(pause * 2, 0.004)
+            pause = min(pause * 2, max_pause)
         return False
 
-    def _take(self, op: int, mode: str, timeout: float | None) -> bool:
+    def _take(self, op: int, mode: str, timeout: float | None, **wait) -> bool:
         if self.fd is None:
             return True
-        if self._try(op) if timeout is None else self._wait(op, timeout):
+        if self._try(op) if timeout is None else self._wait(op, timeout, **wait):
             self.mode = mode
             return True
         return False
@@ -232,23 +235,14 @@ class CheckpointLock:
         """Take the lock SHARED, waiting at most ``timeout`` seconds; True when held."""
         return self._take(fcntl.LOCK_SH, "shared", timeout)
 
-    def acquire_shared_polling(self, timeout: float, poll: float = POLL_S,
+    def acquire_shared_polling(self, timeout: float,
                                before_try: Callable[[], None] | None = None) -> bool:
-        """Take the lock SHARED, trying every ``poll`` seconds (no back-off) for at most
+        """Take the lock SHARED, trying every :data:`POLL_S` (no back-off) for at most
         ``timeout`` seconds: for a caller that holds SQLite's write lock meanwhile and must
-        notice the release at once. ``before_try`` runs before each try (a failpoint).
+        notice the release at once. ``before_try`` runs before each retry (a failpoint).
         True when held."""
-        if self.fd is None:
-            return True
-        deadline = time.monotonic() + max(0.0, timeout)
-        while time.monotonic() < deadline:
-            time.sleep(poll)
-            if before_try is not None:
-                before_try()
-            if self._try(fcntl.LOCK_SH):
-                self.mode = "shared"
-                return True
-        return False
+        return self._take(fcntl.LOCK_SH, "shared", timeout, max_pause=POLL_S,
+                          before_try=before_try)
 
     def acquire_exclusive(self, timeout: float) -> bool:
         """Take the lock EXCLUSIVELY, waiting at most ``timeout`` seconds (0 = one try)."""

@@ -19,6 +19,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from . import atomic
+from .errors import SQLITE_BUSY, SQLITE_LOCKED
 
 BUSY_TIMEOUT_S = 10.0
 _REASON_MAX = 40
@@ -161,9 +162,6 @@ def _facts(conn: sqlite3.Connection) -> dict:
     return out
 
 
-_SQLITE_BUSY, _SQLITE_LOCKED = 5, 6
-
-
 def backup_bounded(src: sqlite3.Connection, dst: sqlite3.Connection, *,
                    busy_for_s: float = BUSY_TIMEOUT_S) -> None:
     """``src.backup(dst, pages=-1)`` that gives up when the source stays locked ``busy_for_s``.
@@ -180,7 +178,7 @@ def backup_bounded(src: sqlite3.Connection, dst: sqlite3.Connection, *,
     since: list[float] = []
 
     def progress(status: int, remaining: int, total: int) -> None:
-        if status not in (_SQLITE_BUSY, _SQLITE_LOCKED):
+        if status not in (SQLITE_BUSY, SQLITE_LOCKED):
             since.clear()
             return
         now = time.monotonic()
@@ -192,7 +190,7 @@ def backup_bounded(src: sqlite3.Connection, dst: sqlite3.Connection, *,
                 "was copied (another process holds it exclusively, e.g. in "
                 "locking_mode=EXCLUSIVE, or runs a long maintenance command); nothing was "
                 "copied. Run `hermes-state doctor` to see who holds it, then retry.")
-            exc.sqlite_errorcode = _SQLITE_BUSY  # type: ignore[attr-defined]
+            exc.sqlite_errorcode = SQLITE_BUSY  # type: ignore[attr-defined]
             raise exc
 
     src.backup(dst, pages=-1, progress=progress, sleep=0.05)
