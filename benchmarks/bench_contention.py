@@ -63,8 +63,8 @@ if os.environ.get("BENCH_USE_BASE") and "--worker" in sys.argv:
     sys.path.insert(0, os.environ["BENCH_BASE"])
 
 from hermes_state import SessionDB  # noqa: E402
-from hermes_state.checkpoint_lock import ENV_VAR, CheckpointLock  # noqa: E402
-from hermes_state.connection import BUSY_TIMEOUT_S  # noqa: E402
+from hermes_state.processes.checkpoint_lock import ENV_VAR, CheckpointLock  # noqa: E402
+from hermes_state.store.connection import BUSY_TIMEOUT_S  # noqa: E402
 
 WRITERS = 8
 HOLD_S = 1.5  # the staller's hold

@@ -33,12 +33,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from hermes_state.schema.tables import SCHEMA_VERSION  # noqa: E402
+
 from benchmarks import bench_search  # noqa: E402
 from benchmarks.bench_append import TEXT  # noqa: E402
 from benchmarks.bench_contention import INSERT, UPDATE  # noqa: E402
 from hermes_state import SessionDB  # noqa: E402
-from hermes_state.fts_query import sanitize_fts5_query  # noqa: E402
-from hermes_state.schema import SCHEMA_VERSION  # noqa: E402
+from hermes_state.fts.query import sanitize_fts5_query  # noqa: E402
 
 BLOCK = 100  # appends per side before switching
 SIZES_FULL = (10_000, 100_000, 1_000_000)

@@ -32,9 +32,8 @@ from typing import Iterator
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from hermes_state.checkpoint_lock import ENV_VAR  # noqa: E402
-
 from benchmarks import bench_append, bench_contention  # noqa: E402
+from hermes_state.processes.checkpoint_lock import ENV_VAR  # noqa: E402
 
 STALL_WRITERS = 4
 STALL_HOLD_S = 0.3

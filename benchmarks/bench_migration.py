@@ -10,7 +10,7 @@ Usage::
     python benchmarks/bench_migration.py [--messages 100000] [--sessions 500] [--runs K]
         [--dir DIR]
 
-The v1 store is built from the declared v1 schema (:mod:`hermes_state.schema_history`) in one
+The v1 store is built from the declared v1 schema (:mod:`hermes_state.schema.history`) in one
 transaction: a mix of user / assistant-with-tool_calls / tool / assistant rows, 60-400 characters,
 some CJK. Then, on the same files: one warm-up read of the whole store (so both timings see a
 warm page cache), ``VACUUM INTO`` a sibling file (timed), then ``SessionDB(path)`` (timed: the
@@ -102,7 +102,7 @@ def migrate_once(v1_store: Path, work: Path, backfill: bool = False) -> dict:
     """Copy ``v1_store`` into ``work``, time ``VACUUM INTO`` of it, then its migration.
 
     Both timings see a warm page cache (the copy was just read). With ``backfill``, also time
-    :func:`hermes_state.fts_switch.optimize_storage` afterwards (finishes any FTS back-fill the
+    :func:`hermes_state.fts.switch.optimize_storage` afterwards (finishes any FTS back-fill the
     open deferred, SPEC §2.4; not part of the §17 ratio).
 
     Returns:
@@ -129,8 +129,9 @@ def migrate_once(v1_store: Path, work: Path, backfill: bool = False) -> dict:
     finally:
         migrate_s = time.perf_counter() - t
         events.remove_listener(listener)
-    from hermes_state.fts_layout import rebuild_markers
-    from hermes_state.fts_switch import optimize_storage
+    from hermes_state.schema.fts_layout import rebuild_markers
+
+    from hermes_state.fts.switch import optimize_storage
 
     try:
         pending = db._read(rebuild_markers)

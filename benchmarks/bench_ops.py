@@ -75,7 +75,7 @@ def bare_optimize(db: str, arg: str) -> None:
 
 
 def bare_optimize_storage(db: str, arg: str) -> None:
-    from hermes_state import schema
+    from hermes_state.schema import tables as schema
 
     conn = sqlite3.connect(db, isolation_level=None)
     conn.execute("VACUUM INTO ?", (arg,))
@@ -315,7 +315,7 @@ def _prune_plan(db: Path, share: float = 0.10) -> tuple[float, list[str]]:
     """The age (days) that makes ``prune --older-than`` take the oldest ``share`` of the
     sessions, and those ids (the store's own candidate query, read-only)."""
     from hermes_state import SessionDB
-    from hermes_state.lineage import _LAST_ACTIVE  # noqa: F401 - same expression as prune
+    from hermes_state.api.lineage import _LAST_ACTIVE  # noqa: F401 - same expression as prune
 
     with SessionDB(db, read_only=True) as ro:
         rows = ro._read(lambda c: c.execute(
@@ -333,7 +333,7 @@ def _prune_plan(db: Path, share: float = 0.10) -> tuple[float, list[str]]:
 def inline_store(src: Path, dest: Path) -> Path:
     """``dest/state.db``: a copy of ``src`` with upstream's inline FTS layout (v11-v22) instead
     of v23's (built once; an existing one is reused)."""
-    from hermes_state.schema_history import FTS_LAYOUTS, INLINE_TEXT
+    from hermes_state.schema.history import FTS_LAYOUTS, INLINE_TEXT
 
     if (dest / "state.db").exists():
         return dest / "state.db"

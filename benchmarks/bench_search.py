@@ -35,7 +35,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from hermes_state import SessionDB  # noqa: E402
-from hermes_state.fts_query import sanitize_fts5_query  # noqa: E402
+from hermes_state.fts.query import sanitize_fts5_query  # noqa: E402
 
 TARGET_RATIO = 1.5
 BARE_SQL = ("SELECT m.id, snippet(messages_fts, -1, '>>>', '<<<', '...', 40) "

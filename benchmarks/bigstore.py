@@ -272,7 +272,7 @@ def cached(cache: Path, megabytes: int, seed: int = 18, progress=None) -> tuple[
     Returns:
         ``(path of state.db, info dict)``; ``info["built_now"]`` says whether this call built it.
     """
-    from hermes_state.schema import SCHEMA_VERSION
+    from hermes_state.schema.tables import SCHEMA_VERSION
 
     d = cache / f"bigstore-{megabytes}MB-s{seed}-g{GENERATOR_VERSION}-v{SCHEMA_VERSION}"
     path = d / "state.db"

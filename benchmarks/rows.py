@@ -16,10 +16,22 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from hermes_state.schema import SCHEMA_VERSION
+from hermes_state.schema.tables import SCHEMA_VERSION
 
-from . import (bench_append, bench_chaos, bench_contention, bench_fs, bench_growth, bench_lock,
-               bench_migration, bench_ops, bench_peer, bench_search, bench_suite, bigstore)
+from . import (
+    bench_append,
+    bench_chaos,
+    bench_contention,
+    bench_fs,
+    bench_growth,
+    bench_lock,
+    bench_migration,
+    bench_ops,
+    bench_peer,
+    bench_search,
+    bench_suite,
+    bigstore,
+)
 
 
 @dataclass

@@ -36,7 +36,7 @@ A ``sample`` record (besides ``t``, ``wall``, ``process``, ``pid``, ``type``):
 
 Linux only (``/proc``); elsewhere the sampler records nothing and says so once in a ``sample``
 record with ``unavailable`` set. The sampler never opens a store file: it reads links, ``stat``s
-``/proc/PID/fd/N`` and reads ``/proc/locks`` (:mod:`hermes_state.holders`).
+``/proc/PID/fd/N`` and reads ``/proc/locks`` (:mod:`hermes_state.processes.holders`).
 """
 
 from __future__ import annotations

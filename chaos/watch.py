@@ -2,7 +2,7 @@
 
 What a user attaches to a lockup report. Every ``interval`` seconds it records:
 
-- the holders of the store (:func:`hermes_state.holders.scan`: every process with ``state.db``,
+- the holders of the store (:func:`hermes_state.processes.holders.scan`: every process with ``state.db``,
   ``-wal`` or ``-shm`` open, a deleted/replaced generation included);
 - through the run sampler (:class:`chaos.sampler.Sampler`, the same ``sample`` records a chaos
   run has): what each holder holds (current or retired inode), its process status (a SIGSTOPped
@@ -47,7 +47,13 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from hermes_state.testing import HAVE_PROC, default_db_path, scan_holders, utc_stamp, wal_header
+from hermes_state.testing import (
+    HAVE_PROC,
+    default_db_path,
+    scan_holders,
+    utc_stamp,
+    wal_header,
+)
 
 from . import history as hist
 from . import store

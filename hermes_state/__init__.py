@@ -5,7 +5,8 @@ Public API: :class:`SessionDB`, the error types, :func:`find_holders`, the gatew
 ``events`` and ``failpoints`` hooks. Tests and the chaos toolkit add :mod:`hermes_state.testing`. See SPEC.md (§5 for the API, §10 for multi-process safety).
 """
 
-from .availability import format_session_db_unavailable, get_last_init_error, is_malformed_db_error
+from .api.spool import replay_spool
+from .api.workspace import workspace_key
 from .db import SessionDB
 from .errors import (
     DeletedWalGenerationError,
@@ -16,15 +17,18 @@ from .errors import (
     StorePermissionError,
     WriteContentionError,
 )
-from .holders import find_holders, format_holder, write_lock_owner
-from .maintenance import claim_gateway_ownership, run_pending_requests
-from .fts_query import MAX_QUERY_CHARS as MAX_FTS5_QUERY_CHARS
-from .schema import SCHEMA_VERSION
-from .schema import TABLES_SQL as SCHEMA_SQL
-from .schema_repair import repair_state_db_schema
-from .spool import replay_spool
-from .wal_mode import apply_wal_with_fallback
-from .workspace import workspace_key
+from .fts.query import MAX_QUERY_CHARS as MAX_FTS5_QUERY_CHARS
+from .operator.schema_repair import repair_state_db_schema
+from .processes.holders import find_holders, format_holder, write_lock_owner
+from .processes.writer_gate import claim_gateway_ownership, run_pending_requests
+from .schema.tables import SCHEMA_VERSION
+from .schema.tables import TABLES_SQL as SCHEMA_SQL
+from .store.availability import (
+    format_session_db_unavailable,
+    get_last_init_error,
+    is_malformed_db_error,
+)
+from .store.wal_mode import apply_wal_with_fallback
 
 __all__ = [
     "SessionDB",
@@ -66,7 +70,7 @@ def __getattr__(name: str):
 
         return AsyncSessionDB
     if name == "DEFAULT_DB_PATH":
-        from .paths import default_db_path
+        from .files.paths import default_db_path
 
         return default_db_path()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -17,35 +17,35 @@ import sqlite3
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
-from .anchors import AnchorsMixin
-from .archive import ArchiveMixin
-from .availability import record_init_error
-from .cleanup import CleanupMixin
-from .compression import CompressionMixin
-from .compression_locks import CompressionLocksMixin
-from .connection import StoreConnection
+from .api.anchors import AnchorsMixin
+from .api.archive import ArchiveMixin
+from .api.cleanup import CleanupMixin
+from .api.compression import CompressionMixin
+from .api.compression_locks import CompressionLocksMixin
+from .api.gateway import GatewayMixin
+from .api.handoff import HandoffMixin
+from .api.housekeeping import HousekeepingMixin
+from .api.importer import ImportMixin
+from .api.lineage import LineageMixin
+from .api.listing import ListingMixin
+from .api.messages import MessagesMixin
+from .api.removal import RemovalMixin
+from .api.replay import ReplayMixin
+from .api.rewrite import RewriteMixin
+from .api.search import SearchMixin
+from .api.sessions import SessionsMixin
+from .api.spool import divert_to_spool as _divert
+from .api.telegram import TelegramMixin
+from .api.text import CleaningConnection, clean_text
+from .api.titles import TitlesMixin
+from .api.usage import UsageMixin
+from .api.workspace import WorkspaceMixin
 from .errors import HermesStateError
-from .gateway import GatewayMixin
-from .handoff import HandoffMixin
-from .housekeeping import HousekeepingMixin
-from .importer import ImportMixin
-from .lineage import LineageMixin
-from .listing import ListingMixin
-from .messages import MessagesMixin
-from .opening import open_connection
-from .paths import default_db_path
-from .removal import RemovalMixin
-from .replay import ReplayMixin
-from .rewrite import RewriteMixin
-from .search import SearchMixin
-from .session_rows import SessionsMixin
-from .spool import divert_to_spool as _divert
-from .store_shape import newer_schema_error
-from .telegram import TelegramMixin
-from .text import CleaningConnection, clean_text
-from .titles import TitlesMixin
-from .usage import UsageMixin
-from .workspace import WorkspaceMixin
+from .files.paths import default_db_path
+from .schema.shape import newer_schema_error
+from .store.availability import record_init_error
+from .store.connection import StoreConnection
+from .store.opening import open_connection
 
 T = TypeVar("T")
 

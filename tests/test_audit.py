@@ -91,7 +91,7 @@ def test_tiny_catalogue_killed_survivor_stale(tmp_path):
     assert rows["killed"]["status"] == "KILLED"
     assert rows["killed"]["killed_by"] == "tiny"
     assert rows["killed"]["checker"].startswith("checkpoint_cadence FAIL")
-    assert rows["killed"]["file"] == "hermes_state/connection.py"
+    assert rows["killed"]["file"] == "hermes_state/store/connection.py"
     assert rows["survivor"]["status"] == "SURVIVED"
     assert [r["scenario"] for r in rows["survivor"]["runs"]] == ["tiny.yaml"]
     assert rows["stale"]["status"] == "ERROR"
@@ -106,8 +106,8 @@ def test_tiny_catalogue_killed_survivor_stale(tmp_path):
     recs = audit_probe.records(tmp_path / "out" / "killed" / "probe-tiny.jsonl")
     assert len(recs) >= 2  # the chaos run driver and the gateway role at least
     assert {r["origin"] for r in recs} == {str(copy / "__init__.py")}
-    assert 'self.checkpoint("FULL", trigger="cadence")' in (copy / "connection.py").read_text()
-    assert 'self.checkpoint("FULL"' not in (PACKAGE / "connection.py").read_text()
+    assert 'self.checkpoint("FULL", trigger="cadence")' in (copy / "store" / "connection.py").read_text()
+    assert 'self.checkpoint("FULL"' not in (PACKAGE / "store" / "connection.py").read_text()
     assert "kill table" in proc.stderr
     suite = ET.parse(junit).getroot()
     assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("3", "1", "1")
@@ -141,7 +141,7 @@ def test_pattern_matching_twice_is_stale_not_killed(tmp_path):
 def test_copy_leaves_byte_code_behind_and_mutates_only_the_copy(tmp_path):
     m = mutants.load(_tiny(tmp_path, killed=KILLED)[0] / "killed.yaml")
     target = m.apply(PACKAGE, tmp_path / "w")
-    assert target == tmp_path / "w" / "hermes_state" / "connection.py"
+    assert target == tmp_path / "w" / "hermes_state" / "store" / "connection.py"
     assert not list((tmp_path / "w").rglob("__pycache__"))
     assert not list((tmp_path / "w").rglob("*.pyc"))
 

@@ -17,11 +17,12 @@ import tracemalloc
 
 import pytest
 
-from hermes_state import SessionDB, cli_progress, exporting
-from hermes_state import recover as recover_mod
-from hermes_state import recover_source
+from hermes_state import SessionDB
 from hermes_state.cli import main as cli
-from hermes_state.recover import SourceChangedError, recover
+from hermes_state.cli import progress as cli_progress
+from hermes_state.operator import exporting, recover_source
+from hermes_state.operator import recover as recover_mod
+from hermes_state.operator.recover import SourceChangedError, recover
 
 
 def _store(home, sessions=3, messages=7, size=40):

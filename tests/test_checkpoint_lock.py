@@ -18,10 +18,16 @@ import threading
 
 import pytest
 
-from hermes_state import SessionDB, checkpoint_lock, connection, events, failpoints
-from hermes_state.checkpoint_lock import CheckpointLock, lock_holders, lock_path
+from hermes_state import SessionDB, events, failpoints
 from hermes_state.cli import main as cli
 from hermes_state.errors import WriteContentionError
+from hermes_state.processes import checkpoint_lock
+from hermes_state.processes.checkpoint_lock import (
+    CheckpointLock,
+    lock_holders,
+    lock_path,
+)
+from hermes_state.store import connection
 
 EXPOSED = connection.wal_reset_exposure() is not None
 needs_exposed = pytest.mark.skipif(not EXPOSED, reason="this SQLite has the WAL-reset fix")

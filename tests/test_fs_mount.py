@@ -17,7 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from chaos.fs import FaultyMount, FsControlError, FsUnavailable, fuse_unavailable_reason, read_fs_log
+from chaos.fs import (
+    FaultyMount,
+    FsControlError,
+    FsUnavailable,
+    fuse_unavailable_reason,
+    read_fs_log,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 HANG_GUARD_S = 90.0
@@ -322,7 +328,7 @@ def test_slow_fsync_delays_the_commit_and_is_logged(fsmount):
 
 
 def test_the_stores_atomic_writes_survive_a_power_cut_and_noreplace_holds(fsmount):
-    from hermes_state import atomic
+    from hermes_state.files import atomic
 
     home = fsmount.mountpoint
     atomic.write_file(home / "manifest.json", b'{"ok": 1}')

@@ -11,10 +11,17 @@ import sys
 from pathlib import Path
 
 import pytest
+from hermes_state.schema.fts_layout import (
+    HIGH_WATER_KEY,
+    PROGRESS_KEY,
+    verify_fts,
+)
 
-from hermes_state import SessionDB, fts_layout, fts_switch, testing as h
-from hermes_state.fts_layout import HIGH_WATER_KEY, PROGRESS_KEY, verify_fts
-from hermes_state.fts_switch import StorageSpaceError, optimize_storage
+from hermes_state import SessionDB
+from hermes_state import testing as h
+from hermes_state.fts import switch as fts_switch
+from hermes_state.fts.switch import StorageSpaceError, optimize_storage
+from hermes_state.schema import fts_layout
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -82,7 +89,7 @@ def test_empty_legacy_store_converts_without_markers(tmp_path):
 _KILL_AT_CHUNK_3 = r"""
 import os, signal, sys
 from hermes_state import SessionDB
-from hermes_state.fts_switch import optimize_storage
+from hermes_state.fts.switch import optimize_storage
 
 calls = []
 

@@ -43,7 +43,7 @@ def test_root_with_ptrace_reads_the_undumpable_holder(store, spawn):
     """The control: with CAP_SYS_PTRACE the same holder is seen and named as a holder."""
     hidden = spawn("blind_scan.py", "hold", store)
     assert hidden.readline() == "HOLDING", hidden.stderr()
-    from hermes_state import holders
+    from hermes_state.processes import holders
 
     scan = holders.scan(store)
     assert hidden.pid in [h.pid for h in scan.holders]

@@ -77,15 +77,14 @@ def test_no_module_is_over_700_lines(package):
     assert not long, long
 
 
-def test_the_readme_layout_table_names_every_store_module():
-    """README "Layout": one row per module of hermes_state/, and no row for a module that is gone."""
+def test_the_layout_guide_names_every_store_module():
+    """docs/LAYOUT.md: one row per module of hermes_state/, and no row for a module that is gone."""
     import re
 
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    layout = text[text.index("## Layout"):text.index("The toolkit, drivers first")]
-    rows = [r for r in layout.splitlines() if r.startswith("|") and "hermes_state/testing/" not in r]
-    named = set(re.findall(r"`(?:hermes_state/)?([a-z_]+\.py)`", "\n".join(rows)))
-    modules = {p.name for p in (ROOT / "hermes_state").glob("*.py")} - {"__init__.py"}
-    assert modules - named == set(), "modules missing from the README layout table"
-    assert named - modules == set(), "README layout rows for modules that do not exist"
-    assert "`hermes_state/testing/`" in layout
+    text = (ROOT / "docs" / "LAYOUT.md").read_text(encoding="utf-8")
+    layout = text[text.index("## The store"):text.index("## The toolkit")]
+    named = set(re.findall(r"`([a-z_]+(?:/[a-z_]+)*\.py)`", layout))
+    modules = {str(p.relative_to(ROOT / "hermes_state")) for p in (ROOT / "hermes_state").rglob("*.py")
+               if p.name != "__init__.py"}
+    assert modules - named == set(), "modules missing from docs/LAYOUT.md"
+    assert named - modules == set(), "docs/LAYOUT.md rows for modules that do not exist"

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
 TOOLKIT_ONLY = ("yaml", "rich", "jsonschema", "pydantic", "multiprocess", "mfusepy", "hypothesis",
@@ -67,7 +68,7 @@ def test_progress_lines_are_off_without_rich(tmp_path):
     """A store-only install has no rich: ``--progress`` runs the command without the line."""
     code = (
         "import argparse\n"
-        "from hermes_state.cli_progress import progress_display, wanted\n"
+        "from hermes_state.cli.progress import progress_display, wanted\n"
         "args = argparse.Namespace(progress=True, json=False)\n"
         "with progress_display(args, 'export') as shown:\n"
         "    shown('rows', 1, 2)\n"

@@ -154,7 +154,7 @@ def test_interrupted_capture_is_reported_and_kept(env, tmp_path, spawn):
 
 
 def test_a_killed_repairs_copies_are_named_by_doctor_and_removed_by_the_next_repair(env, home):
-    from hermes_state.schema_repair import repair_state_db_schema
+    from hermes_state.operator.schema_repair import repair_state_db_schema
 
     left = home / ".state.db.repair.partial"  # what a repair killed part-way leaves
     left.mkdir()

@@ -10,7 +10,7 @@ import types
 import pytest
 
 from hermes_state import SessionDB
-from hermes_state.titles import auto_title_key
+from hermes_state.api.titles import auto_title_key
 
 DAY = 86400.0
 

@@ -13,9 +13,12 @@ import json
 
 import pytest
 
-from hermes_state import SessionDB, checkpoint_lock, cli as cli_module, snapshots
-from hermes_state.checkpoint_lock import CheckpointLock
+from hermes_state import SessionDB
+from hermes_state.cli import commands as cli_module
 from hermes_state.cli import main as cli
+from hermes_state.operator import snapshots
+from hermes_state.processes import checkpoint_lock
+from hermes_state.processes.checkpoint_lock import CheckpointLock
 
 
 def make_store(path):

@@ -1,6 +1,6 @@
 """Migration of every historical version to 23 at open (SPEC §3, §16.6).
 
-Fixture stores come from :mod:`hermes_state.schema_history` (declared per-version DDL +
+Fixture stores come from :mod:`hermes_state.schema.history` (declared per-version DDL +
 deterministic data); :func:`hermes_state.testing.check_migrated` is the comparison of the
 schema-bump gate (every old row and column intact, documented data steps applied, search finds
 pre-migration content, FTS equal to a from-scratch index).
@@ -17,9 +17,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from hermes_state.schema.fts_layout import verify_fts
 
-from hermes_state import SessionDB, migrations, schema, testing as h
-from hermes_state.fts_layout import verify_fts
+from hermes_state import SessionDB
+from hermes_state import testing as h
+from hermes_state.schema import tables as schema
+from hermes_state.store import migrations
 
 REPO = Path(__file__).resolve().parent.parent
 OLD_VERSIONS = list(range(1, 23))
@@ -120,7 +123,7 @@ def test_one_migration_event_per_step(tmp_path, event_log):
 
 def test_duplicate_titles_newest_keeps_it_and_the_count_is_logged(tmp_path, caplog):
     m = h.build_fixture(tmp_path / "state.db", 3)
-    with caplog.at_level(logging.WARNING, logger="hermes_state.migrations"):
+    with caplog.at_level(logging.WARNING, logger="hermes_state.store.migrations"):
         db = SessionDB(m["path"])
     try:
         msgs = [r.getMessage() for r in caplog.records
@@ -257,7 +260,7 @@ def test_store_newer_than_the_code_opens_without_downgrade(tmp_path, caplog):
     conn = raw(m["path"])
     conn.execute("UPDATE schema_version SET version = 30")
     conn.close()
-    with caplog.at_level(logging.WARNING, logger="hermes_state.migrations"):
+    with caplog.at_level(logging.WARNING, logger="hermes_state.store.migrations"):
         db = SessionDB(m["path"])
         rep = db.connection.migration_report
         assert rep.newer and rep.steps == [] and rep.from_version == 30
@@ -291,7 +294,7 @@ def test_missing_version_row_is_inferred_from_the_structure(tmp_path, caplog):
     conn = raw(m["path"])
     conn.execute("DELETE FROM schema_version")
     conn.close()
-    with caplog.at_level(logging.WARNING, logger="hermes_state.migrations"):
+    with caplog.at_level(logging.WARNING, logger="hermes_state.store.migrations"):
         db = SessionDB(m["path"])
     rep = db.connection.migration_report
     db.close()
@@ -436,7 +439,7 @@ def test_settled_detection_is_cheap_and_read_only(tmp_path):
     with SessionDB(m["path"], read_only=True) as ro:
         conn = ro.connection
         conn._schema_version_seen = None
-        from hermes_state.opening import _settled
+        from hermes_state.store.opening import _settled
 
         assert _settled(conn) is True
         assert conn._schema_version_seen == 23

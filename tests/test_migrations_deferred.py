@@ -16,9 +16,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from hermes_state.schema.fts_layout import rebuild_markers, verify_fts
 
-from hermes_state import SessionDB, fts_backfill, migrations, opening, testing as h
-from hermes_state.fts_layout import rebuild_markers, verify_fts
+from hermes_state import SessionDB
+from hermes_state import testing as h
+from hermes_state.fts import backfill as fts_backfill
+from hermes_state.store import migrations, opening
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -111,8 +114,10 @@ def test_every_message_is_findable_while_the_backfill_is_pending(tmp_path, defer
 
 _CHILD = """
 import os, signal, sys, time
-from hermes_state import SessionDB, fts_backfill, migrations
-from hermes_state.fts_layout import rebuild_markers
+from hermes_state import SessionDB
+from hermes_state.fts import backfill as fts_backfill
+from hermes_state.store import migrations
+from hermes_state.schema.fts_layout import rebuild_markers
 migrations.DEFER_FTS_ROWS = 0
 fts_backfill.CHUNK = 3
 fts_backfill.PAUSE_S = 0.05

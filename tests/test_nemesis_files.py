@@ -17,12 +17,12 @@ from chaos import fixtures
 from chaos.nemesis import FAULTS, NemesisEnv, NemesisError
 from chaos.nemesis.files import wal_pages
 from hermes_state import SessionDB
-from hermes_state.testing import utc_stamp
 from hermes_state.errors import (
     DeletedWalGenerationError,
     StateDbCorruptError,
     StateDbReplacedError,
 )
+from hermes_state.testing import utc_stamp
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -378,7 +378,7 @@ def test_holder_scan_judges_a_descriptor_against_the_path_now(tmp_path):
     quarantined the zeroed file and opened the fresh one; the scan compared that descriptor
     with the inode it had stat'ed at its start, called it "(replaced)" and refused to open
     (SPEC §10.4 is about files no longer at the path, §12 says both starters work)."""
-    from hermes_state import holders
+    from hermes_state.processes import holders
 
     db = tmp_path / "state.db"
     db.write_bytes(b"\0" * 4096)

@@ -21,16 +21,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hermes_state import SessionDB, maintenance
-from hermes_state.doctor import run_doctor
+from hermes_state import SessionDB
+from hermes_state.api.spool import replay_spool
 from hermes_state.errors import HermesStateError
-from hermes_state.snapshots import (
+from hermes_state.operator.doctor import run_doctor
+from hermes_state.operator.snapshots import (
     SnapshotFailed,
     create_snapshot,
     list_snapshots,
     restore_snapshot,
 )
-from hermes_state.spool import replay_spool
+from hermes_state.processes import writer_gate as maintenance
 
 SETTINGS = settings(max_examples=int(os.environ.get("HERMES_TEST_EXAMPLES", 15)), deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.function_scoped_fixture,
@@ -159,7 +160,7 @@ def test_manifests_of_any_shape(template, tmp_path, snapshot, capture):
     shutil.copyfile(template, cap / "state.db")
     (cap / "manifest.json").write_text(capture)
     every_command(db_path)
-    from hermes_state.recover import recover
+    from hermes_state.operator.recover import recover
 
     named_or_done(recover, cap / "state.db", inspect_only=True)
 

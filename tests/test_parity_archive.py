@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from hermes_state.maintenance import MaintenanceRefused
+from hermes_state.processes.writer_gate import MaintenanceRefused
 
 DAY = 86400.0
 

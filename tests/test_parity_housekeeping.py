@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from hermes_state.maintenance import MaintenanceRefused
+from hermes_state.processes.writer_gate import MaintenanceRefused
 
 DAY = 86400.0
 
@@ -117,7 +117,7 @@ def test_gate_refuses_rewrites_under_a_live_writer(db, spawn):
 def test_rewrites_run_holding_the_stores_write_lock(db, monkeypatch):
     """Decision and action under one exclusive hold of the store's write lock (SPEC §11,
     issue 11): observed from inside each action."""
-    from hermes_state import checkpoint_lock
+    from hermes_state.processes import checkpoint_lock
 
     fill(db, 3)
     make_old(db, "old", 200)

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from hermes_state import SessionDB, importer
-from hermes_state.maintenance import MaintenanceRefused
+from hermes_state import SessionDB
+from hermes_state.api import importer
+from hermes_state.processes.writer_gate import MaintenanceRefused
 
 
 def count(db, table="sessions"):

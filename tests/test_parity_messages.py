@@ -9,7 +9,7 @@ import sqlite3
 import pytest
 
 from hermes_state import SessionDB
-from hermes_state.text import CONTENT_JSON_PREFIX
+from hermes_state.api.text import CONTENT_JSON_PREFIX
 
 
 @pytest.fixture

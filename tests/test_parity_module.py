@@ -20,7 +20,7 @@ from hermes_state import (
     get_last_init_error,
     is_malformed_db_error,
 )
-from hermes_state import availability, wal_mode
+from hermes_state.store import availability, wal_mode
 
 
 def deny_wal(conn, deny_probe=False):

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from hermes_state.workspace import workspace_key
+from hermes_state.api.workspace import workspace_key
 
 DAY = 86400.0
 

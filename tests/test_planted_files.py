@@ -20,10 +20,14 @@ from pathlib import Path
 import pytest
 
 from hermes_state import SessionDB
-from hermes_state.quarantine import quarantine_if_not_sqlite
+from hermes_state.api.spool import divert_to_spool, replay_spool
 from hermes_state.errors import DeletedWalGenerationError, StorePermissionError
-from hermes_state.snapshots import SnapshotError, create_snapshot, list_snapshots
-from hermes_state.spool import divert_to_spool, replay_spool
+from hermes_state.operator.snapshots import (
+    SnapshotError,
+    create_snapshot,
+    list_snapshots,
+)
+from hermes_state.store.quarantine import quarantine_if_not_sqlite
 
 REPO = Path(__file__).resolve().parent.parent
 HANG_GUARD_S = float(os.environ.get("HERMES_TEST_HANG_GUARD_S", 120))  # hang guard only
@@ -109,7 +113,7 @@ def test_quarantine_lock_of_another_kind_is_refused_by_name(tmp_path, victim, ki
 
 def test_quarantine_copy_gets_the_next_free_name(tmp_path, victim, monkeypatch):
     """A name already taken (even by a dangling link) is skipped, never replaced."""
-    from hermes_state import quarantine
+    from hermes_state.store import quarantine
 
     monkeypatch.setattr(quarantine, "utc_stamp", lambda: "20300101T000000Z")
     db = tmp_path / "state.db"
@@ -148,7 +152,7 @@ def test_spool_file_of_another_kind_is_refused_without_blocking(home, victim, ki
     (home / "sessions").mkdir(mode=0o700)
     spool = home / "sessions" / "s1.jsonl"
     plant(spool, kind, victim)
-    code = (f"from hermes_state.spool import divert_to_spool\n"
+    code = (f"from hermes_state.api.spool import divert_to_spool\n"
             f"try:\n    divert_to_spool({str(home)!r}, 's1', [{{'role': 'user', 'content': 'x'}}])\n"
             f"except OSError as e:\n    print('REFUSED', e)\n")
     out = run_py(code)
@@ -166,7 +170,7 @@ def test_spool_file_hard_linked_elsewhere_is_refused(home, victim):
 
 def test_capture_name_taken_gets_the_next_free_name(tmp_path, victim, monkeypatch):
     """A capture is never given up: taken names (a dangling link, a file, a dir) are skipped."""
-    from hermes_state import generation
+    from hermes_state.processes import generation
 
     monkeypatch.setattr(generation, "utc_stamp", lambda: "20300101T000000Z")
     db_path = tmp_path / "state.db"

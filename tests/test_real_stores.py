@@ -14,13 +14,15 @@ import sys
 from pathlib import Path
 
 import pytest
+from hermes_state.schema.fts_inventory import canonical_trigger, inventory
+from hermes_state.schema.fts_layout import verify_fts
 
 from chaos import real_stores as rs
-from hermes_state import NewerSchemaWriteError, SessionDB, migrations, store_shape
+from hermes_state import NewerSchemaWriteError, SessionDB
 from hermes_state import testing as h
+from hermes_state.schema import shape as store_shape
+from hermes_state.store import migrations
 from hermes_state.testing import upstream_shapes
-from hermes_state.fts_inventory import canonical_trigger, inventory
-from hermes_state.fts_layout import verify_fts
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = {s.name.split("/")[-1]: s for s in rs.fixture_stores()}

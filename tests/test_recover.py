@@ -21,7 +21,7 @@ import pytest
 
 from hermes_state import SessionDB
 from hermes_state.errors import HermesStateError
-from hermes_state.recover import (
+from hermes_state.operator.recover import (
     CANONICAL_TABLES,
     RecoverRefused,
     SourceChangedError,

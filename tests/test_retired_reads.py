@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from hermes_state import SessionDB, holders
-from hermes_state.doctor import run_doctor
+from hermes_state import SessionDB
 from hermes_state.errors import DeletedWalGenerationError, StateDbCorruptError
+from hermes_state.operator.doctor import run_doctor
+from hermes_state.processes import holders
 
 REPO = Path(__file__).resolve().parent.parent
 HANG_GUARD_S = 120
@@ -270,7 +271,7 @@ def test_a_store_being_created_during_the_holder_scan_is_not_called_damaged(tmp_
     """Found by zeroed_store_two_starters under load: the empty file another starter had just
     created was judged damaged, then that starter wrote page 1 while the scan ran; the size
     check after the scan saw a non-empty file and refused as if it were damage."""
-    from hermes_state import quarantine
+    from hermes_state.store import quarantine
 
     path = tmp_path / "state.db"
     path.write_bytes(b"")

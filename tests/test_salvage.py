@@ -18,15 +18,15 @@ import pytest
 
 from hermes_state import SessionDB
 from hermes_state.cli import main
-from hermes_state.doctor import run_doctor
-from hermes_state.maintenance import MaintenanceRefused
-from hermes_state.salvage import (
+from hermes_state.operator.doctor import run_doctor
+from hermes_state.operator.salvage import (
     SalvageError,
     apply_captures,
     captures_beside,
     missing_rows,
     plan_capture,
 )
+from hermes_state.processes.writer_gate import MaintenanceRefused
 
 
 def _messages(path: Path, sid: str) -> list[tuple]:

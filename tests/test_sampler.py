@@ -18,7 +18,7 @@ import pytest
 from chaos import history as hist
 from chaos.checkers import CHECKERS, CheckContext
 from chaos.sampler import Sampler, held_files, path_identity
-from hermes_state import holders as holders_mod
+from hermes_state.processes import holders as holders_mod
 
 pytestmark = pytest.mark.skipif(not holders_mod.HAVE_PROC, reason="needs Linux /proc")
 

@@ -6,10 +6,12 @@ import json
 import sqlite3
 
 import pytest
+from hermes_state.schema.fts_layout import verify_fts
 
-from hermes_state import migrations, schema, schema_history as h
+from hermes_state.schema import history as h
+from hermes_state.schema import tables as schema
+from hermes_state.store import migrations
 from hermes_state.testing import build_fixture, check_migrated
-from hermes_state.fts_layout import verify_fts
 
 ALL_VERSIONS = list(range(1, h.CURRENT_VERSION + 1))
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import sqlite3
 
+import hermes_state.schema.tables as schema
 import pytest
 
-import hermes_state.schema as schema
 from hermes_state import SessionDB
 
 SPEC_MESSAGE = ("see issue #123 and src/main.py, don't ship at 50%, ping alice@example.com, ok? "
@@ -473,7 +473,7 @@ def test_no_read_transaction_outlives_the_call(corpus):
 
 def test_routing_uses_the_trigram_index_only_when_every_term_can(corpus, monkeypatch):
     """SPEC §6.3 routing, observed: which page function serves which query."""
-    import hermes_state.search as search
+    import hermes_state.api.search as search
 
     db, ids = corpus
     calls: list[str] = []

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from hermes_state import SessionDB
-from hermes_state.fts_query import contains_cjk
+from hermes_state.fts.query import contains_cjk
 
 PROPS = settings(max_examples=150, deadline=None,
                  suppress_health_check=[HealthCheck.too_slow])

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hermes_state import fts_query
-from hermes_state.fts_query import (
+from hermes_state.fts import query as fts_query
+from hermes_state.fts.query import (
     MAX_QUERY_CHARS,
     Term,
     build_tree,

@@ -23,7 +23,7 @@ import pytest
 
 from hermes_state import SessionDB
 from hermes_state.errors import HermesStateError
-from hermes_state.snapshots import (
+from hermes_state.operator.snapshots import (
     RestoreRefused,
     SnapshotError,
     SnapshotFailed,
@@ -466,7 +466,7 @@ def test_pre_update_images_of_one_second_list_newest_first_when_one_ends_in_the_
 def test_a_backup_beside_an_exclusive_mode_holder_gives_up_instead_of_hanging(tmp_path, spawn):
     """Python's Connection.backup retries a locked source forever; ours stops after the bound
     with a lock error (a holder in locking_mode=EXCLUSIVE: any SQLite program may be one)."""
-    from hermes_state.snapshot_images import backup_bounded
+    from hermes_state.operator.snapshot_images import backup_bounded
 
     path = tmp_path / "state.db"
     with SessionDB(path) as db:

@@ -11,8 +11,8 @@ import sys
 import pytest
 
 from hermes_state import DeletedWalGenerationError, SessionDB
+from hermes_state.api.spool import read_spool, replay_spool
 from hermes_state.cli import main as cli
-from hermes_state.spool import read_spool, replay_spool
 
 
 def test_divert_then_replay_imports_each_message_once(tmp_path):
@@ -71,7 +71,7 @@ def test_crash_during_replay_neither_loses_nor_duplicates(tmp_path):
     with SessionDB(home / "state.db") as db:
         db.create_session("s", source="gateway")
         db.divert_to_spool("s", [{"role": "user", "content": f"m{i}"} for i in range(5)])
-    code = ("import sys; from hermes_state import SessionDB; from hermes_state.spool import "
+    code = ("import sys; from hermes_state import SessionDB; from hermes_state.api.spool import "
             "replay_spool; replay_spool(SessionDB(sys.argv[1]))")
     env = dict(os.environ, HERMES_STATE_FAILPOINTS="write.before_commit=crash@3")
     proc = subprocess.run([sys.executable, "-c", code, str(home / "state.db")], env=env,

@@ -33,7 +33,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from hermes_state import SessionDB
-from hermes_state.titles import MAX_TITLE_LENGTH, sanitize_title
+from hermes_state.api.titles import MAX_TITLE_LENGTH, sanitize_title
 
 INVISIBLE = ([chr(c) for c in range(0x200B, 0x2010)] + [chr(c) for c in range(0x2028, 0x202F)]
              + [chr(c) for c in range(0x2060, 0x206A)] + ["\ufeff"]

@@ -280,7 +280,7 @@ def test_second_open_of_settled_store_writes_nothing(tmp_path):
 
 
 def test_first_open_records_generation_token_and_application_id(tmp_path):
-    from hermes_state.generation import application_id_for
+    from hermes_state.processes.generation import application_id_for
 
     path = tmp_path / "state.db"
     with SessionDB(path) as db:

@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from hermes_state import SessionDB, WriteContentionError
-from hermes_state.connection import _CHECKPOINT_EVERY_N_WRITES, _WRITE_MAX_RETRIES
+from hermes_state.store.connection import _CHECKPOINT_EVERY_N_WRITES, _WRITE_MAX_RETRIES
 
 HANG_GUARD_S = 90.0
 

@@ -21,12 +21,12 @@ from hermes_state import (
     DeletedWalGenerationError,
     SessionDB,
     StateDbReplacedError,
+    events,
     find_holders,
     format_holder,
 )
-from hermes_state import events
-from hermes_state import holders as holders_mod
-from hermes_state.holders import describe_pid
+from hermes_state.processes import holders as holders_mod
+from hermes_state.processes.holders import describe_pid
 
 HANG_GUARD_S = 90.0  # a hang guard, never a speed assertion
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from hermes_state import SessionDB
-from hermes_state.titles import auto_title_key, sanitize_title
+from hermes_state.api.titles import auto_title_key, sanitize_title
 
 INVISIBLE = ([chr(c) for c in range(0x200B, 0x2010)] + [chr(c) for c in range(0x2028, 0x202F)]
              + [chr(c) for c in range(0x2060, 0x206A)] + ["\ufeff"])

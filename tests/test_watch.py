@@ -9,10 +9,9 @@ import sys
 from html.parser import HTMLParser
 from pathlib import Path
 
-from hermes_state import SessionDB
-from hermes_state.holders import describe_pid
-
 from chaos.watch import checkpoint_reasons, read_shm_header, read_wal_header
+from hermes_state import SessionDB
+from hermes_state.processes.holders import describe_pid
 
 ROOT = Path(__file__).resolve().parents[1]
 

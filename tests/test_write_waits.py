@@ -15,8 +15,8 @@ import sqlite3
 import time
 
 from hermes_state import SessionDB, events
-from hermes_state.checkpoint_lock import CheckpointLock
-from hermes_state.connection import BUSY_TIMEOUT_S, HOLD_WAIT_S
+from hermes_state.processes.checkpoint_lock import CheckpointLock
+from hermes_state.store.connection import BUSY_TIMEOUT_S, HOLD_WAIT_S
 
 
 def _store(path):

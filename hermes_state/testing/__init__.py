@@ -20,24 +20,24 @@ from __future__ import annotations
 import sqlite3
 from typing import Iterable
 
-from ..checkpoint_lock import exposure_line, lock_holders, wal_reset_exposure
+from ..api.messages import build_append
+from ..api.system_prompts import prompt_hash
 from ..db import SessionDB
-from ..fts_inventory import LEGACY_KINDS, inventory
-from ..fts_layout import verify_fts
-from ..generation import wal_header
-from ..holders import (
+from ..files.paths import default_db_path, sessions_json_path, sqlite_uri, utc_stamp
+from ..operator.snapshots import PRE_RESTORE_REASON, list_snapshots
+from ..processes.checkpoint_lock import exposure_line, lock_holders, wal_reset_exposure
+from ..processes.generation import wal_header
+from ..processes.holders import (
     HAVE_PROC,
     PENDING_BYTE,
     LockRecord,
     describe_pid,
     read_locks,
 )
-from ..holders import (
-    scan as scan_holders,
-)
-from ..messages import build_append
-from ..paths import default_db_path, sessions_json_path, sqlite_uri, utc_stamp
-from ..schema_history import (
+from ..processes.holders import scan as scan_holders
+from ..schema.fts_inventory import LEGACY_KINDS, inventory
+from ..schema.fts_layout import verify_fts
+from ..schema.history import (
     CURRENT_VERSION,
     FTS_LAYOUTS,
     INLINE_TEXT,
@@ -48,8 +48,6 @@ from ..schema_history import (
     schema_at,
     version_table,
 )
-from ..snapshots import PRE_RESTORE_REASON, list_snapshots
-from ..system_prompts import prompt_hash
 from .fixtures import (
     BASE_TIME,
     OWN_META_KEYS,

@@ -1,7 +1,7 @@
 """Fixture stores at every historical schema version and the gate's comparison (SPEC §16.6).
 
 :func:`build_fixture` creates a store with exactly the declared schema of a version
-(:mod:`hermes_state.schema_history`: upstream's DDL, trigger names and FTS layouts) filled with
+(:mod:`hermes_state.schema.history`: upstream's DDL, trigger names and FTS layouts) filled with
 deterministic content, and returns a manifest of everything it wrote; :func:`check_migrated`
 compares a store migrated to 23 with that manifest. Both are exported by
 :mod:`hermes_state.testing`.
@@ -15,10 +15,9 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from ..fts_layout import verify_fts
-from ..paths import sessions_json_path
-from ..schema import trigram_supported
-from ..schema_history import (
+from ..files.paths import sessions_json_path
+from ..schema.fts_layout import verify_fts
+from ..schema.history import (
     CURRENT_VERSION,
     EXTERNAL_LAYOUT,
     INLINE_LAYOUTS,
@@ -26,7 +25,7 @@ from ..schema_history import (
     live_fts_layout,
     schema_at,
 )
-
+from ..schema.tables import trigram_supported
 
 # ---------------------------------------------------------------------------------------------
 # Fixtures
@@ -525,7 +524,7 @@ def check_migrated(conn: sqlite3.Connection, manifest: dict, *,
     rows seeded by v20 equal the per-session totals; every word of every message is found by a
     direct ``MATCH`` on ``messages_fts`` (``tool_calls`` words too), every CJK run by
     ``messages_fts_trigram`` when that table exists; the FTS tables equal an index rebuilt from
-    ``messages`` (:func:`hermes_state.fts_layout.verify_fts`); ``integrity_check`` ok and no
+    ``messages`` (:func:`hermes_state.schema.fts_layout.verify_fts`); ``integrity_check`` ok and no
     foreign-key violation.
 
     Args:

@@ -35,10 +35,10 @@ import sqlite3
 import tempfile
 from pathlib import Path
 
-from .. import schema
-from .. import schema_history as h
-from ..fts_inventory import LEGACY_KINDS, inventory
-from ..system_prompts import prompt_hash
+from ..api.system_prompts import prompt_hash
+from ..schema import history as h
+from ..schema import tables as schema
+from ..schema.fts_inventory import LEGACY_KINDS, inventory
 from .fixtures import build_fixture
 
 #: The stores written by real upstream code that ship with the project (a checkout's

@@ -22,9 +22,9 @@ def preload() -> None:
     """Import every hermes_state module (and what they import) while still root: after the
     drop, UID may not be able to read the checkout, the venv or Python's own library (a
     ``mktemp -d`` clone is mode 0700, so is root's pyenv), and the CLI imports lazily."""
-    for mod in pkgutil.iter_modules(hermes_state.__path__):
-        if mod.name != "__main__":
-            importlib.import_module(f"hermes_state.{mod.name}")
+    for mod in pkgutil.walk_packages(hermes_state.__path__, "hermes_state."):
+        if not mod.name.endswith("__main__"):
+            importlib.import_module(mod.name)
 
 
 def main() -> int:

@@ -8,7 +8,8 @@ import json
 import select
 import sys
 
-from hermes_state import SessionDB, maintenance
+from hermes_state import SessionDB
+from hermes_state.processes import writer_gate as maintenance
 
 db = SessionDB(sys.argv[1])
 db.create_session("live", source="gateway")

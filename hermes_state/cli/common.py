@@ -1,0 +1,90 @@
+"""What every ``hermes-state`` subcommand module shares: exit codes, the error to print,
+JSON output, and opening the store read-only or writable (SPEC §15)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..files.paths import default_db_path
+
+EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+#: Help texts shared by every subcommand that takes the option (issue 16: every argument has one).
+JSON_HELP = "print JSON on stdout instead of text"
+DRY_RUN_HELP = "show what would be done; change nothing (never refused)"
+SOURCE_HELP = "only sessions of this platform (cli, telegram, discord, ...)"
+
+
+class CliError(Exception):
+    """A failure to print as ``error: <message>`` (+ a ``next:`` line) with exit code 1."""
+
+    def __init__(self, message: str, next_step: str = "") -> None:
+        super().__init__(message)
+        self.next_step = next_step
+
+
+def _print_json(obj: Any) -> None:
+    print(json.dumps(obj, indent=2, ensure_ascii=False, default=str))
+
+
+def _db_path(args: argparse.Namespace) -> Path:
+    return default_db_path(args.home, args.profile)
+
+
+def _exists(path: Path) -> bool:
+    """Whether the store file exists; a directory this user cannot enter is a permission
+    problem named as such (SPEC §4), never "no session store"."""
+    try:
+        os.stat(path)
+        return True
+    except FileNotFoundError:
+        return False
+    except PermissionError:
+        from ..files.paths import access_problem, permission_error
+
+        raise access_problem(path, write=False) or permission_error(path, "read") from None
+
+
+def _open_ro(args: argparse.Namespace):
+    from ..db import SessionDB
+
+    path = _db_path(args)
+    if not _exists(path):
+        raise CliError(f"no session store at {path}",
+                       "check --home/--profile (or HERMES_HOME); the store is created on first use")
+    db = SessionDB(path, read_only=True)
+    # the open's own settled scan (it chose immutable=1 for them): one wait, not two
+    _warn_if_retired(path, [h for h in db._conn.retired_holders if h.pid != os.getpid()])
+    return db
+
+
+def _warn_if_retired(path: Path, retired: list) -> None:
+    """Read commands still work under a retired-WAL holder (SPEC §10.4), but what they show
+    misses that holder's last writes: say so on stderr, naming the holders and ``doctor``."""
+    if retired:
+        names = ", ".join(f"PID {h.pid} ({h.command})" for h in retired)
+        print(f"warning: {names} still hold(s) a retired WAL generation of {path}: what is shown "
+              "here lacks what they wrote since; nothing is lost. Stop them, then run "
+              "`hermes-state doctor`.", file=sys.stderr)
+
+
+def _require_store(args: argparse.Namespace, why: str) -> Path:
+    """The store path; CliError when it does not exist (a mistyped --home must not mint one)."""
+    path = _db_path(args)
+    if not _exists(path):
+        raise CliError(f"no session store at {path}: {why}",
+                       "check --home/--profile (or HERMES_HOME)")
+    return path
+
+
+def _open_rw(args: argparse.Namespace):
+    from ..db import SessionDB
+
+    return SessionDB(_db_path(args))
+
+
+# --------------------------------------------------------------------------- doctor / backup

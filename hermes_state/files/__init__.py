@@ -1,0 +1,1 @@
+"""Files beside the store: every name (``paths``), safe creation and reading (``atomic``)."""

@@ -1,0 +1,2 @@
+"""Operator commands over a whole store: doctor, salvage, recover, snapshots, schema repair,
+export."""

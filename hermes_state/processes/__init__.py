@@ -1,0 +1,3 @@
+"""The store's processes: who holds it (``holders``), generation identity and capture
+(``generation``), the checkpoint lock, and the live-writer gate in front of maintenance
+(``writer_gate``)."""

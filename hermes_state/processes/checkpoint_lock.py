@@ -1,0 +1,485 @@
+"""The store's checkpoint lock: a ``flock`` on ``state.db.checkpoint.lock`` (SPEC §4; issue 12).
+
+SQLite before 3.51.3 (3.44.6 / 3.50.7 on those lines) can lose committed frames when a
+checkpoint overlaps a commit that resets the WAL. Among the store's own processes the overlap is
+made impossible by one lock file beside the store:
+
+* every write transaction of the store holds it SHARED (from right after ``BEGIN IMMEDIATE``
+  to after ``COMMIT``/``ROLLBACK``);
+* every checkpoint the store runs holds it EXCLUSIVELY (cadence, open, close, ``doctor --fix``,
+  ``optimize``) on an exposed SQLite; on a fixed one checkpoints do not take it;
+* a maintenance command (``backup restore``, ``optimize``, ``optimize-storage``, ``prune``,
+  ``recover``) holds it EXCLUSIVELY across its decision ("nobody is writing") and its action:
+  it is the store's write lock for issue 11 on every SQLite version.
+
+It is a ``flock`` (never a POSIX lock, and never on ``state.db``: closing any descriptor of the
+database would drop SQLite's own POSIX locks), on its own file that nothing ever writes, opened
+without following symlinks. A crashed holder releases it. ``flock`` is per open file
+description, so every :class:`CheckpointLock` (one per store connection) excludes every other
+one, in this process as in others. The order of acquisition and the deadlock argument are in
+``docs/decisions/0001-checkpoint-lock.md``.
+
+``HERMES_STATE_CHECKPOINT_LOCK=off`` disables it (the toolkit's proof that its checker can fail,
+and the benchmark's "without the lock" rows); that is reported as "NOT mitigated", never silent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import logging
+import os
+import sqlite3
+import stat
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+from .. import events
+from ..errors import HermesStateError
+from .holders import HAVE_PROC, describe_pid
+
+log = logging.getLogger("hermes_state")
+
+LOCK_SUFFIX = ".checkpoint.lock"
+ENV_VAR = "HERMES_STATE_CHECKPOINT_LOCK"
+#: Seconds between two non-blocking attempts while waiting for the lock (``flock`` has no
+#: timeout; a blocked ``flock`` could not be bounded by the busy timeout of SPEC §4).
+POLL_S = 0.0005
+#: A maintenance command waits this long for write transactions in flight to finish.
+MAINTENANCE_WAIT_S = 5.0
+
+_NO_FLOCK = {errno.EOPNOTSUPP, errno.ENOLCK, errno.EINVAL, errno.ENOSYS, errno.EBADF}
+
+# Lock files this process holds EXCLUSIVELY through :func:`exclusive` (maintenance), by path:
+# store connections of this process write and checkpoint inside that section without taking
+# the lock again (their own descriptors would conflict with it).
+_held: dict[str, list] = {}  # key -> [depth, CheckpointLock]
+_held_guard = threading.Lock()
+_degraded_logged: set[tuple[str, str]] = set()
+
+
+def wal_reset_exposure(version: str | None = None) -> str | None:
+    """Describe this SQLite's exposure to the WAL-reset race, or None when fixed (SPEC §4).
+
+    SQLite 3.7.0 through 3.51.2 are affected, except the backports 3.44.6+ (3.44 line) and
+    3.50.7+ (3.50 line); fixed in 3.51.3.
+    """
+    v = tuple(int(p) for p in (version or sqlite3.sqlite_version).split(".")[:3])
+    v = v + (0,) * (3 - len(v))
+    if v < (3, 7, 0) or v >= (3, 51, 3):
+        return None
+    if v[:2] == (3, 44) and v >= (3, 44, 6):
+        return None
+    if v[:2] == (3, 50) and v >= (3, 50, 7):
+        return None
+    return (f"SQLite {'.'.join(map(str, v))} has the WAL-reset race (two connections "
+            "checkpointing while a commit resets the WAL can lose committed frames; fixed in "
+            "3.51.3, backported to 3.44.6 and 3.50.7). Remedy: run with a Python linked against "
+            "a fixed SQLite.")
+
+
+def lock_path(db_path: str | os.PathLike) -> Path:
+    """``<db>.checkpoint.lock`` beside the store (SPEC §1 table)."""
+    return Path(f"{os.fspath(db_path)}{LOCK_SUFFIX}")
+
+
+def disabled_by_env() -> bool:
+    """True when ``HERMES_STATE_CHECKPOINT_LOCK=off`` (read at every open)."""
+    return os.environ.get(ENV_VAR, "").strip().lower() in ("off", "0", "false", "no")
+
+
+def _key(path: Path) -> str:
+    return os.path.realpath(path)
+
+
+def held_here(db_path: str | os.PathLike) -> bool:
+    """True while this process holds the store's lock exclusively through :func:`exclusive`."""
+    return bool(_held) and _key(lock_path(db_path)) in _held
+
+
+class CheckpointLock:
+    """One open file description of the lock file, and the ``flock`` operations on it.
+
+    Never raises for an unusable lock file: ``problem`` says why (symlink, not a regular file,
+    permission, no ``flock`` on this filesystem, disabled) and every operation then succeeds
+    without locking (the degraded mode, logged once per path and reason, reported by ``doctor``
+    and every chaos run as "exposed, NOT mitigated (problem)").
+
+    Args:
+        db_path: the store's ``state.db``.
+        create: create the lock file when missing (store connections); False for readers of a
+            store that may not be ours (``recover`` of a copy), where a missing file means "no
+            live process of this code uses it": then ``problem`` is ``"absent"``.
+    """
+
+    def __init__(self, db_path: str | os.PathLike, *, create: bool = True) -> None:
+        self.db_path = Path(db_path)
+        self.path = lock_path(db_path)
+        self.fd: int | None = None
+        self.problem: str | None = None
+        self.mode: str | None = None  # None, "shared" or "exclusive"
+        if disabled_by_env():
+            self.problem = f"disabled by {ENV_VAR}=off"
+        else:
+            self.problem = self._open(create)
+
+    def _open(self, create: bool) -> str | None:
+        path = self.path
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            st = None
+        except OSError as exc:
+            return f"cannot inspect {path}: {exc.strerror}"
+        if st is not None and stat.S_ISLNK(st.st_mode):
+            return f"{path} is a symbolic link (planted?); it is never followed"
+        if st is not None and not stat.S_ISREG(st.st_mode):
+            return f"{path} is not a regular file"
+        if st is None and not create:
+            return "absent"
+        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY
+        try:
+            fd = os.open(path, flags | (os.O_CREAT if create else 0), 0o600)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                return f"{path} is a symbolic link (planted?); it is never followed"
+            if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+                where = path if st is not None else path.parent
+                return (f"cannot open {path}: permission denied (fix: chmod u+rw {path}"
+                        + (f" or chmod u+rwx {where}" if st is None else "") + ")")
+            return f"cannot open {path}: {exc.strerror}"
+        try:
+            fst = os.fstat(fd)
+            if not stat.S_ISREG(fst.st_mode):
+                os.close(fd)
+                return f"{path} is not a regular file"
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        except OSError as exc:
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                pass  # held exclusively by someone right now: flock works here
+            else:
+                os.close(fd)
+                if exc.errno in _NO_FLOCK:
+                    return (f"the filesystem of {path} does not support flock "
+                            f"({errno.errorcode.get(exc.errno, exc.errno)})")
+                return f"cannot lock {path}: {exc.strerror}"
+        self.fd = fd
+        return None
+
+    @property
+    def usable(self) -> bool:
+        """True when the lock file is open and ``flock`` works on it."""
+        return self.fd is not None
+
+    def log_degraded(self, exposed: bool) -> None:
+        """Log (once per path and reason) that this store runs without the lock, and emit a
+        ``checkpoint_lock`` event with ``status`` ``degraded``."""
+        if self.problem is None or self.problem == "absent":
+            return
+        key = (str(self.path), self.problem)
+        if key not in _degraded_logged:
+            _degraded_logged.add(key)
+            if exposed:
+                log.error("checkpoint lock unavailable: %s. This store runs EXPOSED to the "
+                          "WAL-reset race, NOT mitigated; maintenance commands refuse until it "
+                          "is fixed.", self.problem)
+            else:
+                log.warning("checkpoint lock unavailable: %s. Maintenance commands refuse "
+                            "until it is fixed.", self.problem)
+        events.enabled() and events.emit("checkpoint_lock", status="degraded",
+                                         reason=self.problem, exposed=exposed)
+
+    # ---------------------------------------------------------------- operations
+    def _try(self, op: int) -> bool:
+        try:
+            fcntl.flock(self.fd, op | fcntl.LOCK_NB)  # type: ignore[arg-type]
+            return True
+        except OSError as exc:
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                return False
+            raise
+
+    def _wait(self, op: int, timeout: float, max_pause: float = 0.004,
+              before_try: Callable[[], None] | None = None) -> bool:
+        if self._try(op):
+            return True
+        deadline = time.monotonic() + max(0.0, timeout)
+        pause = POLL_S
+        while time.monotonic() < deadline:
+            time.sleep(pause)
+            if before_try is not None:
+                before_try()
+            if self._try(op):
+                return True
+            pause = min(pause * 2, max_pause)
+        return False
+
+    def _take(self, op: int, mode: str, timeout: float | None, **wait) -> bool:
+        if self.fd is None:
+            return True
+        if self._try(op) if timeout is None else self._wait(op, timeout, **wait):
+            self.mode = mode
+            return True
+        return False
+
+    def try_shared(self) -> bool:
+        """Take the lock SHARED without waiting; True when held (always True when unusable)."""
+        return self._take(fcntl.LOCK_SH, "shared", None)
+
+    def acquire_shared(self, timeout: float) -> bool:
+        """Take the lock SHARED, waiting at most ``timeout`` seconds; True when held."""
+        return self._take(fcntl.LOCK_SH, "shared", timeout)
+
+    def acquire_shared_polling(self, timeout: float,
+                               before_try: Callable[[], None] | None = None) -> bool:
+        """Take the lock SHARED, trying every :data:`POLL_S` (no back-off) for at most
+        ``timeout`` seconds: for a caller that holds SQLite's write lock meanwhile and must
+        notice the release at once. ``before_try`` runs before each retry (a failpoint).
+        True when held."""
+        return self._take(fcntl.LOCK_SH, "shared", timeout, max_pause=POLL_S,
+                          before_try=before_try)
+
+    def acquire_exclusive(self, timeout: float) -> bool:
+        """Take the lock EXCLUSIVELY, waiting at most ``timeout`` seconds (0 = one try)."""
+        return self._take(fcntl.LOCK_EX, "exclusive", timeout)
+
+    def exclusive_elsewhere(self) -> bool:
+        """True when another description holds the lock EXCLUSIVELY now (a checkpoint or
+        maintenance), by one non-blocking SHARED try released at once. Call it holding nothing
+        on this description; False when the lock is unusable."""
+        if self.fd is None or self.mode is not None:
+            return False
+        if self._try(fcntl.LOCK_SH):
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+            return False
+        return True
+
+    def release(self) -> None:
+        """Drop whatever this description holds (no-op when nothing is held)."""
+        if self.fd is not None and self.mode is not None:
+            self.mode = None
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+
+    def close(self) -> None:
+        """Release and close the descriptor (idempotent)."""
+        if self.fd is not None:
+            fd, self.fd = self.fd, None
+            self.mode = None
+            os.close(fd)
+
+
+class LockBusy(HermesStateError):
+    """The store's write lock could not be had in time (a maintenance command refuses).
+
+    Attributes:
+        holders: :class:`LockHolder` of the lock at that moment.
+    """
+
+    def __init__(self, text: str, found: list) -> None:
+        self.holders = found
+        super().__init__(text)
+
+
+class LockUnavailable(HermesStateError):
+    """The lock file cannot be used (``problem``): maintenance cannot exclude writers."""
+
+    def __init__(self, problem: str) -> None:
+        self.problem = problem
+        super().__init__(problem)
+
+
+@contextlib.contextmanager
+def exclusive(db_path: str | os.PathLike, *, timeout: float | None = None,
+              create: bool = True, purpose: str = "maintenance") -> Iterator[CheckpointLock]:
+    """Hold the store's write lock EXCLUSIVELY for a maintenance command (issue 11).
+
+    Every write transaction and checkpoint of the store in every process waits (within its
+    retry budget, SPEC §4) until the block ends; store connections of THIS process keep working
+    inside it (they see :func:`held_here`). Re-entrant within a process.
+
+    Args:
+        db_path: the store's ``state.db``.
+        timeout: seconds to wait for write transactions in flight (default
+            :data:`MAINTENANCE_WAIT_S`).
+        create: create the lock file if missing; with False a missing file yields a lock that
+            holds nothing (``problem == "absent"``: no process of this code uses the store).
+        purpose: a label for the ``checkpoint_lock`` events.
+    Yields:
+        The :class:`CheckpointLock` (``usable`` False only for an absent file with
+        ``create=False``).
+    Raises:
+        LockUnavailable: the lock file is unusable or disabled (``problem``).
+        LockBusy: a write transaction kept it past ``timeout``; names the holders.
+    """
+    key = _key(lock_path(db_path))
+    with _held_guard:
+        outer = _held.get(key)
+        if outer is not None:
+            outer[0] += 1
+    if outer is not None:
+        try:
+            yield outer[1]
+        finally:
+            with _held_guard:
+                outer[0] -= 1
+        return
+    lock = CheckpointLock(db_path, create=create)
+    try:
+        if lock.problem is not None and lock.problem != "absent":
+            raise LockUnavailable(lock.problem)
+        timeout = MAINTENANCE_WAIT_S if timeout is None else timeout
+        if not lock.acquire_exclusive(timeout):
+            found = lock_holders(db_path)
+            names = ", ".join(h.line() for h in found) or "a process that cannot be seen"
+            raise LockBusy(f"a write transaction kept the store's write lock for {timeout:g}s "
+                           f"({names})", found)
+        t_acquired = time.monotonic()
+        with _held_guard:
+            _held[key] = [1, lock]
+        try:
+            yield lock
+        finally:
+            with _held_guard:
+                _held.pop(key, None)
+            lock.release()
+            events.enabled() and events.emit("checkpoint_lock", status="released",
+                                             purpose=purpose, t_acquired=t_acquired,
+                                             t_released=time.monotonic())
+    finally:
+        lock.close()
+
+
+@contextlib.contextmanager
+def exclusive_unless_unusable(db_path: str | os.PathLike, *, purpose: str
+                              ) -> Iterator[CheckpointLock | None]:
+    """:func:`exclusive`, or nothing (None) when the lock file is unusable: the degraded mode
+    the store's connections run in too (logged by them). Raises :class:`LockBusy`."""
+    with contextlib.ExitStack() as stack:
+        try:
+            lock = stack.enter_context(exclusive(db_path, purpose=purpose))
+        except LockUnavailable as exc:
+            log.warning("%s without the store's write lock: %s", purpose, exc.problem)
+            lock = None
+        yield lock
+
+
+# ---------------------------------------------------------------- who holds it (/proc/locks)
+@dataclass(frozen=True)
+class LockHolder:
+    """A process holding (or waiting for) the lock: ``mode`` is ``exclusive`` or ``shared``."""
+
+    pid: int
+    mode: str
+    waiting: bool
+    command: str
+    status: str
+
+    def line(self) -> str:
+        """``PID N (command) exclusive[, stopped]``."""
+        extra = f", {self.status}" if self.status in ("stopped", "tracing-stop") else ""
+        wait = " (waiting)" if self.waiting else ""
+        return f"PID {self.pid} ({self.command}) {self.mode}{wait}{extra}"
+
+    def as_dict(self) -> dict:
+        return {"pid": self.pid, "mode": self.mode, "waiting": self.waiting,
+                "command": self.command, "status": self.status}
+
+
+def _status(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            data = fh.read()
+        letter = data[data.rfind(b")") + 2:].split()[0].decode("ascii", "replace")
+    except (OSError, IndexError):
+        return "gone"
+    return {"R": "running", "S": "sleeping", "D": "disk-sleep", "T": "stopped",
+            "t": "tracing-stop", "Z": "zombie"}.get(letter, letter)
+
+
+def lock_holders(db_path: str | os.PathLike) -> list[LockHolder]:
+    """Every ``flock`` on the store's lock file from ``/proc/locks`` (Linux; else ``[]``).
+
+    A process frozen with SIGSTOP while holding it shows with ``status`` ``stopped``.
+    """
+    if not HAVE_PROC:
+        return []
+    try:
+        st = os.stat(lock_path(db_path), follow_symlinks=False)
+        text = Path("/proc/locks").read_text()
+    except OSError:
+        return []
+    want = (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino)
+    out = []
+    for line in text.splitlines():
+        parts = line.split()
+        waiting = "->" in parts
+        if waiting:
+            parts.remove("->")
+        # id: FLOCK ADVISORY WRITE|READ pid maj:min:ino start end
+        if len(parts) < 6 or parts[1] != "FLOCK":
+            continue
+        try:
+            maj, mnr, ino = parts[5].split(":")
+            if (int(maj, 16), int(mnr, 16), int(ino)) != want:
+                continue
+            pid = int(parts[4])
+        except ValueError:
+            continue
+        mode = "exclusive" if parts[3] == "WRITE" else "shared"
+        out.append(LockHolder(pid, mode, waiting, describe_pid(pid), _status(pid)))
+    return out
+
+
+# ---------------------------------------------------------------- exposure report
+MITIGATED = "exposed, mitigated by the checkpoint lock"
+
+
+def exposure_line(db_path: str | os.PathLike, exposure: str | None) -> tuple[str, str | None]:
+    """The one-line verdict doctor and every chaos run print (issue 12), without creating files.
+
+    Args:
+        db_path: the store's ``state.db``.
+        exposure: :func:`hermes_state.store.connection.wal_reset_exposure` (None = fixed SQLite).
+    Returns:
+        ``(line, reason)``: ``"not exposed (...)"``, :data:`MITIGATED`, or
+        ``"exposed, NOT mitigated (reason)"`` with the reason apart.
+    """
+    if exposure is None:
+        return "not exposed (this SQLite has the WAL-reset fix; checkpoints run unlocked)", None
+    reason = probe(db_path)
+    if reason is None:
+        return MITIGATED, None
+    return f"exposed, NOT mitigated ({reason})", reason
+
+
+def probe(db_path: str | os.PathLike) -> str | None:
+    """Why the store's lock would not work now, or None when it would (creates nothing)."""
+    if disabled_by_env():
+        return f"disabled by {ENV_VAR}=off"
+    path = lock_path(db_path)
+    if os.path.lexists(path):
+        lock = CheckpointLock(db_path, create=False)
+        lock.close()
+        return lock.problem
+    parent = path.parent
+    if not parent.is_dir():
+        return None  # created with the store
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"cannot create {path}: {parent} is not writable"
+    try:
+        fd = os.open(parent, os.O_TMPFILE | os.O_RDWR | os.O_CLOEXEC, 0o600)
+    except (OSError, AttributeError):
+        return None  # no O_TMPFILE here: flock support is checked at the first open
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno in _NO_FLOCK:
+            return f"the filesystem of {parent} does not support flock"
+    finally:
+        os.close(fd)
+    return None

@@ -1,0 +1,637 @@
+"""The single write path of a store (SPEC §4, §10).
+
+:class:`StoreConnection` owns one ``sqlite3`` connection to one store and everything that must
+happen around a write: the thread lock, ``BEGIN IMMEDIATE``, the generation check, the jittered
+retry on lock errors, the PASSIVE checkpoint cadence, sticky refusals, FTS switched off on
+damage, and a close that never checkpoints a retired generation. Opening is
+:mod:`hermes_state.store.opening`; :class:`hermes_state.db.SessionDB` builds the API on top.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Callable, TypeVar
+
+from .. import events, failpoints
+from ..errors import (
+    SQLITE_BUSY,
+    SQLITE_CONSTRAINT,
+    StateDbCorruptError,
+    WriteContentionError,
+    corruption_kind,
+    is_lock_error,
+)
+from ..processes import checkpoint_lock, holders
+from ..processes.checkpoint_lock import CheckpointLock, wal_reset_exposure
+from ..processes.generation import Generation, diff
+from ..schema.tables import FTS_TABLES
+from .generation_tracking import GenerationTracking
+from .pragmas import disable_checkpoint_on_close
+from .quarantine import named_damage
+
+log = logging.getLogger("hermes_state")
+
+T = TypeVar("T")
+
+BUSY_TIMEOUT_S = 1.0  # SPEC §4: not the default 5/30 s
+_WRITE_MAX_RETRIES = 15  # attempts in total (SPEC §4)
+RETRY_SLEEP_MIN_S = 0.020
+RETRY_SLEEP_MAX_S = 0.150
+_CHECKPOINT_EVERY_N_WRITES = 50
+#: Checkpoints one write may meet (and wait out) before it gives up: a guard against a livelock,
+#: never reached in practice (each one met is a checkpoint another connection completed).
+_MAX_CHECKPOINTS_MET = 10 * _WRITE_MAX_RETRIES
+#: How long a write that meets a checkpoint right after ``BEGIN IMMEDIATE`` waits for it while
+#: keeping SQLite's write lock (a PASSIVE checkpoint takes a few ms). Past this it rolls back and
+#: waits holding nothing, so a holder that needs the write lock (TRUNCATE, maintenance) is
+#: never kept waiting longer (docs/decisions/0001-checkpoint-lock.md; issue 18).
+HOLD_WAIT_S = 0.025
+
+
+# Connections of retired generations this process must never close (Python 3.11 fallback when
+# NO_CKPT_ON_CLOSE cannot be set): kept alive until the process exits (SPEC §10.5).
+_UNCLOSABLE: list[sqlite3.Connection] = []
+
+
+class _CheckpointLockMet(Exception):
+    """Internal: right after BEGIN IMMEDIATE a checkpoint held the checkpoint lock."""
+
+
+class StoreConnection(GenerationTracking):
+    """One writable (or read-only) connection to a store, with the write path of SPEC §4.
+
+    Built by :func:`hermes_state.store.opening.open_connection` (the constructor only sets state).
+
+    Args:
+        db_path: absolute path of ``state.db``.
+        read_only: a ``mode=ro`` handle: every write is refused.
+    """
+
+    def __init__(self, db_path: Path, *, read_only: bool = False):
+        self.db_path = Path(db_path)
+        self.read_only = read_only
+        self._lock = threading.RLock()
+        self._rng = random.Random()  # seeded from os.urandom: jitter must not follow a run seed
+        self._writes = 0
+        self._stage = "begin"  # the write path's statement running now (retry events)
+        self._t_precommit = 0.0  # monotonic s, right before the last COMMIT (in the lock)
+        self._sticky: BaseException | None = None
+        self._retired = False
+        self._closed = False
+        self._capture_dir: str | None = None
+        self.generation: Generation | None = None
+        self._main_fd: int | None = None
+        self._initial_disk_app_id: int | None = None
+        self.journal_mode = "?"
+        self._backfill = None  # fts_backfill.BackfillThread after a deferred FTS re-index
+        self._guard: CheckpointLock | None = None
+        self._exposed = wal_reset_exposure() is not None
+        self._lock_checkpoints = False
+        self.retired_holders: list = []
+        self.quarantined_to: Path | None = None
+        self.migration_report = None  # migrations.MigrationReport of this open, None if settled
+        self.conn: sqlite3.Connection  # set by hermes_state.store.opening.open_connection
+
+    # ------------------------------------------------------------------ state
+    @property
+    def checkpoint_lock_status(self) -> str:
+        """``"exposed, mitigated by the checkpoint lock"``, ``"exposed, NOT mitigated (why)"``
+        or ``"not exposed"`` for this handle (issue 12); ``"read-only"`` without a lock."""
+        if self._guard is None:
+            return "read-only"
+        if not self._exposed:
+            return "not exposed"
+        if self._lock_checkpoints:
+            return checkpoint_lock.MITIGATED
+        return f"exposed, NOT mitigated ({self._guard.problem})"
+
+    def _raise_named(self, exc: sqlite3.DatabaseError) -> None:
+        """Re-raise ``exc`` as the named refusal :func:`~hermes_state.store.quarantine.named_damage`
+        makes of it, if any."""
+        err = named_damage(self.db_path, exc)
+        if err is exc:
+            raise exc
+        raise err from exc
+
+    # ------------------------------------------------------------------ the write path
+    @property
+    def writes(self) -> int:
+        """Successful write transactions on this connection."""
+        return self._writes
+
+    @property
+    def capture_dir(self) -> str | None:
+        """The retired-WAL capture this handle wrote, if any (SPEC §10.3)."""
+        return self._capture_dir
+
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise sqlite3.ProgrammingError("Cannot operate on a closed session store.")
+        if self.read_only:
+            raise sqlite3.OperationalError(
+                "this session store handle is read-only (mode=ro); open it without read_only "
+                "to write")
+        if self._sticky is not None:
+            raise self._sticky
+
+    def execute_write(self, fn: Callable[[sqlite3.Connection], T], *, op: str = "write",
+                      check_generation: bool = True) -> T:
+        """Run ``fn(conn)`` in one ``BEGIN IMMEDIATE`` transaction and commit (SPEC §4).
+
+        Lock errors (SQLITE_BUSY/SQLITE_LOCKED by code) at BEGIN or inside the transaction roll
+        back, sleep a uniform 20-150 ms and retry, at most 15 attempts in total. Every 50th
+        successful write runs a PASSIVE checkpoint.
+
+        Args:
+            fn: the statements; called once per attempt with the raw connection; returns a value.
+            op: a label for events.
+            check_generation: compare identities before ``fn`` (only the open itself skips it).
+        Returns:
+            Whatever ``fn`` returned on the attempt that committed.
+        Raises:
+            DeletedWalGenerationError / StateDbReplacedError: the generation changed (sticky).
+            WriteContentionError: lock errors on every attempt; names the write-lock owner.
+            Any exception of ``fn`` (after rollback).
+        """
+        with self._lock:
+            self._check_usable()
+            conn = self.conn
+            t0 = time.monotonic()
+            attempt = 0
+            fts_repaired = False
+            # (pid, first seen, last seen, sightings) of the write-lock owner at failed attempts
+            owner_run: tuple[int, float, float, int] | None = None
+            wait_first = False  # the last attempt met a checkpoint: wait for its lock first
+            met = 0  # checkpoints met right after BEGIN (each waited out, holding nothing)
+            t_attempt = t0  # when the current attempt began (retry events: waited_s)
+
+            def body(c: sqlite3.Connection) -> T:
+                failpoints.hit("write.after_begin")
+                if check_generation:
+                    self._check_generation()
+                out = fn(c)
+                failpoints.hit("write.before_commit")
+                return out
+
+            while True:
+                attempt += 1
+                try:
+                    if wait_first:
+                        self._stage = "checkpoint lock"
+                        self._wait_lock_free()
+                        wait_first = False
+                    result, t_begin, t_commit, held = self._transaction(body)
+                except _CheckpointLockMet:
+                    # Never wait for the lock while holding SQLite's write lock: rolled back,
+                    # the next attempt waits for it to be free first, holding nothing (no
+                    # cycle; docs/decisions/0001-checkpoint-lock.md). Like a busy handler that
+                    # got the lock in time, a checkpoint waited out is not a failed attempt: only
+                    # a wait that times out is (SQLITE_BUSY-coded, below).
+                    met += 1
+                    events.enabled() and events.emit(
+                        "checkpoint_wait", op=op, attempt=attempt, met=met,
+                        waited_s=time.monotonic() - t_attempt)
+                    if met > _MAX_CHECKPOINTS_MET:
+                        raise self._gave_up(attempt, time.monotonic() - t0,
+                                            self._lock_busy_error(), owner_run) from None
+                    attempt -= 1
+                    wait_first = True
+                    continue
+                except sqlite3.DatabaseError as exc:
+                    kind = corruption_kind(exc)
+                    if (kind is None and not fts_repaired and op != "rebuild_fts"
+                            and self._fts_damage_behind(exc)):
+                        kind = "fts"
+                    if kind == "fts" and not fts_repaired and op != "rebuild_fts":
+                        fts_repaired = True
+                        self._switch_off_fts(exc)
+                        continue  # the same write again, without the broken index
+                    if kind == "structural":
+                        raise self._corrupt(exc) from exc
+                    if not is_lock_error(exc):
+                        raise
+                    owner_run = self._sight_lock_owner(
+                        owner_run, checkpoint_lock=getattr(exc, "checkpoint_lock", False))
+                    if attempt >= _WRITE_MAX_RETRIES:
+                        raise self._gave_up(attempt, time.monotonic() - t0, exc,
+                                            owner_run) from exc
+                    sleep_s = self._rng.uniform(RETRY_SLEEP_MIN_S, RETRY_SLEEP_MAX_S)
+                    # Which statement met the lock error, and after how long (issue 18: a
+                    # BUSY at once is a different cause from a busy timeout that ran out).
+                    events.enabled() and events.emit(
+                        "retry", attempt=attempt, sleep_s=sleep_s, error=str(exc), op=op,
+                        stage=self._stage, code=getattr(exc, "sqlite_errorname", None),
+                        waited_s=time.monotonic() - t_attempt)
+                    time.sleep(sleep_s)
+                    t_attempt = time.monotonic()
+                    continue
+                break
+            failpoints.hit("write.after_commit")
+            self._writes += 1
+            events.enabled() and events.emit(
+                "write", seq=self._writes, attempts=attempt, op=op, t_begin=t_begin,
+                t_commit=t_commit, t_precommit=self._t_precommit, met=met,
+                lock="shared" if held else self._unlocked_why())
+            if self._writes % _CHECKPOINT_EVERY_N_WRITES == 0:
+                self.checkpoint("PASSIVE", trigger="cadence")
+            return result
+
+    def _transaction(self, fn: Callable[[sqlite3.Connection], T]
+                     ) -> tuple[T, float, float, bool]:
+        """``BEGIN IMMEDIATE``, the checkpoint lock SHARED (waited for at most
+        :data:`HOLD_WAIT_S`: this connection holds SQLite's write lock now), ``fn(conn)``,
+        ``COMMIT``; rollback on any exception; the lock released.
+
+        Returns:
+            ``(fn's result, t_begin, t_commit, lock_was_held)`` (monotonic seconds).
+        Raises:
+            _CheckpointLockMet: a checkpoint holds the lock (rolled back: retry waiting first).
+            Whatever ``BEGIN``/``fn``/``COMMIT`` raised.
+        """
+        conn = self.conn
+        held = False
+        try:
+            self._stage = "begin"
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                failpoints.hit("write.before_lock")
+                held = self._enter_shared()
+                t_begin = time.monotonic()
+                self._stage = "statement"
+                result = fn(conn)
+                self._t_precommit = time.monotonic()  # still inside the write lock
+                self._stage = "commit"
+                conn.execute("COMMIT")
+                return result, t_begin, time.monotonic(), held
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+        finally:
+            if held:
+                self._guard.release()  # type: ignore[union-attr]
+
+    def _enter_shared(self) -> bool:
+        """Take the checkpoint lock SHARED for one write transaction (issue 12), waiting at most
+        :data:`HOLD_WAIT_S` while SQLite's write lock is held (nothing written yet).
+
+        Returns:
+            True when taken (the caller releases it); False when there is nothing to take (lock
+            off or degraded, or this process holds it exclusively for maintenance).
+        Raises:
+            _CheckpointLockMet: a checkpoint (or maintenance) holds it now.
+        """
+        guard = self._guard
+        if guard is None or guard.fd is None or checkpoint_lock.held_here(self.db_path):
+            return False
+        if guard.try_shared() or guard.acquire_shared_polling(
+                HOLD_WAIT_S, before_try=lambda: failpoints.hit("write.lock_wait")):
+            return True
+        raise _CheckpointLockMet()
+
+    def _wait_lock_free(self) -> None:
+        """Wait, holding nothing, until no checkpoint holds the lock (at most the busy timeout).
+
+        Raises:
+            sqlite3.OperationalError: still held; coded SQLITE_BUSY (a lock error of SPEC §4:
+                jittered retry) with ``checkpoint_lock = True``.
+        """
+        guard = self._guard
+        if guard is None or guard.fd is None:
+            return
+        if not guard.acquire_shared(BUSY_TIMEOUT_S):
+            raise self._lock_busy_error()
+        guard.release()
+
+    def _lock_busy_error(self) -> sqlite3.OperationalError:
+        found = checkpoint_lock.lock_holders(self.db_path)
+        who = ", ".join(h.line() for h in found if h.mode == "exclusive") or "another process"
+        exc = sqlite3.OperationalError(
+            f"the store's checkpoint lock is held exclusively by {who} (a checkpoint or a "
+            f"maintenance command)")
+        exc.sqlite_errorcode = SQLITE_BUSY  # type: ignore[attr-defined]
+        exc.sqlite_errorname = "SQLITE_BUSY"  # type: ignore[attr-defined]
+        exc.checkpoint_lock = True  # type: ignore[attr-defined]
+        return exc
+
+    def _unlocked_why(self) -> str:
+        """The ``lock`` field of a write event taken without the shared lock."""
+        if checkpoint_lock.held_here(self.db_path):
+            return "exclusive"
+        return "off"
+
+    def _corrupt(self, exc: BaseException) -> StateDbCorruptError:
+        """Structural corruption: sticky refusal, never a checkpoint again (SPEC §12)."""
+        err = StateDbCorruptError(
+            "session storage stopped writing because the database file is damaged ("
+            f"{exc}). Nothing more is written to it. Stop every process using this profile, "
+            "then run `hermes-state sessions recover STATE.DB --output NEW.db "
+            "--allow-partial` (it works on a copy).",
+            f"SQLite error code {getattr(exc, 'sqlite_errorcode', '?')} on {self.db_path}")
+        self._sticky = err
+        self._retired = True
+        events.enabled() and events.emit("refusal", reason="corrupt", detail=str(exc))
+        disable_checkpoint_on_close(self.conn, str(self.db_path))
+        return err
+
+    def _fts_damage_behind(self, exc: BaseException) -> bool:
+        """True when a plain SQLITE_CONSTRAINT came from a damaged FTS index (SPEC §12).
+
+        FTS5 reports some damage (e.g. a zeroed structure record) as a bare "constraint failed"
+        (code 19, no extended code) rather than SQLITE_CORRUPT_VTAB. Real constraint violations
+        always carry an extended code (UNIQUE, NOT NULL, FOREIGN KEY, CHECK, ...), so only the
+        bare code is probed: each FTS table runs ``integrity-check`` (rank 1: against the
+        content table) and damage there surfaces as SQLITE_CORRUPT_VTAB. Runs outside any
+        transaction; a probe that cannot run (busy) says no.
+        """
+        if getattr(exc, "sqlite_errorcode", None) != SQLITE_CONSTRAINT:
+            return False
+        conn = self.conn
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        try:
+            present = [r[0] for r in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN (?, ?, ?)",
+                FTS_TABLES)]
+        except sqlite3.Error:
+            return False
+        for table in present:
+            try:
+                conn.execute(f"INSERT INTO {table}({table}, rank) VALUES ('integrity-check', 1)")
+            except sqlite3.DatabaseError as probe:
+                if corruption_kind(probe) == "fts":
+                    log.error("%s: %s behind %r", self.db_path, probe, str(exc))
+                    return True
+        return False
+
+    def _switch_off_fts(self, exc: BaseException) -> None:
+        """FTS-only corruption: drop the FTS triggers, mark ``fts_stale``; writes go on (§12).
+
+        Search falls back to scanning while ``fts_stale`` is set; :func:`hermes_state.fts.repair.rebuild_fts`
+        (doctor --fix, optimize-storage) rebuilds the index and clears the mark.
+        """
+        conn = self.conn
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+
+        def drop(c: sqlite3.Connection) -> None:
+            for (name,) in c.execute(
+                    "SELECT name FROM sqlite_master WHERE type = 'trigger' AND "
+                    "name LIKE 'messages\\_fts%' ESCAPE '\\'").fetchall():
+                c.execute(f'DROP TRIGGER IF EXISTS "{name}"')
+            c.execute("INSERT OR REPLACE INTO state_meta(key, value) VALUES ('fts_stale', ?)",
+                      (f"{time.time():.0f} {exc}",))
+
+        # A write transaction like any other: under the checkpoint lock (issue 12).
+        for _ in range(_WRITE_MAX_RETRIES):
+            try:
+                self._transaction(drop)
+                break
+            except _CheckpointLockMet:
+                self._wait_lock_free()
+        else:
+            raise self._lock_busy_error()
+        log.error("the search index of %s is corrupt (%s): switched off; messages are still "
+                  "written; `doctor --fix` rebuilds it", self.db_path, exc)
+        events.enabled() and events.emit("refusal", reason="fts_corrupt", detail=str(exc))
+
+    def _sight_lock_owner(self, run: tuple[int, float, float, int] | None, *,
+                          checkpoint_lock: bool = False) -> tuple[int, float, float, int] | None:
+        """Note who holds the write lock right after a failed attempt (SPEC §10.2).
+
+        Args:
+            run: ``(pid, first_seen_s, last_seen_s, sightings)`` (monotonic seconds) of the
+                owner seen at the previous failed attempts in a row, or None.
+        Returns:
+            The updated run: extended when the same pid holds the lock now, restarted when
+            another pid does, None when no owner is visible (the run is broken).
+        """
+        owner = self._exclusive_owner() if checkpoint_lock else None
+        pid = owner[0] if owner else (None if checkpoint_lock
+                                      else holders.write_lock_owner_pid(self.db_path))
+        now = time.monotonic()
+        if pid is None:
+            return None
+        if run is not None and run[0] == pid:
+            return (pid, run[1], now, run[3] + 1)
+        return (pid, now, now, 1)
+
+    def _exclusive_owner(self) -> tuple[int, str] | None:
+        """``(pid, command)`` of the process holding the checkpoint lock exclusively (issue 12);
+        a frozen one is marked ``stopped`` in the command."""
+        for h in checkpoint_lock.lock_holders(self.db_path):
+            if h.mode == "exclusive" and not h.waiting:
+                return h.pid, h.command + (", stopped" if h.status == "stopped" else "")
+        return None
+
+    def _gave_up(self, attempts: int, waited: float, exc: BaseException,
+                 owner_run: tuple[int, float, float, int] | None = None) -> WriteContentionError:
+        """The error after the last attempt; names the write-lock owner (SPEC §4, §10.2).
+
+        How long the owner has held the lock is not knowable from ``/proc/locks``; what is
+        reported is what this writer saw: at how many of its consecutive failed attempts the
+        same pid held the lock and over how many seconds those sightings spread, separately
+        from how long this writer waited.
+        """
+        ckpt = bool(getattr(exc, "checkpoint_lock", False))
+        owner = self._exclusive_owner() if ckpt else holders.write_lock_owner(self.db_path)
+        which = "state.db checkpoint lock held exclusively" if ckpt else "state.db write lock held"
+        owner_line = None
+        seen_s = None
+        if owner:
+            pid, command = owner
+            if owner_run is not None and owner_run[0] == pid:
+                sightings, seen_s = owner_run[3], owner_run[2] - owner_run[1]
+                seen = (f"seen holding it at {sightings} consecutive failed attempt(s) of this "
+                        f"writer over {seen_s:.1f}s" if sightings > 1
+                        else "seen holding it at this writer's last failed attempt")
+            else:
+                seen = "seen holding it as this writer gave up"
+            owner_line = (f"{which} by PID {pid} ({command}): {seen}; "
+                          f"this writer waited {waited:.1f}s over {attempts} attempts")
+        seen_holders = holders.scan(self.db_path).holders
+        lines = "\n".join("  " + h.line() for h in seen_holders) or "  (no other holder visible)"
+        who = ("this process (another connection it has open)"
+               if owner and owner[0] == os.getpid() else "another process")
+        user = (f"session storage could not write after {attempts} attempts over {waited:.1f}s "
+                f"because {who} kept the write lock. Nothing was written by this call; "
+                "retry it, and if it keeps happening run `doctor` to see who holds the store.")
+        detail = (owner_line + "\n" if owner_line else "") + f"holders:\n{lines}\nlast error: {exc}"
+        events.enabled() and events.emit("write_gave_up", attempts=attempts, waited_s=waited,
+                                         lock_owner=owner_line, lock_owner_seen_s=seen_s)
+        return WriteContentionError(user, detail, attempts=attempts, waited_s=waited,
+                                    holders=[h.as_tuple() for h in seen_holders],
+                                    lock_owner=owner_line, lock_owner_seen_s=seen_s)
+
+    def checkpoint(self, mode: str = "PASSIVE", *, trigger: str = "manual",
+                   wait: float = BUSY_TIMEOUT_S) -> tuple | None:
+        """``PRAGMA wal_checkpoint(mode)``; returns ``(busy, log, checkpointed)`` or None.
+
+        On an SQLite exposed to the WAL-reset race it runs holding the checkpoint lock
+        EXCLUSIVELY, so it overlaps no write transaction of the store in any process (issue
+        12); a lock that stays held for ``wait`` seconds skips this checkpoint (event with
+        ``skipped``), it never hangs. Never runs on a retired/replaced/corrupt handle. Failures
+        are logged, not raised (SPEC §4: a checkpoint is housekeeping).
+        """
+        with self._lock:
+            if self._retired or self._sticky is not None or self.journal_mode != "wal":
+                return None
+            failpoints.hit("checkpoint.before")
+            took = self._enter_exclusive(wait, passive=mode.upper() == "PASSIVE")
+            if took is None or took == "running":
+                self._skipped_checkpoint(mode, trigger, running=took == "running")
+                return None
+            try:
+                return self._checkpoint_locked(mode, trigger, "exclusive" if took
+                                               else self._unlocked_checkpoint_why())
+            finally:
+                if took:
+                    self._guard.release()  # type: ignore[union-attr]
+
+    def _enter_exclusive(self, wait: float, *, passive: bool = False) -> bool | str | None:
+        """Take the checkpoint lock EXCLUSIVELY before a checkpoint (issue 12).
+
+        Args:
+            wait: seconds to wait for writers' shared holds (0 = one try).
+            passive: a PASSIVE checkpoint: when another checkpoint (or maintenance) holds the
+                lock exclusively, give up at once, as SQLite's PASSIVE returns busy at once
+                when another connection checkpoints (issue 18).
+        Returns:
+            True when taken (the caller releases it), False when not needed (fixed SQLite, lock
+            off or degraded, or already held by this process for maintenance), ``"running"``
+            when ``passive`` and another process holds it exclusively, None when it stayed
+            busy for ``wait`` seconds.
+        """
+        if not self._lock_checkpoints or checkpoint_lock.held_here(self.db_path):
+            return False
+        guard = self._guard
+        if guard.acquire_exclusive(0):  # type: ignore[union-attr]
+            return True
+        if wait <= 0:
+            return None
+        if passive and guard.exclusive_elsewhere():  # type: ignore[union-attr]
+            return "running"
+        # Queue for SQLite's write lock like any writer (its busy timeout): while this
+        # connection holds it, no write transaction can start, and a writer holds the
+        # checkpoint lock only while it holds the write lock, so only writers finishing their
+        # COMMIT still hold it. Without this, writers chaining their shared holds under load
+        # starve the checkpoint. Nothing is written: the transaction is rolled back.
+        try:
+            self.conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            if is_lock_error(exc):
+                return None
+            raise
+        try:
+            # A checkpointer that queued for the write lock ahead of this one now checkpoints
+            # holding the lock: waiting for it would only hold every writer off for its
+            # checkpoint and then this one (issue 18).
+            if passive and guard.exclusive_elsewhere():  # type: ignore[union-attr]
+                return "running"
+            ok = guard.acquire_exclusive(wait)  # type: ignore[union-attr]
+        finally:
+            self.conn.execute("ROLLBACK")
+        return True if ok else None
+
+    def _unlocked_checkpoint_why(self) -> str:
+        if checkpoint_lock.held_here(self.db_path):
+            return "exclusive"
+        return "not needed" if not self._exposed else "off"
+
+    def _skipped_checkpoint(self, mode: str, trigger: str, *, running: bool = False) -> None:
+        why = ("another process checkpoints (the checkpoint lock is held exclusively)"
+               if running else "the checkpoint lock is busy")
+        log.info("%s checkpoint of %s skipped: %s", mode, self.db_path, why)
+        if events.enabled():
+            events.emit("checkpoint", mode=mode, trigger=trigger, seq=self._writes,
+                        skipped=why if running else "checkpoint lock busy", lock="busy",
+                        holders=[h.as_dict() for h in checkpoint_lock.lock_holders(self.db_path)])
+
+    def _checkpoint_locked(self, mode: str, trigger: str, lock: str) -> tuple | None:
+        """The checkpoint call itself, the lock (if any) already held."""
+        t_start = time.monotonic()
+        failpoints.hit("checkpoint.locked")
+        try:
+            row = tuple(self.conn.execute(f"PRAGMA wal_checkpoint({mode})").fetchone())
+        except sqlite3.Error as exc:
+            log.info("%s checkpoint failed (ignored): %s", mode, exc)
+            events.enabled() and events.emit("checkpoint", mode=mode, trigger=trigger,
+                                             seq=self._writes, error=str(exc), lock=lock,
+                                             t_start=t_start, t_end=time.monotonic())
+            return None
+        t_end = time.monotonic()
+        failpoints.hit("checkpoint.after")
+        events.enabled() and events.emit("checkpoint", mode=mode, trigger=trigger,
+                                         seq=self._writes, busy=row[0], log=row[1],
+                                         checkpointed=row[2], lock=lock, t_start=t_start,
+                                         t_end=t_end)
+        return row
+
+    # ------------------------------------------------------------------ reads
+    def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn(conn)`` under the lock; autocommit, so no read transaction outlives the call."""
+        with self._lock:
+            if self._closed:
+                raise sqlite3.ProgrammingError("Cannot operate on a closed session store.")
+            try:
+                return fn(self.conn)
+            except sqlite3.DatabaseError as exc:
+                if corruption_kind(exc) == "structural":
+                    if not self.read_only:
+                        raise self._corrupt(exc) from exc
+                    self._raise_named(exc)
+                raise
+
+    # ------------------------------------------------------------------ close
+    def close(self) -> None:
+        """SPEC §10.5: healthy ⇒ PASSIVE checkpoint then close; retired ⇒ capture, no checkpoint.
+
+        On an exposed SQLite both the PASSIVE checkpoint and the close (where SQLite's last
+        connection checkpoints too) run holding the checkpoint lock exclusively; close never
+        waits for it: when it is busy the checkpoint is skipped and SQLite's close-time
+        checkpoint switched off (a busy lock means another connection is live, so this one is
+        not the last anyway), issue 12.
+        """
+        if self._backfill is not None:
+            self._backfill.stop()  # before taking the lock: it may be waiting for it
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            conn = self.conn
+            took: bool | None = False
+            try:
+                if not self.read_only and self.generation is not None and not self._retired:
+                    found = None
+                    try:
+                        found = diff(self.generation, self.db_path, self._live_application_id())
+                    except sqlite3.Error:
+                        found = None
+                    if found is not None and self._sticky is None:
+                        self._retire(found[0], found[1], trigger="close")
+                    elif self._sticky is None and self.journal_mode == "wal":
+                        failpoints.hit("close.before_checkpoint")
+                        failpoints.hit("checkpoint.before")
+                        took = self._enter_exclusive(0)
+                        if took is None:
+                            self._skipped_checkpoint("PASSIVE", "close")
+                            disable_checkpoint_on_close(conn, str(self.db_path))
+                        else:
+                            self._checkpoint_locked("PASSIVE", "close", "exclusive" if took
+                                                    else self._unlocked_checkpoint_why())
+                if self._retired or self._sticky is not None:
+                    if not disable_checkpoint_on_close(conn, str(self.db_path)):
+                        _UNCLOSABLE.append(conn)  # SPEC §10.5 fallback: never close it
+                        return
+                conn.close()
+            finally:
+                if self._guard is not None:
+                    if took:
+                        self._guard.release()
+                    self._guard.close()

@@ -1,0 +1,153 @@
+"""The generation check of every write and close: is the store under this connection still the
+one on disk? (SPEC §10.1, §10.3-§10.5).
+
+:class:`GenerationTracking` is part of :class:`hermes_state.store.connection.StoreConnection` (it
+needs its ``conn``, ``db_path``, ``generation`` and ``checkpoint``): identities recorded at
+open, compared before each write (the on-disk header read through SQLite's own descriptor), and
+on a mismatch the sticky refusal, the retired-WAL capture and the stale sidecars moved aside.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from .. import events
+from ..errors import HOLDER_SELF, DeletedWalGenerationError, StateDbReplacedError
+from ..files import atomic
+from ..files.paths import utc_stamp
+from ..processes.generation import (
+    Generation,
+    capture_retired,
+    diff,
+    identity,
+    own_descriptors,
+)
+from .pragmas import disable_checkpoint_on_close
+
+log = logging.getLogger("hermes_state")
+
+
+class GenerationTracking:
+    """Mixin of :class:`~hermes_state.store.connection.StoreConnection`: identities and refusals."""
+
+    def _record_generation(self) -> None:
+        token = self.conn.execute(
+            "SELECT value FROM state_meta WHERE key='db_file_generation'").fetchone()[0]
+        app_id = self.conn.execute("PRAGMA application_id").fetchone()[0]
+        self.generation = Generation.read(self.db_path, app_id, token)
+        self._main_fd = None
+        if self.journal_mode == "wal" and self._disk_application_id() != app_id:
+            # Page 1 with our application_id is still only in the WAL (fresh store): move it to
+            # the file so that the on-disk header can be compared before every write.
+            self.checkpoint("PASSIVE", trigger="open")
+        self._initial_disk_app_id = self._disk_application_id()
+
+    def _disk_application_id(self) -> int | None:
+        """``application_id`` in the 100-byte header ON DISK, read through SQLite's own descriptor.
+
+        A read through the connection would be served from the page cache or our own WAL frames
+        and never see a ``cp other.db state.db`` (same inode, new content). ``os.pread`` on the
+        descriptor SQLite already holds opens nothing and closes nothing (SPEC §4). Returns None
+        when no descriptor of ours has the recorded inode (non-Linux), -1 for a file whose header
+        is not SQLite's.
+        """
+        assert self.generation is not None
+        fd = self._main_fd
+        if fd is not None:
+            try:
+                st = os.fstat(fd)
+                if (st.st_dev, st.st_ino) != tuple(self.generation.db or ()):
+                    fd = None
+            except OSError:
+                fd = None
+        if fd is None:
+            fds = own_descriptors(self.generation.db)
+            fd = fds[0] if fds else None
+            self._main_fd = fd
+        if fd is None:
+            return None
+        try:
+            header = os.pread(fd, 100, 0)
+        except OSError:
+            return None
+        if len(header) < 72 or not header.startswith(b"SQLite format 3\x00"):
+            return -1 if header else 0
+        return int.from_bytes(header[68:72], "big", signed=True)
+
+    def rerecord_generation(self) -> None:
+        """Re-take the identities after this handle's own VACUUM/TRUNCATE (SPEC §8, §10.1)."""
+        with self._lock:
+            self._record_generation()
+
+    def _check_generation(self) -> None:
+        """SPEC §10.1: the store under the connection must still be the one on disk."""
+        assert self.generation is not None
+        app_id = self._live_application_id()
+        found = diff(self.generation, self.db_path, app_id)
+        if found is None:
+            return
+        kind, detail = found
+        self._retire(kind, detail, trigger="halt")
+        raise self._sticky  # type: ignore[misc]
+
+    def _live_application_id(self) -> int:
+        """The recorded application_id unless the header on disk proves another file is there."""
+        assert self.generation is not None
+        disk = self._disk_application_id()
+        if disk is None or disk in (self.generation.application_id, self._initial_disk_app_id):
+            return self.generation.application_id
+        return disk
+
+    def _retire(self, kind: str, detail: str, trigger: str) -> None:
+        """Make the refusal sticky, capture the retired WAL, never checkpoint again."""
+        self._retired = True
+        capture = None
+        try:
+            path = capture_retired(self.db_path, self.generation, trigger)  # type: ignore[arg-type]
+            capture = str(path) if path else None
+        except Exception as exc:  # noqa: BLE001 - the refusal must stand even if evidence fails
+            log.error("could not write the retired-WAL capture beside %s: %s", self.db_path, exc)
+        self._capture_dir = capture
+        if kind == "replaced_db":
+            detail += self._move_stale_sidecars_aside(capture)
+        if capture:
+            detail += f"; evidence captured in {capture}"
+            events.enabled() and events.emit("capture", dir=capture, trigger=trigger, reason=kind)
+        if kind == "retired_wal":
+            # This handle holds the retired generation itself (issue 16 item 4).
+            detail = (f"held by this process: PID {os.getpid()}, the connection that was "
+                      f"writing; {detail}")
+            err: StateDbReplacedError = DeletedWalGenerationError(
+                detail, capture_dir=capture, held_by=HOLDER_SELF, pid=os.getpid(),
+                own_connection=True)
+        else:
+            err = StateDbReplacedError(detail)
+        self._sticky = err
+        events.enabled() and events.emit("refusal", reason=kind, detail=detail)
+        disable_checkpoint_on_close(self.conn, str(self.db_path))
+
+    def _move_stale_sidecars_aside(self, capture: str | None) -> str:
+        """After ``state.db`` was replaced, our ``-wal``/``-shm`` still sit at the path.
+
+        They belong to the file that was replaced; the next opener would replay our frames onto
+        the new file. While they are still exactly ours (same inode as recorded), rename them into
+        the capture directory (or beside the store) so the new file opens clean. Nothing is
+        deleted: the bytes stay as evidence.
+        """
+        assert self.generation is not None
+        moved = []
+        for suffix, recorded in (("-wal", self.generation.wal), ("-shm", self.generation.shm)):
+            path = Path(f"{self.db_path}{suffix}")
+            if recorded is None or identity(path) != tuple(recorded):
+                continue
+            if capture:
+                dest = Path(capture) / f"{path.name}.moved-from-path"
+            else:
+                dest = path.with_name(f"{path.name}.stale-{utc_stamp()}-{os.getpid()}")
+            try:
+                moved.append(str(atomic.move_aside(path, atomic.numbered(dest))))
+            except OSError as exc:
+                log.error("could not move the stale %s aside: %s", path, exc)
+        return f"; moved this generation's sidecars aside: {', '.join(moved)}" if moved else ""

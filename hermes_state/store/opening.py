@@ -1,0 +1,264 @@
+"""Opening a store: one pipeline from the path to a ready connection (SPEC §1-§4, §10.4, §12).
+
+:func:`open_connection` reads top to bottom:
+
+1. read-only: refuse unsafe files, connect ``mode=ro`` (``immutable=1`` beside a retired WAL);
+2. writable: the home directory, unsafe files and permissions refused by name, any process
+   holding a retired sidecar refused (SPEC §10.4), a file that is not SQLite quarantined
+   (:mod:`hermes_state.store.quarantine`), the checkpoint lock opened (issue 12);
+3. connect and set the pragmas (:mod:`hermes_state.store.pragmas`), create or migrate the schema
+   unless the store is settled (:mod:`hermes_state.store.migrations`, :mod:`hermes_state.schema.shape`),
+   record the generation (:mod:`hermes_state.store.generation_tracking`);
+4. resume a deferred FTS back-fill (:mod:`hermes_state.fts.backfill`), emit ``open``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+import stat
+import time
+from pathlib import Path
+from typing import Callable, TypeVar
+
+from .. import events, failpoints
+from ..errors import (
+    HOLDER_OTHER,
+    HOLDER_SELF,
+    HOLDER_SELF_AND_OTHERS,
+    DeletedWalGenerationError,
+    is_lock_error,
+)
+from ..files import atomic
+from ..files.paths import access_problem, ensure_home, sqlite_uri
+from ..fts import backfill as fts_backfill
+from ..processes import holders
+from ..processes.checkpoint_lock import CheckpointLock, wal_reset_exposure
+from ..schema.shape import pending_work, stored_version
+from . import migrations
+from .connection import (
+    _WRITE_MAX_RETRIES,
+    BUSY_TIMEOUT_S,
+    RETRY_SLEEP_MAX_S,
+    RETRY_SLEEP_MIN_S,
+    StoreConnection,
+)
+from .pragmas import apply_pragmas, tighten_modes
+from .quarantine import quarantine_if_not_sqlite
+
+log = logging.getLogger("hermes_state")
+
+T = TypeVar("T")
+
+_exposure_logged = False
+
+def open_connection(db_path: Path, *, read_only: bool = False,
+                    synchronous: str = "NORMAL") -> StoreConnection:
+    """Open the store at ``db_path``: refusals, quarantine, connect, migrate, generation.
+
+    Args:
+        db_path: absolute path of ``state.db``.
+        read_only: open ``mode=ro``: no scan, no schema work, never creates the store.
+        synchronous: ``"NORMAL"`` (durable against process crash) or ``"FULL"``.
+    Returns:
+        The :class:`~hermes_state.store.connection.StoreConnection`, ready for reads and writes.
+    Raises:
+        DeletedWalGenerationError: some process holds a deleted/replaced sidecar (SPEC §10.4).
+        StorePermissionError: the directory or a store file cannot be written.
+        StateDbCorruptError: the store is damaged (SPEC §12).
+        sqlite3.OperationalError: read-only open of a store that does not exist.
+    """
+    sc = StoreConnection(db_path, read_only=read_only)
+    _log_exposure_once()
+    if read_only:
+        _refuse_unsafe_files(sc)
+        sc.conn = _connect_ro(sc)
+        return sc
+    ensure_home(sc.db_path.parent)
+    _refuse_unsafe_files(sc)
+    problem = access_problem(sc.db_path, write=True)
+    if problem is not None:  # SPEC §4: the exact path, the permission and the fix
+        raise problem
+    _refuse_if_retired_holders(sc)
+    sc.quarantined_to = quarantine_if_not_sqlite(sc.db_path)
+    _open_guard(sc)
+    try:
+        _connect_and_prepare(sc, synchronous)
+    except BaseException:
+        sc._guard.close()  # type: ignore[union-attr]
+        raise
+    _start_backfill(sc)
+    events.enabled() and events.emit(
+        "open", db=str(sc.db_path), journal_mode=sc.journal_mode,
+        sqlite=sqlite3.sqlite_version, generation=sc.generation.as_dict())
+    return sc
+
+
+def _connect_and_prepare(sc: StoreConnection, synchronous: str) -> None:
+    failpoints.hit("open.before_connect")
+    try:
+        sc.conn = _connect_rw(sc, synchronous)
+    except sqlite3.DatabaseError as exc:
+        sc._raise_named(exc)
+    try:
+        _prepare_schema(sc)
+        failpoints.hit("open.after_schema")
+        sc._record_generation()
+    except sqlite3.DatabaseError as exc:
+        sc.conn.close()
+        sc._raise_named(exc)
+    except BaseException:
+        sc.conn.close()
+        raise
+
+
+def _open_guard(sc: StoreConnection) -> None:
+    """Open the checkpoint lock (issue 12); an unusable one is logged, never silent."""
+    guard = sc._guard = CheckpointLock(sc.db_path)
+    guard.log_degraded(sc._exposed)
+    sc._lock_checkpoints = sc._exposed and guard.usable
+
+
+def _connect_ro(sc: StoreConnection) -> sqlite3.Connection:
+    """``mode=ro``; ``immutable=1`` while a process holds a retired sidecar (issue 11.5).
+
+    With a retired generation held, the ``-shm`` at the path may index frames of a WAL that
+    is no longer there (``disk I/O error``), and any ordinary opener would create a new
+    ``-wal``/``-shm`` (a second generation). ``immutable=1`` reads the main file alone and
+    touches neither sidecar: what the holder committed since the last checkpoint is not
+    shown (it is safe in its WAL; the CLI says so). ``sc.retired_holders`` lists them.
+    """
+    try:
+        os.stat(sc.db_path)
+    except FileNotFoundError:
+        raise sqlite3.OperationalError(f"no session store at {sc.db_path}") from None
+    except PermissionError as exc:
+        raise (access_problem(sc.db_path, write=False) or exc) from exc
+    sc.retired_holders = holders.scan_settled(sc.db_path, include_self=True).retired_holders
+    params = {"mode": "ro"}
+    if sc.retired_holders:
+        params["immutable"] = "1"
+    uri = sqlite_uri(sc.db_path, **params)
+    conn = None
+    try:  # a permission or damage problem surfaces here (SQLite opens lazily), by name
+        conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None,
+                               check_same_thread=False)
+        conn.row_factory = sqlite3.Row
+        conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+    except sqlite3.DatabaseError as exc:
+        if conn is not None:
+            conn.close()
+        problem = access_problem(sc.db_path, write=False)
+        if problem is not None:
+            raise problem from exc
+        sc._raise_named(exc)
+    return conn
+
+
+def _refuse_unsafe_files(sc: StoreConnection) -> None:
+    """The three store files must be plain files or absent: never a link, FIFO or device.
+
+    Checked with ``lstat`` before anything opens them (a FIFO would block the open, a device
+    would be read as a database). Raises :class:`~hermes_state.files.atomic.UnsafePathError`.
+    """
+    for suffix in ("", "-wal", "-shm"):
+        p = Path(f"{sc.db_path}{suffix}")
+        try:
+            st = os.lstat(p)
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            raise atomic.UnsafePathError(
+                f"refusing to open the session store: {p} is "
+                f"{atomic.describe_mode(st.st_mode)}, not a regular file.",
+                "the three files state.db, state.db-wal and state.db-shm must be plain files "
+                "in one directory (SPEC §1); replace it with the real file or move it away.",
+                path=str(p))
+
+
+def _refuse_if_retired_holders(sc: StoreConnection) -> None:
+    """SPEC §10.4: never connect while any process holds a retired sidecar of this store."""
+    found = holders.scan_settled(sc.db_path, include_self=True).retired_holders
+    if not found:
+        return
+    lines = "\n".join("  " + h.line() for h in found)
+    detail = (f"{len(found)} process(es) still hold a retired WAL generation of "
+              f"{sc.db_path}:\n{lines}")
+    events.enabled() and events.emit("refusal", reason="open_scan", detail=detail,
+                                     holders=[h.as_tuple() for h in found])
+    mine = [h for h in found if h.pid == os.getpid()]
+    held_by = (HOLDER_OTHER if not mine else HOLDER_SELF if len(mine) == len(found)
+               else HOLDER_SELF_AND_OTHERS)
+    raise DeletedWalGenerationError(detail, holders=[h.as_tuple() for h in found],
+                                    held_by=held_by, pid=os.getpid())
+
+
+def _connect_rw(sc: StoreConnection, synchronous: str) -> sqlite3.Connection:
+    conn = sqlite3.connect(str(sc.db_path), timeout=BUSY_TIMEOUT_S, isolation_level=None,
+                           check_same_thread=False)
+    conn.row_factory = sqlite3.Row
+    try:
+        sc.journal_mode = apply_pragmas(conn, synchronous, sc.db_path, exposed=sc._exposed,
+                                        retry=lambda fn: _retry_lock(sc, fn))
+    except BaseException:
+        conn.close()
+        raise
+    tighten_modes(sc.db_path)
+    return conn
+
+
+def _retry_lock(sc: StoreConnection, fn: Callable[[], T]) -> T:
+    """``fn()`` again after a jittered sleep on lock errors (the open's pragmas)."""
+    for attempt in range(1, _WRITE_MAX_RETRIES + 1):
+        try:
+            return fn()
+        except sqlite3.OperationalError as exc:
+            if not is_lock_error(exc) or attempt == _WRITE_MAX_RETRIES:
+                raise
+            time.sleep(sc._rng.uniform(RETRY_SLEEP_MIN_S, RETRY_SLEEP_MAX_S))
+    raise AssertionError("unreachable")
+
+
+def _settled(sc: StoreConnection) -> bool:
+    """True when the open has nothing to write (SPEC §3; :mod:`hermes_state.schema.shape`).
+
+    Read-only and cheap (catalogue queries; the declared columns are computed once per
+    process). Judged by structure, whatever the store's version (2 to 31) and the names of
+    its triggers and indexes: :func:`hermes_state.schema.shape.pending_work` is empty.
+    Sets ``sc._schema_version_seen`` (None when unreadable).
+    """
+    sc._schema_version_seen = stored_version(sc.conn)[0]
+    return not pending_work(sc.conn)
+
+
+def _prepare_schema(sc: StoreConnection) -> None:
+    """Create, migrate or complete the schema unless settled (SPEC §2, §3).
+
+    Settled store: no write at all (a store newer than the code only gets its once-per-process
+    warning). Otherwise :func:`hermes_state.store.migrations.prepare_store`: a fresh store in one
+    transaction; an older one column reconciliation, then each versioned step in its own
+    transaction with its ``migrate.v<N>.before_commit`` failpoint, then the idempotent rest.
+    The outcome is kept in ``sc.migration_report`` (None when settled).
+    """
+    sc.migration_report = None
+    if _settled(sc):
+        migrations.warn_if_newer(sc.db_path, sc._schema_version_seen)
+        return
+    sc.migration_report = migrations.prepare_store(sc)
+
+
+def _start_backfill(sc: StoreConnection) -> None:
+    """Resume a deferred FTS back-fill in a background thread (SPEC §2.4, fts_backfill)."""
+    if sc.read(fts_backfill.wanted):
+        sc._backfill = fts_backfill.BackfillThread(sc)
+        sc._backfill.start()
+
+
+def _log_exposure_once() -> None:
+    global _exposure_logged
+    if not _exposure_logged:
+        _exposure_logged = True
+        text = wal_reset_exposure()
+        if text:
+            log.info(text)
