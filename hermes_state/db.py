@@ -17,18 +17,15 @@ import sqlite3
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
-from .api.anchors import AnchorsMixin
 from .api.archive import ArchiveMixin
 from .api.cleanup import CleanupMixin
-from .api.compression import CompressionMixin
-from .api.compression_locks import CompressionLocksMixin
-from .api.gateway import GatewayMixin
-from .api.handoff import HandoffMixin
+from .api.compression import CompressionLocksMixin, CompressionMixin
+from .api.gateway import GatewayMixin, HandoffMixin
 from .api.housekeeping import HousekeepingMixin
 from .api.importer import ImportMixin
 from .api.lineage import LineageMixin
 from .api.listing import ListingMixin
-from .api.messages import MessagesMixin
+from .api.messages import AnchorsMixin, MessagesMixin
 from .api.removal import RemovalMixin
 from .api.replay import ReplayMixin
 from .api.rewrite import RewriteMixin

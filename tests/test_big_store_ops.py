@@ -113,14 +113,14 @@ def test_recover_sees_a_change_made_after_the_copy(tmp_path, spawn, monkeypatch)
     child.ok("open", path=str(path))
     child.ok("create", sid="s")
     child.ok("append", sid="s", n=3)
-    inspect = recover_mod._inspect
+    inspect = recover_mod.inspect_tables
 
     def inspect_then_write(*a, **kw):
         out = inspect(*a, **kw)
         child.ok("append", sid="s", n=1, prefix="after the copy")
         return out
 
-    monkeypatch.setattr(recover_mod, "_inspect", inspect_then_write)
+    monkeypatch.setattr(recover_mod, "inspect_tables", inspect_then_write)
     with pytest.raises(SourceChangedError) as info:
         recover(path, inspect_only=True)
     assert info.value.report["source_unchanged"] is False

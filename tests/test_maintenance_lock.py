@@ -99,7 +99,7 @@ def test_a_gated_command_keeps_the_lock_from_its_decision_through_its_action(
         tmp_path, spawn, monkeypatch, event_log, command):
     path = tmp_path / "state.db"
     make_store(path)
-    real = cli_module._open_rw
+    real = cli_module.open_rw
     seen: dict = {}
 
     def decided_then_cron(args):  # the gate has decided; the rewrite is about to start
@@ -108,7 +108,7 @@ def test_a_gated_command_keeps_the_lock_from_its_decision_through_its_action(
             seen["first"] = until_blocked_or_acked(seen["child"])
         return real(args)
 
-    monkeypatch.setattr(cli_module, "_open_rw", decided_then_cron)
+    monkeypatch.setattr(cli_module, "open_rw", decided_then_cron)
     assert cli(["--home", str(tmp_path), *command]) == 0
     rest = finish(seen["child"])
     assert seen["first"].get("event") == "retry", seen["first"]  # it waited for the action

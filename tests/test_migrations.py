@@ -433,16 +433,14 @@ def test_two_processes_open_the_same_old_store_at_once(tmp_path):
 
 
 def test_settled_detection_is_cheap_and_read_only(tmp_path):
-    """_settled() on a migrated store answers True without any write (SPEC §3)."""
+    """settled() on a migrated store answers True without any write (SPEC §3)."""
     m = h.build_fixture(tmp_path / "state.db", 11, sessions=3, messages_per_session=2)
     SessionDB(m["path"]).close()
     with SessionDB(m["path"], read_only=True) as ro:
-        conn = ro.connection
-        conn._schema_version_seen = None
-        from hermes_state.store.opening import _settled
+        from hermes_state.store.opening import settled
 
-        assert _settled(conn) is True
-        assert conn._schema_version_seen == 23
+        assert settled(ro.connection.conn) == (True, 23)
+        assert ro.connection.conn.total_changes == 0
 
 
 class _FakeStore:

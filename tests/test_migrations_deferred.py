@@ -21,7 +21,8 @@ from hermes_state.schema.fts_layout import rebuild_markers, verify_fts
 from hermes_state import SessionDB
 from hermes_state import testing as h
 from hermes_state.fts import backfill as fts_backfill
-from hermes_state.store import migrations, opening
+from hermes_state.store import migrations
+from hermes_state.store.connection import StoreConnection
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -87,7 +88,7 @@ def test_small_store_is_reindexed_inside_the_open(tmp_path, monkeypatch):
 def test_every_message_is_findable_while_the_backfill_is_pending(tmp_path, defer_all,
                                                                  monkeypatch):
     m = h.build_fixture(tmp_path / "state.db", 1, sessions=4, messages_per_session=6)
-    monkeypatch.setattr(opening, "_start_backfill", lambda sc: None)
+    monkeypatch.setattr(StoreConnection, "start_backfill", lambda self: None)
     with SessionDB(m["path"]) as db:
         assert db._read(rebuild_markers) == (0, max(m["messages"]))
         assert db._read(verify_fts) == {"messages_fts": "ok", "messages_fts_trigram": "ok"}

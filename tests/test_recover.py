@@ -25,7 +25,7 @@ from hermes_state.operator.recover import (
     CANONICAL_TABLES,
     RecoverRefused,
     SourceChangedError,
-    _copy_source,
+    copy_source,
     recover,
 )
 
@@ -412,7 +412,7 @@ def test_copy_source_refuses_when_a_real_writer_changes_the_source(tmp_path, spa
     child.ok("append", sid="s", n=3)
     work = tmp_path / "work"
     work.mkdir()
-    copied = _copy_source(path, work)
+    copied = copy_source(path, work)
     assert copied["state.db"]["bytes"] == path.stat().st_size
     assert (work / "state.db-wal").read_bytes() == Path(f"{path}-wal").read_bytes()
     assert copied["state.db-journal"] is None
@@ -420,7 +420,7 @@ def test_copy_source_refuses_when_a_real_writer_changes_the_source(tmp_path, spa
     work2 = tmp_path / "work2"
     work2.mkdir()
     with pytest.raises(SourceChangedError) as info:
-        _copy_source(path, work2, after_copy_hook=lambda: child.ok("append", sid="s", n=1))
+        copy_source(path, work2, after_copy_hook=lambda: child.ok("append", sid="s", n=1))
     assert "the source changed while it was copied; stop every process using it" in str(
         info.value)
     assert "state.db-wal" in info.value.operator_detail

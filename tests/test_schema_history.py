@@ -106,7 +106,7 @@ def test_current_trigger_ddl_adds_nothing_to_a_legacy_store(tmp_path, version):
         ddl = schema.FTS_TRIGGERS_SQL
         if version >= 10:
             ddl += schema.TRIGRAM_TRIGGERS_SQL
-        for stmt in schema._split_triggers(ddl):
+        for stmt in schema.split_triggers(ddl):
             conn.execute(stmt)  # CREATE TRIGGER IF NOT EXISTS: the names exist
         assert schema.create_fts(conn) == []  # layout-aware: leaves the inline layout alone
         conn.execute("COMMIT")

@@ -8,7 +8,7 @@ Rows are the raw sessions columns (D7) plus ``preview`` and ``last_active``:
   longer (structured content shows its stored JSON text, as upstream);
 - ``last_active``: the newest message timestamp, else ``started_at``.
 
-The default listing shows *listable* rows only (:mod:`hermes_state.api.kinds`): every child that is
+The default listing shows *listable* rows only (:mod:`hermes_state.api.filters`): every child that is
 not a branch is hidden (a compression continuation appears through its root, projected), and so
 is every delegate sub-agent. *Tip projection*: a listed root that ended with compression shows
 its chain's live tip (id, end state, counters, title, preview, model, prompt, workspace) at the
@@ -23,8 +23,13 @@ from typing import Any
 
 from ..store.reads import in_snapshot
 from .compression import compression_tip
-from .filters import archived_sql, cwd_prefix_sql
-from .kinds import activity, is_continuation, is_listable
+from .filters import (
+    activity,
+    archived_sql,
+    cwd_prefix_sql,
+    is_continuation,
+    is_listable,
+)
 from .sessions import session_row
 from .text import clean_text
 

@@ -12,8 +12,7 @@ from __future__ import annotations
 import sqlite3
 import time
 
-from .filters import prune_filter_sql
-from .kinds import is_delegate, marker
+from .filters import is_delegate, marker, prune_filter_sql
 from .text import clean_text
 from .titles import auto_title_key
 from .transcripts import remove_transcripts

@@ -19,7 +19,7 @@ from pathlib import Path
 from ..files import atomic
 from ..files.paths import ensure_home, spool_path
 from .messages import build_append
-from .text import clean_text
+from .text import CleaningConnection, clean_text
 
 
 def divert_to_spool(home: str | os.PathLike, session_id: str, messages: list[dict]) -> Path:
@@ -212,7 +212,8 @@ def replay_spool(db, *, dry_run: bool = False) -> dict:
                 return mid
 
             try:
-                mid = db._write(fn, op="replay_spool")
+                mid = db.connection.execute_write(lambda c: fn(CleaningConnection(c)),
+                                                 op="replay_spool")
             except _RECORD_ERRORS as exc:  # this record's values, not the store
                 result["failed"] += 1
                 result["errors"].append(f"{path.name}:{lineno} {spool_id}: {exc}")

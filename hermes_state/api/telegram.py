@@ -14,7 +14,7 @@ import sqlite3
 import time
 from typing import Any
 
-from .kinds import activity
+from .filters import activity
 from .listing import ROW_EXTRAS, finish_row
 from .text import clean_text
 

@@ -23,14 +23,14 @@ from .common import (
     JSON_HELP,
     SOURCE_HELP,
     CliError,
-    _db_path,
-    _exists,
-    _open_ro,
-    _open_rw,
-    _print_json,
-    _require_store,
+    open_ro,
+    open_rw,
+    print_json,
+    require_store,
+    store_exists,
+    store_path,
 )
-from .export import _markdown, cmd_export
+from .export import cmd_export, markdown
 from .progress import progress_display
 
 
@@ -39,9 +39,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from ..operator.doctor import run_doctor
 
     with progress_display(args, "checking the store (holders, quick_check)"):
-        report = run_doctor(_db_path(args), fix=args.fix)
+        report = run_doctor(store_path(args), fix=args.fix)
     if args.json:
-        _print_json(report.to_dict())
+        print_json(report.to_dict())
     else:
         print(report.render())
     return report.exit_code
@@ -51,11 +51,11 @@ def cmd_backup(args: argparse.Namespace) -> int:
     """``backup [create|list|restore ID]`` (SPEC §13); restore refuses under holders."""
     from ..operator import snapshots
 
-    path = _db_path(args)
+    path = store_path(args)
     if args.action == "list":
         items = snapshots.list_snapshots(path)
         if args.json:
-            _print_json(items)
+            print_json(items)
         else:
             for item in items:
                 counts = ("" if item.get("sessions") is None else
@@ -72,14 +72,14 @@ def cmd_backup(args: argparse.Namespace) -> int:
         if not args.id:
             raise CliError("backup restore needs a snapshot id", "list them with `backup list`")
         result = snapshots.restore_snapshot(path, args.id)
-        _print_json(result) if args.json else print(f"restored {args.id} into {path}")
+        print_json(result) if args.json else print(f"restored {args.id} into {path}")
         return EXIT_OK
-    if not _exists(path):
+    if not store_exists(path):
         raise CliError(f"no session store at {path}", "nothing to back up")
     with progress_display(args, "backup") as bar:
         result = snapshots.create_snapshot(path, reason=args.reason, progress=bar)
     if args.json:
-        _print_json(result)
+        print_json(result)
     else:
         print(f"snapshot {result.get('path') or result.get('id')}: "
               f"verified={result.get('verified')}")
@@ -90,10 +90,10 @@ def cmd_backup(args: argparse.Namespace) -> int:
 
 def cmd_list(args: argparse.Namespace) -> int:
     """``sessions list``: newest first with preview; returns the exit code."""
-    with _open_ro(args) as db:
+    with open_ro(args) as db:
         rows = db.list_sessions(source=args.source, limit=args.limit, offset=args.offset)
     if args.json:
-        _print_json(rows)
+        print_json(rows)
         return EXIT_OK
     for r in rows:
         title = r.get("title") or ""
@@ -106,14 +106,14 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_show(args: argparse.Namespace) -> int:
     """``sessions show ID``: one session and its messages; 1 when it does not exist."""
-    with _open_ro(args) as db:
+    with open_ro(args) as db:
         data = db.export_session(args.id)
     if data is None:
         raise CliError(f"no session {args.id!r}", "list them with `sessions list`")
     if args.json:
-        _print_json(data)
+        print_json(data)
     else:
-        print(_markdown(data))
+        print(markdown(data))
     return EXIT_OK
 
 
@@ -121,12 +121,12 @@ def cmd_search(args: argparse.Namespace) -> int:
     """``sessions search QUERY`` (SPEC §6): never raises for any query text."""
     if getattr(args, "by_id", False):
         return cli_manage.cmd_search_by_id(args)
-    with _open_ro(args) as db:
+    with open_ro(args) as db:
         hits = db.search_messages(args.query, source_filter=[args.source] if args.source else None,
                                   role_filter=[args.role] if args.role else None,
                                   limit=args.limit, offset=args.offset)
     if args.json:
-        _print_json(hits)
+        print_json(hits)
         return EXIT_OK
     for h in hits:
         print(f"{h['session_id']}  #{h['id']}  {h['role']}: {h['snippet']}")
@@ -139,11 +139,11 @@ def cmd_prune(args: argparse.Namespace) -> int:
     """``sessions prune`` behind the live-writer gate, or handed to the owning gateway (§11)."""
     from ..processes import writer_gate as maintenance
 
-    path = _db_path(args)
-    owner = maintenance.gateway_owner_pid(path) if _exists(path) else None
+    path = store_path(args)
+    owner = maintenance.gateway_owner_pid(path) if store_exists(path) else None
     decision = maintenance.check_gate(path, "prune", force=args.force, dry_run=args.dry_run,
                                       gateway_owner_pid=owner)
-    with _open_ro(args) as ro:
+    with open_ro(args) as ro:
         rows = ro.list_prune_candidates(older_than_days=args.older_than, source=args.source)
     preview = [r["id"] for r in rows]
     result: dict = {"older_than_days": args.older_than, "source": args.source,
@@ -157,15 +157,15 @@ def cmd_prune(args: argparse.Namespace) -> int:
     if len(preview) > 20:
         say(f"  ... and {len(preview) - 20} more")
     if decision.action == "dry_run":
-        args.json and _print_json(result)
+        args.json and print_json(result)
         return EXIT_OK
     if decision.action == "handoff":
-        with _open_rw(args) as db:
+        with open_rw(args) as db:
             rid = maintenance.request_prune(db, older_than_days=args.older_than, source=args.source)
         result.update(request_id=rid, gateway_pid=decision.owner_pid)
         say(f"the gateway (PID {decision.owner_pid}) owns the store: prune handed to it as "
             f"request {rid}; it runs between turns and skips sessions with a turn in progress")
-        args.json and _print_json(result)
+        args.json and print_json(result)
         return EXIT_OK
     if not args.yes and sys.stdin.isatty():
         answer = input("prune them? [y/N] ")
@@ -179,19 +179,19 @@ def cmd_prune(args: argparse.Namespace) -> int:
     with maintenance.gate_held(path, "prune", force=args.force,
                                gateway_owner_pid=owner) as decision:
         if decision.action == "handoff":
-            with _open_rw(args) as db:
+            with open_rw(args) as db:
                 rid = maintenance.request_prune(db, older_than_days=args.older_than,
                                                 source=args.source)
             result.update(action="handoff", request_id=rid, gateway_pid=decision.owner_pid)
             say(f"the gateway (PID {decision.owner_pid}) owns the store: prune handed to it as "
                 f"request {rid}")
-            args.json and _print_json(result)
+            args.json and print_json(result)
             return EXIT_OK
-        with _open_rw(args) as db, progress_display(args, "pruning (one transaction)"):
+        with open_rw(args) as db, progress_display(args, "pruning (one transaction)"):
             n = db.prune_sessions(older_than_days=args.older_than, source=args.source)
     result["pruned"] = n
     say(f"pruned {n} session(s)")
-    args.json and _print_json(result)
+    args.json and print_json(result)
     return EXIT_OK
 
 
@@ -199,17 +199,17 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     """``sessions optimize`` behind the live-writer gate (SPEC §8, §11)."""
     from ..processes import writer_gate as maintenance
 
-    path = _require_store(args, "nothing to optimize")
+    path = require_store(args, "nothing to optimize")
     if args.dry_run:
         size = sum(p.stat().st_size for p in (path, Path(f"{path}-wal")) if p.exists())
         print(f"would optimize {path} ({size} bytes): FTS merge, PASSIVE checkpoint, VACUUM, "
               "TRUNCATE checkpoint")
         return EXIT_OK
-    with maintenance.gate_held(path, "optimize", force=args.force), _open_rw(args) as db, \
+    with maintenance.gate_held(path, "optimize", force=args.force), open_rw(args) as db, \
             progress_display(args, "optimizing (FTS merge, checkpoint, VACUUM, TRUNCATE)"):
         result = maintenance.optimize(db)
     if args.json:
-        _print_json(result)
+        print_json(result)
     else:
         print(f"optimized {path}: {result['before_bytes']} -> {result['after_bytes']} bytes")
     return EXIT_OK
@@ -219,12 +219,12 @@ def cmd_optimize_storage(args: argparse.Namespace) -> int:
     """``sessions optimize-storage`` (v23 FTS layout, resumable) behind the gate."""
     from ..processes import writer_gate as maintenance
 
-    path = _require_store(args, "nothing to optimize")
+    path = require_store(args, "nothing to optimize")
     from ..fts.switch import optimize_storage
 
     if args.dry_run:
-        with _open_ro(args) as ro:
-            layout = ro._read(lambda c: c.execute(
+        with open_ro(args) as ro:
+            layout = ro.connection.read(lambda c: c.execute(
                 "SELECT sql FROM sqlite_master WHERE name='messages_fts'").fetchone())
         external = bool(layout and "content='messages'" in (layout[0] or ""))
         print("nothing to do: already on the external-content layout" if external
@@ -232,9 +232,9 @@ def cmd_optimize_storage(args: argparse.Namespace) -> int:
         return EXIT_OK
 
     with maintenance.gate_held(path, "optimize-storage", force=args.force), \
-            _open_rw(args) as db, progress_display(args, "indexing messages") as bar:
+            open_rw(args) as db, progress_display(args, "indexing messages") as bar:
         result = optimize_storage(db, progress=bar.update)
-    _print_json(result) if args.json else print(
+    print_json(result) if args.json else print(
         "nothing to do" if result.get("status") == "nothing to do"
         else f"optimize-storage done: {json.dumps(result, default=str)}")
     return EXIT_OK
@@ -251,7 +251,7 @@ def cmd_recover(args: argparse.Namespace) -> int:
     with progress_display(args, "recover") as bar:
         report = recover(source, output=args.output, inspect_only=args.inspect_only,
                          allow_partial=args.allow_partial, report=args.report, progress=bar)
-    _print_json(report)
+    print_json(report)
     print(_recover_summary(report), file=sys.stderr)
     return EXIT_OK if report.get("recoverable") and not report.get("failed") else EXIT_FAIL
 
@@ -293,10 +293,10 @@ def cmd_replay_spool(args: argparse.Namespace) -> int:
     """``sessions replay-spool`` (SPEC §10.1): exactly once; 1 when a record failed."""
     from ..api.spool import replay_spool
 
-    _require_store(args, "replay-spool imports into an existing store")
-    with _open_rw(args) as db:
+    require_store(args, "replay-spool imports into an existing store")
+    with open_rw(args) as db:
         result = replay_spool(db, dry_run=args.dry_run)
-    _print_json(result) if args.json else print(
+    print_json(result) if args.json else print(
         f"imported {result['imported']} message(s), {result['skipped']} already imported, "
         f"{result['failed']} failed from {result['files']} spool file(s)")
     if result["failed"] and not args.json:
@@ -312,7 +312,7 @@ def cmd_salvage(args: argparse.Namespace) -> int:
     store lacks; ``--apply`` appends it in one transaction behind the gate (issue 16)."""
     from ..operator import salvage
 
-    path = _require_store(args, "salvage appends into an existing store")
+    path = require_store(args, "salvage appends into an existing store")
     captures = [Path(c) for c in args.capture] or salvage.captures_beside(path)
     if not captures:
         raise CliError(f"no retired-WAL capture beside {path}",
@@ -320,7 +320,7 @@ def cmd_salvage(args: argparse.Namespace) -> int:
     if args.apply and not args.dry_run:
         results = salvage.apply_captures(path, captures, force=args.force)
         if args.json:
-            _print_json(results)
+            print_json(results)
             return EXIT_OK
         for res in results:
             plan = res["plan"]
@@ -333,7 +333,7 @@ def cmd_salvage(args: argparse.Namespace) -> int:
         return EXIT_OK
     plans = [salvage.plan_capture(path, c).to_dict() for c in captures]
     if args.json:
-        _print_json(plans)
+        print_json(plans)
         return EXIT_OK
     for plan in plans:
         print(f"{Path(plan['capture']).name} (captured {plan['captured_at']} by PID "
@@ -567,7 +567,7 @@ def main(argv: list[str] | None = None) -> int:
     except HermesStateError as exc:
         print(str(exc), file=sys.stderr)
         if getattr(args, "json", False):
-            _print_json(_refusal_dict(exc))
+            print_json(_refusal_dict(exc))
         return EXIT_FAIL
     except BrokenPipeError:
         # The reader went away (`hermes-state doctor | head`): not an error of the store.

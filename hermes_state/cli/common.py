@@ -27,15 +27,15 @@ class CliError(Exception):
         self.next_step = next_step
 
 
-def _print_json(obj: Any) -> None:
+def print_json(obj: Any) -> None:
     print(json.dumps(obj, indent=2, ensure_ascii=False, default=str))
 
 
-def _db_path(args: argparse.Namespace) -> Path:
+def store_path(args: argparse.Namespace) -> Path:
     return default_db_path(args.home, args.profile)
 
 
-def _exists(path: Path) -> bool:
+def store_exists(path: Path) -> bool:
     """Whether the store file exists; a directory this user cannot enter is a permission
     problem named as such (SPEC §4), never "no session store"."""
     try:
@@ -49,16 +49,16 @@ def _exists(path: Path) -> bool:
         raise access_problem(path, write=False) or permission_error(path, "read") from None
 
 
-def _open_ro(args: argparse.Namespace):
+def open_ro(args: argparse.Namespace):
     from ..db import SessionDB
 
-    path = _db_path(args)
-    if not _exists(path):
+    path = store_path(args)
+    if not store_exists(path):
         raise CliError(f"no session store at {path}",
                        "check --home/--profile (or HERMES_HOME); the store is created on first use")
     db = SessionDB(path, read_only=True)
     # the open's own settled scan (it chose immutable=1 for them): one wait, not two
-    _warn_if_retired(path, [h for h in db._conn.retired_holders if h.pid != os.getpid()])
+    _warn_if_retired(path, [h for h in db.connection.retired_holders if h.pid != os.getpid()])
     return db
 
 
@@ -72,19 +72,19 @@ def _warn_if_retired(path: Path, retired: list) -> None:
               "`hermes-state doctor`.", file=sys.stderr)
 
 
-def _require_store(args: argparse.Namespace, why: str) -> Path:
+def require_store(args: argparse.Namespace, why: str) -> Path:
     """The store path; CliError when it does not exist (a mistyped --home must not mint one)."""
-    path = _db_path(args)
-    if not _exists(path):
+    path = store_path(args)
+    if not store_exists(path):
         raise CliError(f"no session store at {path}: {why}",
                        "check --home/--profile (or HERMES_HOME)")
     return path
 
 
-def _open_rw(args: argparse.Namespace):
+def open_rw(args: argparse.Namespace):
     from ..db import SessionDB
 
-    return SessionDB(_db_path(args))
+    return SessionDB(store_path(args))
 
 
 # --------------------------------------------------------------------------- doctor / backup

@@ -15,11 +15,11 @@ from pathlib import Path
 
 from .. import failpoints
 from ..files import atomic
-from .common import EXIT_OK, CliError, _db_path, _open_ro
+from .common import EXIT_OK, CliError, open_ro, store_path
 from .progress import progress_display
 
 
-def _markdown(data: dict) -> str:
+def markdown(data: dict) -> str:
     lines = [f"# {data.get('title') or data['id']}", "",
              f"session `{data['id']}` · source {data.get('source')} · model {data.get('model')}", ""]
     for m in data.get("messages", []):
@@ -103,8 +103,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     from ..operator.exporting import export_all_to, export_session_to
 
     output = None if args.output in (None, "-") else args.output
-    kind = _check_export_target(output, _db_path(args)) if output else None
-    with _open_ro(args) as db, progress_display(args, "exporting messages") as bar:
+    kind = _check_export_target(output, store_path(args)) if output else None
+    with open_ro(args) as db, progress_display(args, "exporting messages") as bar:
         def write(out) -> None:
             if args.id:
                 if not export_session_to(db, args.id, out, args.format, progress=bar.update):

@@ -36,18 +36,18 @@ def cmd_archive(args: argparse.Namespace) -> int:
         if args.older_than is None:
             raise cli.CliError("archive needs a session id or --older-than DAYS",
                                "preview with `sessions archive --older-than 90 --dry-run`")
-        with cli._open_ro(args) as ro:
+        with cli.open_ro(args) as ro:
             rows = ro.list_prune_candidates(older_than_days=args.older_than, source=args.source,
                                             archived=False)
         if args.dry_run:
             return _report(args, {"would_archive": [r["id"] for r in rows]},
                            f"{len(rows)} session(s) would be archived")
-        cli._require_store(args, "nothing to archive")
-        with cli._open_rw(args) as db:
+        cli.require_store(args, "nothing to archive")
+        with cli.open_rw(args) as db:
             n = db.archive_sessions(older_than_days=args.older_than, source=args.source)
         return _report(args, {"archived": n}, f"archived {n} session(s) (with their lineage)")
-    cli._require_store(args, "nothing to archive")
-    with cli._open_rw(args) as db:
+    cli.require_store(args, "nothing to archive")
+    with cli.open_rw(args) as db:
         sid = _resolve(db, args.id)
         changed = db.set_session_archived(sid, archived)
     verb = "archived" if archived else "unarchived"
@@ -56,7 +56,7 @@ def cmd_archive(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace, obj: dict, line: str) -> int:
-    cli._print_json(obj) if getattr(args, "json", False) else print(line)
+    cli.print_json(obj) if getattr(args, "json", False) else print(line)
     return cli.EXIT_OK
 
 
@@ -88,10 +88,10 @@ def cmd_import(args: argparse.Namespace) -> int:
     sessions = _load_sessions(args.file)
     if not isinstance(sessions, list):
         raise cli.CliError(f"{args.file} holds no session list", "give an export file")
-    with cli._open_rw(args) as db:
+    with cli.open_rw(args) as db:
         result = db.import_sessions(sessions, force=args.force)
     if args.json:
-        cli._print_json(result)
+        cli.print_json(result)
     elif result["ok"]:
         print(f"imported {result['imported']} session(s), skipped {result['skipped']} already "
               f"present, {result['detached']} without their parent")
@@ -109,10 +109,10 @@ def cmd_import(args: argparse.Namespace) -> int:
 def cmd_search_by_id(args: argparse.Namespace) -> int:
     """``sessions search --id QUERY``: sessions whose id (or lineage root id) contains QUERY,
     exact matches first, then prefixes."""
-    with cli._open_ro(args) as db:
+    with cli.open_ro(args) as db:
         rows = db.search_sessions_by_id(args.query, limit=args.limit or 20)
     if args.json:
-        cli._print_json(rows)
+        cli.print_json(rows)
         return cli.EXIT_OK
     for r in rows:
         root = f"  (lineage of {r['_lineage_root_id']})" if r.get("_lineage_root_id") else ""

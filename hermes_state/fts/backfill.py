@@ -7,7 +7,7 @@ external-content layout with the §2.4 rebuild markers (P = 0, H = max id) and s
 of such a store then starts one :class:`BackfillThread`, which indexes ``(P, H]`` in chunks of
 500 rows, one write transaction per chunk through the normal write path (BEGIN IMMEDIATE,
 jittered retry, generation check), P advanced in the same transaction
-(:func:`hermes_state.fts.switch._chunk`), with a short pause between chunks so application
+(:func:`hermes_state.fts.switch.rebuild_chunk`), with a short pause between chunks so application
 writes interleave. The transaction that reaches H deletes the markers; then the renamed legacy
 tables (``retired_messages_fts*``) are freed 500 shadow rows per transaction and dropped; the
 last transaction deletes the ``fts_backfill`` key. Meanwhile search LIKE-scans ``(P, H]``
@@ -26,7 +26,7 @@ import threading
 from typing import TYPE_CHECKING
 
 from ..schema.fts_layout import DEFAULT_CHUNK, rebuild_markers
-from .switch import RETIRED_PREFIX, _chunk
+from .switch import RETIRED_PREFIX, rebuild_chunk
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..store.connection import StoreConnection
@@ -83,7 +83,7 @@ def _purge_chunk(conn: sqlite3.Connection, size: int) -> bool:
 def backfill_chunk(conn: sqlite3.Connection, size: int = DEFAULT_CHUNK) -> dict:
     """One unit of work (inside the caller's write transaction).
 
-    First the pending rebuild (:func:`hermes_state.fts.switch._chunk`, ``size`` rows), then the
+    First the pending rebuild (:func:`hermes_state.fts.switch.rebuild_chunk`, ``size`` rows), then the
     retired legacy tables (``size`` shadow rows per transaction, then DROP). When nothing is
     left the ``fts_backfill`` key is deleted in the same transaction.
 
@@ -92,7 +92,7 @@ def backfill_chunk(conn: sqlite3.Connection, size: int = DEFAULT_CHUNK) -> dict:
     """
     rows = 0
     if rebuild_markers(conn) is not None:
-        rows = _chunk(conn, size)["rows"]
+        rows = rebuild_chunk(conn, size)["rows"]
         return {"rows": rows, "done": False}
     if not _purge_chunk(conn, size):
         return {"rows": 0, "done": False}

@@ -39,17 +39,17 @@ from typing import Any, Callable, Protocol
 
 from ..schema.fts_inventory import inventory
 from ..schema.fts_layout import (
-    _LAYOUT_TABLES,
-    _LAYOUT_VIEWS,
-    _TABLES,
     DEFAULT_CHUNK,
+    FTS_LAYOUT_TABLES,
     HIGH_WATER_KEY,
+    LAYOUT_TABLES,
+    LAYOUT_VIEWS,
     OPTIMIZE_KEY,
     PROGRESS_KEY,
     STALE_KEY,
-    _stale,
     assess,
     rebuild_markers,
+    stale_tables,
     status,
 )
 from ..schema.tables import (
@@ -58,7 +58,7 @@ from ..schema.tables import (
     TRIGRAM_TABLE_SQL,
     TRIGRAM_TRIGGERS_SQL,
     TRIGRAM_VIEW_SQL,
-    _split_triggers,
+    split_triggers,
     trigram_supported,
 )
 
@@ -131,12 +131,12 @@ def replace_layout(conn: sqlite3.Connection, *, retire: bool = False,
             continue
         conn.execute(f'DROP TRIGGER IF EXISTS "{trig.name}"')
         dropped.append(trig.name)
-    for table in _LAYOUT_TABLES:
+    for table in LAYOUT_TABLES:
         if table in inv.tables or conn.execute(
                 "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
                 (table,)).fetchone():
             _retire_or_drop(conn, table, retire)
-    for view in _LAYOUT_VIEWS:
+    for view in LAYOUT_VIEWS:
         conn.execute(f'DROP VIEW IF EXISTS "{view}"')
     plan = [(FTS_TABLE_SQL, FTS_TRIGGERS_SQL)]
     if trigram_supported(conn):
@@ -144,14 +144,14 @@ def replace_layout(conn: sqlite3.Connection, *, retire: bool = False,
         plan.append((TRIGRAM_TABLE_SQL, TRIGRAM_TRIGGERS_SQL))
     for table_sql, triggers_sql in plan:
         conn.execute(table_sql)
-        for stmt in _split_triggers(triggers_sql):
+        for stmt in split_triggers(triggers_sql):
             conn.execute(stmt)
     conn.execute("DELETE FROM state_meta WHERE key IN (?, ?, ?, ?)",
                  (STALE_KEY, HIGH_WATER_KEY, PROGRESS_KEY, OPTIMIZE_KEY))
     high = conn.execute("SELECT COALESCE(MAX(id), 0) FROM messages").fetchone()[0]
     markers, indexed = None, 0
     if backfill:
-        for table, row_filter in _TABLES:
+        for table, row_filter in FTS_LAYOUT_TABLES:
             if conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (table,)).fetchone():
                 cur = conn.execute(
                     f"INSERT INTO {table}(rowid, content, tool_name, tool_calls) "
@@ -172,7 +172,7 @@ def _switch(conn: sqlite3.Connection) -> dict:
     is.
     """
     inv = inventory(conn)
-    if assess(conn, inv) == "ok" and not _stale(conn):
+    if assess(conn, inv) == "ok" and not stale_tables(conn):
         return {"switched": False, "layout": inv.kind, "markers": rebuild_markers(conn)}
     return replace_layout(conn)
 
@@ -186,7 +186,7 @@ def _pending_rows(conn: sqlite3.Connection) -> int:
                         markers).fetchone()[0]
 
 
-def _chunk(conn: sqlite3.Connection, size: int) -> dict:
+def rebuild_chunk(conn: sqlite3.Connection, size: int) -> dict:
     """Step 2: index the next ``size`` rows of ``(P, H]``; advance P; clear the keys at H."""
     markers = rebuild_markers(conn)
     if markers is None:
@@ -199,7 +199,7 @@ def _chunk(conn: sqlite3.Connection, size: int) -> dict:
     existing = {r[0] for r in conn.execute(
         "SELECT name FROM sqlite_master WHERE name IN ('messages_fts', 'messages_fts_trigram')")}
     if ids:
-        for table, row_filter in _TABLES:
+        for table, row_filter in FTS_LAYOUT_TABLES:
             if table in existing:
                 conn.execute(
                     f"INSERT INTO {table}(rowid, content, tool_name, tool_calls) "
@@ -265,7 +265,7 @@ def optimize_storage(db: _Store, *, chunk: int = DEFAULT_CHUNK,
     high = switched["markers"][1] if switched["markers"] else None
     total = db._read(_pending_rows)
     while True:
-        res = db._write(lambda c: _chunk(c, chunk), op="optimize_storage")
+        res = db._write(lambda c: rebuild_chunk(c, chunk), op="optimize_storage")
         if res["high_water"] is None and res["rows"] == 0:
             break
         high = res["high_water"]

@@ -475,9 +475,9 @@ def _leftovers(db: Path, report: DoctorReport) -> None:
     from ..files.atomic import iter_partials
     from .recover import WORK_DIR_RE
     from .schema_repair import repair_partial_re
-    from .snapshots import _PARTIAL_RE
+    from .snapshots import PARTIAL_RE
 
-    snaps = sorted(iter_partials(db.parent / "state-snapshots", _PARTIAL_RE))
+    snaps = sorted(iter_partials(db.parent / "state-snapshots", PARTIAL_RE))
     temps = sorted(iter_partials(tempfile.gettempdir(), WORK_DIR_RE))
     repairs = sorted(iter_partials(db.parent, repair_partial_re(db)))
     report.stats["leftovers"] = {"snapshots": snaps, "recover_copies": temps,

@@ -24,7 +24,7 @@ from typing import Callable, Iterable, Iterator, TextIO
 
 from ..api.messages import ACTIVE_SQL, message_row
 from ..api.sessions import session_row
-from ..api.text import clean_text
+from ..api.text import CleaningConnection, clean_text
 from ..store.reads import in_snapshot
 
 #: Messages read per query while streaming (a page of 60 KB tool outputs is 12 MB of text).
@@ -140,7 +140,12 @@ def export_session_to(db, session_id: str, out: TextIO, fmt: str = "json",
         w.end()
         return True
 
-    return db._read(lambda c: in_snapshot(c, lambda: fn(c)))
+    return _read(db, lambda c: in_snapshot(c, lambda: fn(c)))
+
+
+def _read(db, fn):
+    """``fn(conn)`` in one read through the store's connection (texts cleaned, SPEC §2.2)."""
+    return db.connection.read(lambda c: fn(CleaningConnection(c)))
 
 
 def export_all_to(db, out: TextIO, fmt: str = "json", source: str | None = None,
@@ -154,10 +159,10 @@ def export_all_to(db, out: TextIO, fmt: str = "json", source: str | None = None,
         ValueError: unknown ``fmt``.
     """
     src = clean_text(source)
-    ids = db._read(lambda c: [r[0] for r in c.execute(
+    ids = _read(db, lambda c: [r[0] for r in c.execute(
         "SELECT s.id FROM sessions s WHERE (? IS NULL OR s.source = ?) "
         f"ORDER BY {_LAST_ACTIVE} DESC, s.started_at DESC, s.id DESC", (src, src))])
-    total = db._read(lambda c: c.execute(
+    total = _read(db, lambda c: c.execute(
         "SELECT count(*) FROM messages m JOIN sessions s ON s.id = m.session_id "
         f"WHERE (? IS NULL OR s.source = ?) AND {ACTIVE_SQL.replace('active', 'm.active')}",
         (src, src)).fetchone()[0])
@@ -170,6 +175,6 @@ def export_all_to(db, out: TextIO, fmt: str = "json", source: str | None = None,
             if row is not None:
                 w.session(row, _messages(c, sid))
 
-        db._read(lambda c, fn=fn: in_snapshot(c, lambda: fn(c)))
+        _read(db, lambda c, fn=fn: in_snapshot(c, lambda: fn(c)))
     w.end()
     return w.sessions

@@ -41,20 +41,20 @@ from ..processes import holders
 from ..schema.tables import SCHEMA_VERSION
 from .recover_scan import (
     CANONICAL_TABLES,
-    _inspect,
-    _iter_rows,
-    _open_copy,
-    _q,
-    _TableScan,
+    TableScan,
+    inspect_tables,
+    iter_rows,
+    open_copy,
+    quote_ident,
 )
 from .recover_source import (
     SOURCE_CHANGED,
     RecoverError,
     RecoverRefused,
     SourceChangedError,
-    _copy_source,
-    _source_files,
-    _source_unchanged,
+    copy_source,
+    source_files,
+    source_unchanged,
 )
 
 __all__ = [
@@ -130,7 +130,7 @@ def _resolve_title_conflict(c: sqlite3.Connection, sql: str, row: tuple, cols: l
     c.execute(sql, values)
 
 
-def _build_output(work: sqlite3.Connection, scans: dict[str, _TableScan], partial: Path,
+def _build_output(work: sqlite3.Connection, scans: dict[str, TableScan], partial: Path,
                   allow_partial: bool, report: dict) -> dict:
     """Create the new store at ``partial`` and copy every readable row into it; verify it."""
     out: dict = {"inserted": {}, "placeholder_sessions": [], "skipped_state_meta": [],
@@ -138,7 +138,7 @@ def _build_output(work: sqlite3.Connection, scans: dict[str, _TableScan], partia
     db = SessionDB(partial)
     try:
         conn = db.connection.conn
-        baseline = {t: conn.execute(f"SELECT count(*) FROM {_q(t)}").fetchone()[0]
+        baseline = {t: conn.execute(f"SELECT count(*) FROM {quote_ident(t)}").fetchone()[0]
                     for t in CANONICAL_TABLES}
         own_meta = {r[0] for r in conn.execute("SELECT key FROM state_meta")}
         conn.execute("PRAGMA foreign_keys=OFF")
@@ -147,7 +147,7 @@ def _build_output(work: sqlite3.Connection, scans: dict[str, _TableScan], partia
             scan = scans[table]
             if not scan.available:
                 continue
-            target = [r[1] for r in conn.execute(f"PRAGMA table_info({_q(table)})")]
+            target = [r[1] for r in conn.execute(f"PRAGMA table_info({quote_ident(table)})")]
             cols = [c for c in scan.columns if c in target]
             dropped = [c for c in scan.columns if c not in target]
             if dropped:
@@ -155,10 +155,10 @@ def _build_output(work: sqlite3.Connection, scans: dict[str, _TableScan], partia
                 report["warnings"].append(f"{table}: source column(s) {', '.join(dropped)} do "
                                           f"not exist in schema {SCHEMA_VERSION} and were not "
                                           f"copied")
-            sql = (f"INSERT INTO {_q(table)} ({', '.join(_q(c) for c in cols)}) "
+            sql = (f"INSERT INTO {quote_ident(table)} ({', '.join(quote_ident(c) for c in cols)}) "
                    f"VALUES ({', '.join('?' * len(cols))})")
             key_at = cols.index("key") + 1 if table == "state_meta" and "key" in cols else None
-            copy_scan = _TableScan(table, available=True, columns=scan.columns, lo=scan.lo,
+            copy_scan = TableScan(table, available=True, columns=scan.columns, lo=scan.lo,
                                    hi=scan.hi, open_tail=scan.open_tail, index=scan.index,
                                    index_rowids=scan.index_rowids)
             rejected: list[tuple[int, str]] = []
@@ -169,7 +169,7 @@ def _build_output(work: sqlite3.Connection, scans: dict[str, _TableScan], partia
                     lambda c: _insert_chunk(c, table, sql, rows, cols), op="recover"))
                 inserted[table] += len(rows)
 
-            for row in _iter_rows(work, copy_scan, cols):
+            for row in iter_rows(work, copy_scan, cols):
                 if key_at is not None and (_meta_skipped(row[key_at]) or row[key_at] in own_meta):
                     out["skipped_state_meta"].append(row[key_at])
                     continue
@@ -289,7 +289,7 @@ def _verify_output(conn: sqlite3.Connection, baseline: dict, inserted: dict,
     """integrity_check ok, foreign_key_check empty, counts match, FTS consistent (SPEC §14)."""
     integrity = [r[0] for r in conn.execute("PRAGMA integrity_check")]
     fk = [list(r) for r in conn.execute("PRAGMA foreign_key_check")]
-    counts = {t: conn.execute(f"SELECT count(*) FROM {_q(t)}").fetchone()[0]
+    counts = {t: conn.execute(f"SELECT count(*) FROM {quote_ident(t)}").fetchone()[0]
               for t in CANONICAL_TABLES}
     expected = {t: baseline[t] + inserted[t] + (placeholders if t == "sessions" else 0)
                 for t in CANONICAL_TABLES}
@@ -297,7 +297,7 @@ def _verify_output(conn: sqlite3.Connection, baseline: dict, inserted: dict,
     for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type='table' AND sql LIKE "
                                 "'CREATE VIRTUAL TABLE%fts5%' AND name LIKE 'messages_fts%'"):
         try:
-            conn.execute(f"INSERT INTO {_q(name)}({_q(name)}) VALUES ('integrity-check')")
+            conn.execute(f"INSERT INTO {quote_ident(name)}({quote_ident(name)}) VALUES ('integrity-check')")
             fts[name] = "ok"
         except sqlite3.DatabaseError as exc:
             fts[name] = str(exc)
@@ -379,7 +379,7 @@ def recover(source: str | os.PathLike, *, output: str | os.PathLike | None = Non
         tmp_dir: where the private copy is made (default: the system temporary directory).
         progress: ``progress(phase, done, total)`` as the copy and the inspection advance
             (``done``/``total`` None when unknown), for a progress display.
-        _after_copy_hook: test seam passed to :func:`_copy_source`.
+        _after_copy_hook: test seam passed to :func:`copy_source`.
     Returns:
         The report: ``operation`` ("inspect"|"recover"), ``source``, ``source_files`` ({name:
         {path, bytes, sha256} or None}), ``journal_mode``, ``schema_version``, ``tables`` ({name:
@@ -408,7 +408,7 @@ def recover(source: str | os.PathLike, *, output: str | os.PathLike | None = Non
     if not src.exists():
         raise RecoverRefused(f"no file at {src}: nothing to recover.",
                              "give --source the state.db (or a capture directory's state.db)")
-    for path in _source_files(src).values():  # never block on a FIFO or read a device
+    for path in source_files(src).values():  # never block on a FIFO or read a device
         try:
             st = os.stat(path)
         except FileNotFoundError:
@@ -424,13 +424,13 @@ def recover(source: str | os.PathLike, *, output: str | os.PathLike | None = Non
                 raise RecoverRefused(
                     f"{out_path}{suffix} already exists; recover never overwrites a file.",
                     "choose a new --output path")
-        if any(_same_file(out_path, p) for p in _source_files(src).values()):
+        if any(_same_file(out_path, p) for p in source_files(src).values()):
             raise RecoverRefused("--output must not be the source.", "choose a new --output path")
     report_path = Path(report).expanduser().absolute() if report is not None else None
     if report_path is not None:
-        taken = list(_source_files(src).values())
+        taken = list(source_files(src).values())
         if out_path is not None:
-            taken += list(_source_files(out_path).values())
+            taken += list(source_files(out_path).values())
         if any(_same_file(report_path, p) for p in taken) or report_path.is_dir():
             raise RecoverRefused(f"--report {report_path} names a store file or a directory.",
                                  "choose a separate file for the report")
@@ -490,7 +490,7 @@ def recover(source: str | os.PathLike, *, output: str | os.PathLike | None = Non
                 out_path.parent, f".{out_path.name}.recover")).path / "state.db"
         before: dict = {}
         try:
-            copied = _copy_source(src, work_dir, _after_copy_hook, stats=before,
+            copied = copy_source(src, work_dir, _after_copy_hook, stats=before,
                                   progress=progress)
             failpoints.hit("cmd.recover.after_copy")
         except SourceChangedError as exc:
@@ -504,11 +504,11 @@ def recover(source: str | os.PathLike, *, output: str | os.PathLike | None = Non
         copy = work_dir / "state.db"
         conn = None
         try:
-            conn = _open_copy(copy)
+            conn = open_copy(copy)
         except sqlite3.Error as exc:
             rep["errors"].append(f"the copy cannot be opened: {exc}")
         try:
-            scans = _inspect(conn, copy, rep, progress=progress)
+            scans = inspect_tables(conn, copy, rep, progress=progress)
             rep["tables"] = {name: s.report() for name, s in scans.items()}
             rep["recoverable"] = scans["sessions"].readable() and scans["messages"].readable()
             if not rep["recoverable"]:
@@ -519,7 +519,7 @@ def recover(source: str | os.PathLike, *, output: str | os.PathLike | None = Non
         finally:
             if conn is not None:
                 conn.close()
-        same, changed = _source_unchanged(src, copied, before)
+        same, changed = source_unchanged(src, copied, before)
         rep["source_unchanged"] = same
         if not same:
             rep["errors"].append(f"{SOURCE_CHANGED} (now different: {', '.join(changed)})")
@@ -561,7 +561,7 @@ def _output_partial_re(out_path: Path) -> re.Pattern:
     return re.compile(rf"\.{re.escape(out_path.name)}\.recover(-\d+)?\.partial")
 
 
-def _recover_into(conn: sqlite3.Connection | None, scans: dict[str, _TableScan], out_path: Path,
+def _recover_into(conn: sqlite3.Connection | None, scans: dict[str, TableScan], out_path: Path,
                   partial: Path, allow_partial: bool, rep: dict) -> None:
     """Build the output in a ``.partial`` file; record the outcome in ``rep`` (never raises)."""
     rep["output"] = {"path": str(out_path), "written": False}

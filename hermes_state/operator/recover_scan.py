@@ -30,7 +30,7 @@ PROBE_BUDGET = 2_000_000
 
 # =========================================================================== reading rows
 
-def _q(name: str) -> str:
+def quote_ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
@@ -41,7 +41,7 @@ def _is_damage(exc: BaseException) -> bool:
 
 
 @dataclass
-class _TableScan:
+class TableScan:
     """What one pass over one table found."""
 
     name: str
@@ -100,9 +100,9 @@ class _TableScan:
                 "rows_basis": self.index}
 
 
-def _prepare_table(conn: sqlite3.Connection, scan: _TableScan) -> None:
+def _prepare_table(conn: sqlite3.Connection, scan: TableScan) -> None:
     """Columns, the rowids an index records, and the rowid bounds to scan."""
-    t = _q(scan.name)
+    t = quote_ident(scan.name)
     scan.columns = [r[1] for r in conn.execute(f"PRAGMA table_info({t})")]
     scan.available = bool(scan.columns)
     if not scan.available:
@@ -112,7 +112,7 @@ def _prepare_table(conn: sqlite3.Connection, scan: _TableScan) -> None:
         if partial:
             continue  # a partial index does not hold every row
         try:
-            ids = sorted(r[0] for r in conn.execute(f"SELECT rowid FROM {t} INDEXED BY {_q(name)}"))
+            ids = sorted(r[0] for r in conn.execute(f"SELECT rowid FROM {t} INDEXED BY {quote_ident(name)}"))
         except sqlite3.Error as exc:
             scan.warnings.append(f"{scan.name}: index {name} is unreadable ({exc})")
             continue
@@ -161,7 +161,7 @@ def _prepare_table(conn: sqlite3.Connection, scan: _TableScan) -> None:
             scan.hi = scan.lo
 
 
-def _iter_rows(conn: sqlite3.Connection, scan: _TableScan,
+def iter_rows(conn: sqlite3.Connection, scan: TableScan,
                columns: list[str] | None = None, *, values: bool = True) -> Iterator[tuple]:
     """Yield ``(rowid, *columns)`` of every readable row of the table in rowid order.
 
@@ -176,10 +176,10 @@ def _iter_rows(conn: sqlite3.Connection, scan: _TableScan,
     """
     cols = columns if columns is not None else scan.columns
     if values:
-        exprs = ", ".join(_q(c) for c in cols)
+        exprs = ", ".join(quote_ident(c) for c in cols)
     else:
-        exprs = ", ".join(f"length(CAST({_q(c)} AS TEXT))" for c in cols)
-    select = f"SELECT rowid, {exprs} FROM {_q(scan.name)}"
+        exprs = ", ".join(f"length(CAST({quote_ident(c)} AS TEXT))" for c in cols)
+    select = f"SELECT rowid, {exprs} FROM {quote_ident(scan.name)}"
     if scan.lo is None:
         return
     a = scan.lo
@@ -221,7 +221,7 @@ def _iter_rows(conn: sqlite3.Connection, scan: _TableScan,
             # seek that runs into damage raises, and the fixed-width chunks go on from here).
             scan.probes += 1
             try:
-                nxt = conn.execute(f"SELECT rowid FROM {_q(scan.name)} WHERE rowid >= ? "
+                nxt = conn.execute(f"SELECT rowid FROM {quote_ident(scan.name)} WHERE rowid >= ? "
                                    f"ORDER BY rowid LIMIT 1", (a,)).fetchone()
             except sqlite3.DatabaseError as exc:
                 if not _is_damage(exc):
@@ -235,7 +235,7 @@ def _iter_rows(conn: sqlite3.Connection, scan: _TableScan,
         scan.add_unreadable(scan.open_tail, None)
 
 
-def _open_copy(path: Path) -> sqlite3.Connection:
+def open_copy(path: Path) -> sqlite3.Connection:
     # Text is decoded by sqlite3 in C; a range with text that is not valid UTF-8 (damage) is
     # read again with U+FFFD in its place (:func:`_fetch`).
     return sqlite3.connect(os.fspath(path), isolation_level=None, timeout=5.0)
@@ -272,14 +272,14 @@ def _header_journal_mode(path: Path) -> str | None:
     return {1: "delete", 2: "wal"}.get(header[18])
 
 
-def _inspect(conn: sqlite3.Connection | None, copy: Path, report: dict,
-             count_only: bool = True, progress: Callable | None = None) -> dict[str, _TableScan]:
+def inspect_tables(conn: sqlite3.Connection | None, copy: Path, report: dict,
+             count_only: bool = True, progress: Callable | None = None) -> dict[str, TableScan]:
     """Fill ``report`` with journal mode, schema version, per-table results and quick_check.
 
     ``progress(phase, rows_read, rows_expected)`` every chunk (the expected count is what the
     table's index records, None without one), then ``progress("quick_check", None, None)``.
     """
-    scans = {name: _TableScan(name) for name in CANONICAL_TABLES}
+    scans = {name: TableScan(name) for name in CANONICAL_TABLES}
     report["journal_mode"] = _header_journal_mode(copy)
     if conn is None:
         return scans
@@ -313,7 +313,7 @@ def _inspect(conn: sqlite3.Connection | None, copy: Path, report: dict,
             _prepare_table(conn, scan)
             phase = f"reading {name}"
             expected = None if scan.index_rowids is None else len(scan.index_rowids)
-            for n, _row in enumerate(_iter_rows(conn, scan, values=False), 1):
+            for n, _row in enumerate(iter_rows(conn, scan, values=False), 1):
                 if progress is not None and n % CHUNK_ROWIDS == 0:
                     progress(phase, n, expected)
         except sqlite3.DatabaseError as exc:

@@ -1,7 +1,7 @@
 """Copying a store to recover from, and proving it did not change meanwhile (SPEC §14).
 
-:func:`_copy_source` copies ``state.db`` with its ``-wal``/``-shm`` (and a hot ``-journal``)
-into a private directory and hashes them side by side; :func:`_source_unchanged` checks size,
+:func:`copy_source` copies ``state.db`` with its ``-wal``/``-shm`` (and a hot ``-journal``)
+into a private directory and hashes them side by side; :func:`source_unchanged` checks size,
 mtime and inode of every file afterwards (hashing again only what could have been written
 since). The errors of ``sessions recover`` live here too.
 """
@@ -88,7 +88,7 @@ class _Hasher:
         return self._digest.hexdigest()
 
 
-def _source_files(source: Path) -> dict[str, Path]:
+def source_files(source: Path) -> dict[str, Path]:
     """``{"state.db": source, "state.db-wal": source-wal, ...}``: copy-side name → source path."""
     files = {"state.db": source}
     for suffix in SIDECARS:
@@ -96,7 +96,7 @@ def _source_files(source: Path) -> dict[str, Path]:
     return files
 
 
-def _copy_source(source: Path, dest_dir: Path,
+def copy_source(source: Path, dest_dir: Path,
                  after_copy_hook: Callable[[], None] | None = None,
                  stats: dict | None = None, progress: Callable | None = None) -> dict:
     """Copy ``source`` and its sidecars into ``dest_dir`` as ``state.db[-wal|-shm|-journal]``.
@@ -112,7 +112,7 @@ def _copy_source(source: Path, dest_dir: Path,
         after_copy_hook: called after the bytes are copied and before the second ``stat``
             (a test seam: a real writer can change the source exactly there).
         stats: filled with ``{name: stat key}`` taken before the copy and ``"_t_ns"`` (wall
-            clock of that ``stat``), for :func:`_source_unchanged`.
+            clock of that ``stat``), for :func:`source_unchanged`.
         progress: ``progress("copying the source", bytes_done, bytes_total)`` per MiB.
     Returns:
         ``{copy_name: {"path", "bytes", "sha256"} or None}`` (None = no such source file).
@@ -120,7 +120,7 @@ def _copy_source(source: Path, dest_dir: Path,
         SourceChangedError: a file changed while it was copied.
         OSError: a source file cannot be read.
     """
-    files = _source_files(source)
+    files = source_files(source)
     t_ns = time.time_ns()
     before = {name: _stat_key(path) for name, path in files.items()}
     if stats is not None:
@@ -165,12 +165,12 @@ def _copy_source(source: Path, dest_dir: Path,
 CTIME_SLACK_NS = 1_000_000_000
 
 
-def _source_unchanged(source: Path, copied: dict,
+def source_unchanged(source: Path, copied: dict,
                       before: dict | None = None) -> tuple[bool, list[str]]:
     """Is the source still what was copied? Returns ``(same, changed)``.
 
     With ``before`` (``{name: stat key}`` and ``"_t_ns"``, the wall clock of the first ``stat``,
-    filled by :func:`_copy_source`): a file whose ``stat`` (device, inode, size, mtime, ctime)
+    filled by :func:`copy_source`): a file whose ``stat`` (device, inode, size, mtime, ctime)
     differs has changed; one whose ctime was already older than ``_t_ns`` by more than
     :data:`CTIME_SLACK_NS` and is the same now cannot have been written since (any write moves
     ctime to at least that moment), so it is not read again; only a file changed just before
@@ -179,7 +179,7 @@ def _source_unchanged(source: Path, copied: dict,
     """
     changed = []
     t_ns = before.get("_t_ns") if before else None
-    for name, path in _source_files(source).items():
+    for name, path in source_files(source).items():
         info = copied.get(name)
         if before is not None and name in before and t_ns is not None:
             now_key = _stat_key(path)

@@ -43,12 +43,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..api.messages import count_tool_calls
+from ..api.text import CleaningConnection
 from ..db import SessionDB
 from ..errors import HermesStateError
 from ..files import atomic
 from ..files.paths import sqlite_uri, utc_stamp
 from ..processes.writer_gate import gate_held
-from .recover import SourceChangedError, _copy_source
+from .recover_source import SourceChangedError, copy_source
 
 #: The columns that say "the same message" (content and order; never the row id).
 MESSAGE_KEY = ("role", "content", "timestamp", "tool_call_id", "tool_calls", "tool_name",
@@ -163,7 +164,7 @@ def _private_copy(capture: Path, manifest: dict, work: Path) -> Path:
         raise SalvageError(f"{capture} has no state.db: an incomplete capture; nothing was "
                            "salvaged.")
     try:
-        copied = _copy_source(capture / "state.db", work)
+        copied = copy_source(capture / "state.db", work)
     except SourceChangedError as exc:
         raise SalvageError(f"{capture} changed while it was copied ({exc.operator_detail}); "
                            "nothing was salvaged.") from None
@@ -408,4 +409,4 @@ def apply_captures(db_path: str | os.PathLike, captures: list[str | os.PathLike]
                 plan = _plan(rows, path, manifest, c)
                 out.append({"plan": plan.to_dict(), **_write_plan(c, plan, rows)})
             return out
-        return db._write(fn, op="salvage")
+        return db.connection.execute_write(lambda c: fn(CleaningConnection(c)), op="salvage")

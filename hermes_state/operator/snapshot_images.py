@@ -1,8 +1,8 @@
 """Snapshot images: the online-backup copy, its verification and the facts a manifest records
 (SPEC §13, §1).
 
-:func:`_backup_image` copies a store with the SQLite backup API from a ``mode=ro`` connection
-into a rollback-journal image; :func:`_verify_image` runs ``quick_check`` on it and reads its
+:func:`backup_image` copies a store with the SQLite backup API from a ``mode=ro`` connection
+into a rollback-journal image; :func:`verify_image` runs ``quick_check`` on it and reads its
 facts; the rest are small helpers of :mod:`hermes_state.operator.snapshots` (names, stamps, sizes,
 hashes). Nothing here decides which snapshot to keep or restore.
 """
@@ -23,8 +23,8 @@ from ..files import atomic
 
 BUSY_TIMEOUT_S = 10.0
 _REASON_MAX = 40
-_STAMP_RE = r"\d{8}T\d{6}Z"
-_BAK_RE = re.compile(rf"^state\.db\.pre-update-emergency-({_STAMP_RE})(?:-(\d+))?\.bak$")
+STAMP_RE = r"\d{8}T\d{6}Z"
+_BAK_RE = re.compile(rf"^state\.db\.pre-update-emergency-({STAMP_RE})(?:-(\d+))?\.bak$")
 
 
 # --------------------------------------------------------------------------- small helpers
@@ -45,12 +45,12 @@ def sanitize_reason(reason: str) -> str:
     return text
 
 
-def _iso_now() -> str:
+def iso_now() -> str:
     t = time.time()
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int((t % 1) * 1e6):06d}Z"
 
 
-def _iso_epoch(text: object) -> float:
+def iso_epoch(text: object) -> float:
     """Seconds since the epoch of our ``created_at`` strings (0.0 when unparsable or not text)."""
     if not isinstance(text, str) or not text:
         return 0.0
@@ -62,13 +62,13 @@ def _iso_epoch(text: object) -> float:
     return whole + frac
 
 
-def _stamp_iso(stamp: str) -> str:
+def stamp_iso(stamp: str) -> str:
     """``20250102T030405Z`` → ``2025-01-02T03:04:05Z``."""
     return (f"{stamp[0:4]}-{stamp[4:6]}-{stamp[6:8]}T{stamp[9:11]}:{stamp[11:13]}:"
             f"{stamp[13:15]}Z")
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
     """sha256 of a regular file (never a FIFO or device: see :func:`atomic.open_regular`)."""
     digest = hashlib.sha256()
     with atomic.open_regular(path) as fh:
@@ -77,18 +77,18 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _size(path: Path) -> int | None:
+def file_size(path: Path) -> int | None:
     try:
         return os.stat(path).st_size
     except FileNotFoundError:
         return None
 
 
-def _ro_uri(path: Path) -> str:
+def ro_uri(path: Path) -> str:
     return f"file:{quote(os.fspath(path))}?mode=ro"
 
 
-def _fsync_file(path: Path) -> None:
+def fsync_file(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     try:
         os.fsync(fd)
@@ -96,13 +96,13 @@ def _fsync_file(path: Path) -> None:
         os.close(fd)
 
 
-def _store_sizes(db: Path) -> dict:
-    return {name: _size(Path(f"{db}{suffix}"))
+def store_sizes(db: Path) -> dict:
+    return {name: file_size(Path(f"{db}{suffix}"))
             for name, suffix in (("state.db", ""), ("state.db-wal", "-wal"),
                                  ("state.db-shm", "-shm"))}
 
 
-def _inspect_image(image: Path) -> dict:
+def inspect_image(image: Path) -> dict:
     """``PRAGMA quick_check`` and the facts the manifest records, read through ``mode=ro``.
 
     Returns:
@@ -113,7 +113,7 @@ def _inspect_image(image: Path) -> dict:
                  "sessions": None, "messages": None, "page_size": None, "page_count": None,
                  "error": None}
     try:
-        conn = sqlite3.connect(_ro_uri(image), uri=True, timeout=BUSY_TIMEOUT_S)
+        conn = sqlite3.connect(ro_uri(image), uri=True, timeout=BUSY_TIMEOUT_S)
     except sqlite3.Error as exc:
         out["error"] = f"cannot open the image: {exc}"
         return out
@@ -123,7 +123,7 @@ def _inspect_image(image: Path) -> dict:
         except sqlite3.Error as exc:
             out["error"] = f"quick_check failed: {exc}"
             return out
-        out.update(_facts(conn))
+        out.update(image_facts(conn))
         # A snapshot is good only if it is a session store: an empty or foreign database passes
         # quick_check too (issue 11.10: a 0-byte state.db is never a "verified" snapshot).
         store = all(out.get(k) is not None for k in ("schema_version", "sessions", "messages"))
@@ -136,19 +136,19 @@ def _inspect_image(image: Path) -> dict:
     return out
 
 
-def _verify_image(image: Path) -> tuple[dict, str]:
-    """:func:`_inspect_image` and the image's sha256, side by side: the hash runs in a thread
+def verify_image(image: Path) -> tuple[dict, str]:
+    """:func:`inspect_image` and the image's sha256, side by side: the hash runs in a thread
     while SQLite checks the b-trees (both release the GIL), so verifying costs the longer of
     the two, not their sum (issue 18)."""
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max_workers=1) as pool:
-        digest = pool.submit(_sha256, image)
-        facts = _inspect_image(image)
+        digest = pool.submit(file_sha256, image)
+        facts = inspect_image(image)
         return facts, digest.result()
 
 
-def _facts(conn: sqlite3.Connection) -> dict:
+def image_facts(conn: sqlite3.Connection) -> dict:
     """Page size/count, schema version and the session/message counts read through ``conn``."""
     out = {}
     for key, sql in (("page_size", "PRAGMA page_size"), ("page_count", "PRAGMA page_count"),
@@ -196,7 +196,7 @@ def backup_bounded(src: sqlite3.Connection, dst: sqlite3.Connection, *,
     src.backup(dst, pages=-1, progress=progress, sleep=0.05)
 
 
-def _backup_image(db: Path, dest: Path) -> None:
+def backup_image(db: Path, dest: Path) -> None:
     """Copy the store's consistent image into the new file ``dest`` (SPEC §13).
 
     Source: a ``mode=ro`` connection, so this process can never write, checkpoint or recover
@@ -207,7 +207,7 @@ def _backup_image(db: Path, dest: Path) -> None:
     Raises:
         sqlite3.Error: the source cannot be read as a database.
     """
-    src = sqlite3.connect(_ro_uri(db), uri=True, timeout=BUSY_TIMEOUT_S)
+    src = sqlite3.connect(ro_uri(db), uri=True, timeout=BUSY_TIMEOUT_S)
     try:
         dst = sqlite3.connect(os.fspath(dest), timeout=BUSY_TIMEOUT_S)
         try:
@@ -224,7 +224,7 @@ def _backup_image(db: Path, dest: Path) -> None:
     os.chmod(dest, 0o600)
 
 
-def _bak_key(name: str) -> tuple[str, int] | None:
+def bak_key(name: str) -> tuple[str, int] | None:
     m = _BAK_RE.match(name)
     if not m or not name.startswith("state.db."):
         return None

@@ -39,23 +39,23 @@ from ..files import atomic
 from ..files.paths import utc_stamp
 from ..processes import checkpoint_lock, holders
 from .snapshot_images import (
-    _STAMP_RE,
     BUSY_TIMEOUT_S,
-    _backup_image,
-    _bak_key,
-    _facts,
-    _fsync_file,
-    _inspect_image,
-    _iso_epoch,
-    _iso_now,
-    _ro_uri,
-    _sha256,
-    _size,
-    _stamp_iso,
-    _store_sizes,
-    _verify_image,
+    STAMP_RE,
     backup_bounded,
+    backup_image,
+    bak_key,
+    file_sha256,
+    file_size,
+    fsync_file,
+    image_facts,
+    inspect_image,
+    iso_epoch,
+    iso_now,
+    ro_uri,
     sanitize_reason,
+    stamp_iso,
+    store_sizes,
+    verify_image,
 )
 
 __all__ = [
@@ -81,8 +81,8 @@ PRE_RESTORE_REASON = "pre-restore"
 MANIFEST = "manifest.json"
 IMAGE = "state.db"
 MANIFEST_VERSION = 1
-_DIR_RE = re.compile(rf"^({_STAMP_RE})-[a-z0-9-]+$")
-_PARTIAL_RE = re.compile(rf"^{_STAMP_RE}-[a-z0-9-]+{re.escape(atomic.PARTIAL_SUFFIX)}$")
+_DIR_RE = re.compile(rf"^({STAMP_RE})-[a-z0-9-]+$")
+PARTIAL_RE = re.compile(rf"^{STAMP_RE}-[a-z0-9-]+{re.escape(atomic.PARTIAL_SUFFIX)}$")
 
 
 class SnapshotError(HermesStateError):
@@ -185,35 +185,35 @@ def create_snapshot(db_path: str | os.PathLike, reason: str = "manual", *,
                             "nothing was backed up.", "check --home/--profile (or HERMES_HOME)")
     stamp = utc_stamp()
     root = atomic.ensure_dir(db.parent / SNAPSHOT_DIR, what="the snapshot directory")
-    atomic.clean_partials(root, _PARTIAL_RE)  # leftovers of a killed backup (issue 11.12)
+    atomic.clean_partials(root, PARTIAL_RE)  # leftovers of a killed backup (issue 11.12)
     with atomic.PartialDir(root, f"{stamp}-{reason}") as part:
         image = part.path / IMAGE
         os.close(atomic.create_file(image))  # 0600 from the start; SQLite fills it
-        sizes = _store_sizes(db)
+        sizes = store_sizes(db)
         backup_error = None
         locked = False
         if progress is not None:
             progress("copying the store (online backup)", None, None)
         try:
-            _backup_image(db, image)
+            backup_image(db, image)
         except sqlite3.Error as exc:
             backup_error = f"the online backup failed: {exc}"
             locked = is_lock_error(exc)
         if progress is not None:
             progress("verifying the snapshot (quick_check, sha256)", None, None)
-        facts, digest = _verify_image(image) if backup_error is None else ({
+        facts, digest = verify_image(image) if backup_error is None else ({
             "quick_check": [], "verified": False, "schema_version": None, "sessions": None,
             "messages": None, "page_size": None, "page_count": None, "error": backup_error},
-            _sha256(image) if image.exists() else None)
+            file_sha256(image) if image.exists() else None)
         manifest = {
             "version": MANIFEST_VERSION,
             "kind": "snapshot",
             "reason": reason,
-            "created_at": _iso_now(),
+            "created_at": iso_now(),
             "source": str(db),
             "source_sizes": sizes,
             "file": IMAGE,
-            "bytes": _size(image),
+            "bytes": file_size(image),
             "sha256": digest,
             "schema_version": facts["schema_version"],
             "sessions": facts["sessions"],
@@ -250,7 +250,7 @@ def create_snapshot(db_path: str | os.PathLike, reason: str = "manual", *,
 
 def _finish_pre_update(db: Path, stamp: str, image: Path, manifest: dict) -> dict:
     """Move a verified pre-update image to ``state.db.pre-update-emergency-<UTCSTAMP>.bak``."""
-    _fsync_file(image)
+    fsync_file(image)
     bak = atomic.move_aside(image, atomic.numbered(
         db.with_name(f"{db.name}.pre-update-emergency-{stamp}.bak"), before=".bak"))
     result = dict(manifest, kind="pre-update", id=bak.name, path=str(bak), dir=None, pruned=[])
@@ -290,7 +290,7 @@ def _prune_snapshots(root: Path, keep: int, protect: set) -> list[str]:
 def _prune_pre_update(db: Path, keep: int, protect: set) -> list[str]:
     """Keep the newest ``keep`` ``*.pre-update-emergency-*.bak`` files (SPEC §13: 2)."""
     baks = sorted(((k, p) for p in db.parent.iterdir()
-                   if p.name.startswith(f"{db.name}.") and (k := _bak_key(p.name)) is not None
+                   if p.name.startswith(f"{db.name}.") and (k := bak_key(p.name)) is not None
                    and _is_regular(p)), reverse=True)
     deleted = []
     for _key, path in baks[keep:]:
@@ -340,8 +340,8 @@ def _order_key(item: dict) -> tuple:
     """Sort key, newest last: the manifest's ``created_at`` when it is consistent with the UTC
     stamp in the directory name, else that stamp (a manifest of unexpected shape or a
     far-future date never decides the order)."""
-    stamp = _iso_epoch(_stamp_iso(item["id"][:16])) if _DIR_RE.match(item["id"]) else 0.0
-    created = _iso_epoch(item.get("created_at"))
+    stamp = iso_epoch(stamp_iso(item["id"][:16])) if _DIR_RE.match(item["id"]) else 0.0
+    created = iso_epoch(item.get("created_at"))
     if stamp and not 0 <= created - stamp < _CREATED_AT_TOLERANCE_S:
         created = stamp
     return (created, item["id"])
@@ -360,7 +360,7 @@ def _list_snapshot_dirs(root: Path) -> list[dict]:
         if manifest is None:
             item = {"id": entry.name, "kind": "snapshot", "verified": False,
                     "error": "manifest.json is missing, unreadable or not a JSON object",
-                    "created_at": _stamp_iso(entry.name[:16])}
+                    "created_at": stamp_iso(entry.name[:16])}
         else:
             item = dict(manifest)
             if not isinstance(item.get("kind"), str):
@@ -388,14 +388,14 @@ def list_snapshots(db_path: str | os.PathLike) -> list[dict]:
     items = _list_snapshot_dirs(db.parent / SNAPSHOT_DIR)
     if db.parent.is_dir():
         for entry in db.parent.iterdir():
-            key = _bak_key(entry.name) if entry.name.startswith(f"{db.name}.") else None
+            key = bak_key(entry.name) if entry.name.startswith(f"{db.name}.") else None
             if key is None or not _is_regular(entry):
                 continue
-            created = _stamp_iso(key[0])
+            created = stamp_iso(key[0])
             try:  # the name has whole seconds; the mtime orders images of the same second
                 # (clamped into it: an image named in second S may be finished in S+1 on a
                 # loaded machine, and must still sort after the earlier images of S)
-                stamp = _iso_epoch(created)
+                stamp = iso_epoch(created)
                 mtime = min(max(entry.stat().st_mtime, stamp), stamp + 0.999999)
                 if 0 <= mtime - stamp < 1:
                     created = (time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(mtime))
@@ -404,10 +404,10 @@ def list_snapshots(db_path: str | os.PathLike) -> list[dict]:
                 pass
             items.append({"id": entry.name, "kind": "pre-update", "reason": PRE_UPDATE_REASON,
                           "created_at": created, "path": str(entry), "dir": None,
-                          "bytes": _size(entry), "verified": True, "sessions": None,
+                          "bytes": file_size(entry), "verified": True, "sessions": None,
                           "messages": None})
     items.sort(key=lambda s: _order_key(s) if s.get("dir") else (
-        _iso_epoch(s.get("created_at")), s["id"]), reverse=True)
+        iso_epoch(s.get("created_at")), s["id"]), reverse=True)
     return items
 
 
@@ -423,7 +423,7 @@ def _locate(db: Path, snapshot_id: str) -> tuple[Path, dict | None]:
     if _is_dir(directory) and _is_regular(directory / IMAGE):
         return directory / IMAGE, _read_manifest(directory)
     bak = db.parent / sid
-    if _bak_key(sid) is not None and sid.startswith(f"{db.name}.") and _is_regular(bak):
+    if bak_key(sid) is not None and sid.startswith(f"{db.name}.") and _is_regular(bak):
         return bak, None
     known = ", ".join(s["id"] for s in list_snapshots(db)[:5]) or "none"
     raise SnapshotNotFound(f"no snapshot {sid!r} beside {db}; not restored.",
@@ -496,12 +496,12 @@ def restore_snapshot(db_path: str | os.PathLike, snapshot_id: str, *,
             raise RestoreRefused(
                 f"snapshot {snapshot_id} failed verification when it was taken; not restored.",
                 f"inspect it with `sessions recover {image} --inspect-only`")
-        if manifest.get("sha256") and _sha256(image) != manifest["sha256"]:
+        if manifest.get("sha256") and file_sha256(image) != manifest["sha256"]:
             raise RestoreRefused(
                 f"snapshot {snapshot_id} changed since it was taken (sha256 differs from its "
                 f"manifest); not restored.",
                 f"inspect it with `sessions recover {image} --inspect-only`")
-    facts = _inspect_image(image)
+    facts = inspect_image(image)
     if not facts["verified"]:
         lines = "; ".join(facts["quick_check"][:5]) or facts["error"] or "unknown"
         raise RestoreRefused(f"snapshot {snapshot_id} does not pass quick_check ({lines}); "
@@ -570,7 +570,7 @@ def _restore_locked(db: Path, snapshot_id: str, image: Path, keep: int
                                   _protect=frozenset({str(snapshot_id)}))
         except SnapshotFailed as exc:
             pre = exc.result
-            if not pre.get("bytes") and _size(db) != 0:  # an empty store has nothing to keep
+            if not pre.get("bytes") and file_size(db) != 0:  # an empty store has nothing to keep
                 raise RestoreRefused(
                     f"could not keep a copy of the current store {db} before restoring "
                     f"({pre.get('error')}); not restored.",
@@ -582,7 +582,7 @@ def _restore_locked(db: Path, snapshot_id: str, image: Path, keep: int
 
     dst = sqlite3.connect(os.fspath(db), timeout=BUSY_TIMEOUT_S, isolation_level=None)
     try:
-        src = sqlite3.connect(_ro_uri(image), uri=True, timeout=BUSY_TIMEOUT_S)
+        src = sqlite3.connect(ro_uri(image), uri=True, timeout=BUSY_TIMEOUT_S)
         try:
             backup_bounded(src, dst)
         finally:
@@ -591,7 +591,7 @@ def _restore_locked(db: Path, snapshot_id: str, image: Path, keep: int
         if mode.lower() == "wal":
             dst.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
         after = [r[0] for r in dst.execute("PRAGMA quick_check")]
-        check = _facts(dst)
+        check = image_facts(dst)
     finally:
         dst.close()  # the last connection: SQLite checkpoints and removes -wal/-shm
     return pre, warnings, after, check

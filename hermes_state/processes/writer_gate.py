@@ -219,7 +219,7 @@ def run_pending_requests(db, *, busy_sessions: set[str] | frozenset = frozenset(
     Returns:
         ``[{"id", "command", "pruned"}...]`` for the requests executed.
     """
-    rows = db._read(lambda c: c.execute(
+    rows = db.connection.read(lambda c: c.execute(
         "SELECT key, value FROM state_meta WHERE key LIKE ? ESCAPE '\\'",
         (REQUEST_PREFIX.replace("_", "\\_") + "%",)).fetchall())
     done = []
@@ -248,7 +248,7 @@ def run_pending_requests(db, *, busy_sessions: set[str] | frozenset = frozenset(
             c.execute("DELETE FROM state_meta WHERE key = ?", (key,))
             c.execute("INSERT OR REPLACE INTO state_meta(key, value) VALUES (?, ?)",
                       ("maintenance_result:" + rid, json.dumps({**result, "at": time.time()})))
-        db._write(finish, op="maintenance_request")
+        db.connection.execute_write(finish, op="maintenance_request")
         done.append(result)
     return done
 
@@ -277,7 +277,7 @@ def optimize(db) -> dict:
 def _optimize(db, path: Path, size) -> dict:
     before = size()
     conn = db.connection
-    names = db._read(lambda c: [r[0] for r in c.execute(
+    names = db.connection.read(lambda c: [r[0] for r in c.execute(
         "SELECT name FROM sqlite_master WHERE type='table' AND name IN "
         "('messages_fts', 'messages_fts_trigram', 'messages_fts_cjk')")])
 
@@ -285,9 +285,9 @@ def _optimize(db, path: Path, size) -> dict:
         for name in names:
             c.execute(f"INSERT INTO {name}({name}, rank) VALUES ('merge', 500)")
             c.execute(f"INSERT INTO {name}({name}) VALUES ('optimize')")
-    db._write(fts, op="optimize_fts")
+    db.connection.execute_write(fts, op="optimize_fts")
     conn.checkpoint("PASSIVE", trigger="optimize")
-    db._read(lambda c: c.execute("VACUUM"))
+    db.connection.read(lambda c: c.execute("VACUUM"))
     conn.checkpoint("TRUNCATE", trigger="optimize")
     conn.rerecord_generation()
     return {"before_bytes": before, "after_bytes": size(), "fts_tables": names}

@@ -31,7 +31,7 @@ from .tables import (
     TRIGRAM_TRIGGERS_SQL,
     TRIGRAM_VIEW,
     TRIGRAM_VIEW_SQL,
-    _split_triggers,
+    split_triggers,
     trigram_supported,
 )
 
@@ -41,7 +41,7 @@ STALE_KEY = "fts_stale"  # set by the corruption handling (SPEC §12); cleared b
 DEFAULT_CHUNK = 500  # SPEC §2.4: rows per write transaction
 
 #: FTS tables this module rebuilds and the row filter of each.
-_TABLES = (("messages_fts", ""), ("messages_fts_trigram", "AND role != 'tool'"))
+FTS_LAYOUT_TABLES = (("messages_fts", ""), ("messages_fts_trigram", "AND role != 'tool'"))
 
 
 def rebuild_markers(conn: sqlite3.Connection) -> tuple[int, int] | None:
@@ -58,9 +58,9 @@ def rebuild_markers(conn: sqlite3.Connection) -> tuple[int, int] | None:
 
 OPTIMIZE_KEY = "fts_optimize_available"  # UPSTREAM_API.md §4.4: a legacy layout is left
 #: FTS tables of the layouts this module replaces (``messages_fts_cjk`` is not one of them).
-_LAYOUT_TABLES = ("messages_fts", "messages_fts_trigram")
+LAYOUT_TABLES = ("messages_fts", "messages_fts_trigram")
 #: Views a legacy or newer layout may have created for its external-content tables.
-_LAYOUT_VIEWS = ("messages_fts_src", TRIGRAM_VIEW)
+LAYOUT_VIEWS = ("messages_fts_src", TRIGRAM_VIEW)
 
 
 def _norm(sql: str) -> str:
@@ -70,7 +70,7 @@ def _norm(sql: str) -> str:
 
 
 _CANON_TRIGGERS = {sql.split("IF NOT EXISTS", 1)[1].split()[0]: _norm(sql)
-                   for sql in _split_triggers(FTS_TRIGGERS_SQL + TRIGRAM_TRIGGERS_SQL)}
+                   for sql in split_triggers(FTS_TRIGGERS_SQL + TRIGRAM_TRIGGERS_SQL)}
 _CANON_TABLES = {t.name: t for t in (parse_fts5("messages_fts", FTS_TABLE_SQL.strip().rstrip(";")),
                                       parse_fts5("messages_fts_trigram",
                                                  TRIGRAM_TABLE_SQL.strip().rstrip(";")))}
@@ -111,7 +111,7 @@ def _inline_intact(inv: Inventory) -> bool:
         return False
     if fts.external or inv.problems or inv.foreign:
         return False
-    for table in [t for t in _LAYOUT_TABLES if t in inv.tables]:
+    for table in [t for t in LAYOUT_TABLES if t in inv.tables]:
         if sorted(t.event for t in inv.feeding(table)) != ["delete", "insert", "update"]:
             return False
     return True
@@ -128,7 +128,7 @@ def assess(conn: sqlite3.Connection, inv: Inventory | None = None) -> str:
         trigger sets, an earlier version's layout -- replaced whole by :func:`replace_layout`).
     """
     inv = inv or inventory(conn)
-    stale = _stale(conn)
+    stale = stale_tables(conn)
     if stale:
         return "ok"  # switched off after corruption (SPEC §12): rebuild_fts()/optimize-storage
     if inv.kind == NONE:
@@ -156,11 +156,11 @@ def status(conn: sqlite3.Connection) -> dict:
     """
     inv = inventory(conn)
     return {"layout": inv.kind, "legacy": inv.kind in LEGACY_KINDS or inv.kind == NONE,
-            "pending": rebuild_markers(conn), "stale": _stale(conn),
+            "pending": rebuild_markers(conn), "stale": stale_tables(conn),
             "plan": assess(conn, inv), "foreign": inv.foreign, "problems": list(inv.problems)}
 
 
-def _stale(conn: sqlite3.Connection) -> bool:
+def stale_tables(conn: sqlite3.Connection) -> bool:
     """``state_meta['fts_stale']``: the index was switched off after corruption (SPEC §12)."""
     try:
         return conn.execute(
@@ -223,7 +223,7 @@ def verify_fts(conn: sqlite3.Connection) -> dict[str, str]:
     gate = ""
     if markers is not None:
         gate = f"AND (id <= {markers[0]} OR id > {markers[1]})"
-    for name in _LAYOUT_TABLES:
+    for name in LAYOUT_TABLES:
         table = inv.tables.get(name)
         if table is None:
             continue

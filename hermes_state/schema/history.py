@@ -159,7 +159,7 @@ _TRI_V11 = ("messages_fts_trigram", "CREATE VIRTUAL TABLE IF NOT EXISTS messages
 
 def _external_layout() -> FtsLayout:
     triggers = []
-    for sql in schema._split_triggers(schema.FTS_TRIGGERS_SQL + schema.TRIGRAM_TRIGGERS_SQL):
+    for sql in schema.split_triggers(schema.FTS_TRIGGERS_SQL + schema.TRIGRAM_TRIGGERS_SQL):
         name = sql.split("IF NOT EXISTS", 1)[1].split()[0]
         triggers.append((name, sql))
     return FtsLayout(

@@ -340,7 +340,7 @@ def create_fts(conn: sqlite3.Connection) -> list[str]:
     for table, table_sql, triggers_sql, row_filter in plan:
         existed = _exists(conn, table)
         conn.execute(table_sql)
-        for stmt in _split_triggers(triggers_sql):
+        for stmt in split_triggers(triggers_sql):
             conn.execute(stmt)
         if not existed:
             created.append(table)
@@ -399,7 +399,7 @@ def _split(sql: str) -> list[str]:
     return [s.strip() for s in sql.split(";") if s.strip()]
 
 
-def _split_triggers(sql: str) -> list[str]:
+def split_triggers(sql: str) -> list[str]:
     """Split trigger DDL on ``END;`` boundaries."""
     parts = [p.strip() for p in sql.split("END;") if p.strip()]
     return [p + "\nEND" for p in parts]

@@ -27,13 +27,14 @@ from ..errors import (
     corruption_kind,
     is_lock_error,
 )
+from ..fts import backfill as fts_backfill
 from ..processes import checkpoint_lock, holders
 from ..processes.checkpoint_lock import CheckpointLock, wal_reset_exposure
 from ..processes.generation import Generation, diff
 from ..schema.tables import FTS_TABLES
 from .generation_tracking import GenerationTracking
 from .pragmas import disable_checkpoint_on_close
-from .quarantine import named_damage
+from .quarantine import raise_named
 
 log = logging.getLogger("hermes_state")
 
@@ -59,6 +60,32 @@ HOLD_WAIT_S = 0.025
 _UNCLOSABLE: list[sqlite3.Connection] = []
 
 
+def exposed_to_wal_reset() -> bool:
+    """Whether this process's SQLite has the WAL-reset race (SPEC §4; issue 12): the one
+    answer the open's pragmas and the connection's checkpoint lock both follow."""
+    return wal_reset_exposure() is not None
+
+
+def retry_lock_errors(fn: Callable[[], T], rng: random.Random) -> T:
+    """``fn()``, again after a uniform 20-150 ms sleep on each lock error (SQLITE_BUSY/LOCKED
+    by code), at most :data:`_WRITE_MAX_RETRIES` attempts in total (SPEC §4).
+
+    The open's statements outside a write transaction (its pragmas) use this;
+    :meth:`StoreConnection.execute_write` is the same rule inside ``BEGIN IMMEDIATE``.
+
+    Raises:
+        sqlite3.OperationalError: the last lock error, or any other error at once.
+    """
+    for attempt in range(1, _WRITE_MAX_RETRIES + 1):
+        try:
+            return fn()
+        except sqlite3.OperationalError as exc:
+            if not is_lock_error(exc) or attempt == _WRITE_MAX_RETRIES:
+                raise
+            time.sleep(rng.uniform(RETRY_SLEEP_MIN_S, RETRY_SLEEP_MAX_S))
+    raise AssertionError("unreachable")
+
+
 class _CheckpointLockMet(Exception):
     """Internal: right after BEGIN IMMEDIATE a checkpoint held the checkpoint lock."""
 
@@ -66,16 +93,31 @@ class _CheckpointLockMet(Exception):
 class StoreConnection(GenerationTracking):
     """One writable (or read-only) connection to a store, with the write path of SPEC §4.
 
-    Built by :func:`hermes_state.store.opening.open_connection` (the constructor only sets state).
+    Opened by :func:`hermes_state.store.opening.open_connection`, which runs the refusals and the
+    quarantine, connects, and hands the ready ``sqlite3`` connection to this constructor; the
+    schema work and :meth:`record_generation` follow on the built object.
 
     Args:
         db_path: absolute path of ``state.db``.
+        conn: the open ``sqlite3`` connection (pragmas applied), owned from now on.
         read_only: a ``mode=ro`` handle: every write is refused.
+        guard: the store's checkpoint lock (writable handles; None for read-only ones).
+        journal_mode: what ``PRAGMA journal_mode`` answered at open (``"wal"``, ``"delete"``).
+        retired_holders: processes holding a retired sidecar at a read-only open (issue 11.5).
+        quarantined_to: where a file that was not SQLite was moved before this open (SPEC §12).
     """
 
-    def __init__(self, db_path: Path, *, read_only: bool = False):
+    def __init__(self, db_path: Path, conn: sqlite3.Connection, *, read_only: bool = False,
+                 guard: CheckpointLock | None = None, journal_mode: str = "?",
+                 retired_holders: list | None = None, quarantined_to: Path | None = None):
         self.db_path = Path(db_path)
+        self.conn = conn
         self.read_only = read_only
+        self.journal_mode = journal_mode
+        self.retired_holders: list = list(retired_holders or [])
+        self.quarantined_to = quarantined_to
+        self.migration_report = None  # migrations.MigrationReport of this open, None if settled
+        self.generation: Generation | None = None  # set by record_generation (writable)
         self._lock = threading.RLock()
         self._rng = random.Random()  # seeded from os.urandom: jitter must not follow a run seed
         self._writes = 0
@@ -85,18 +127,13 @@ class StoreConnection(GenerationTracking):
         self._retired = False
         self._closed = False
         self._capture_dir: str | None = None
-        self.generation: Generation | None = None
         self._main_fd: int | None = None
         self._initial_disk_app_id: int | None = None
-        self.journal_mode = "?"
         self._backfill = None  # fts_backfill.BackfillThread after a deferred FTS re-index
-        self._guard: CheckpointLock | None = None
-        self._exposed = wal_reset_exposure() is not None
-        self._lock_checkpoints = False
-        self.retired_holders: list = []
-        self.quarantined_to: Path | None = None
-        self.migration_report = None  # migrations.MigrationReport of this open, None if settled
-        self.conn: sqlite3.Connection  # set by hermes_state.store.opening.open_connection
+        self._guard = guard
+        self._exposed = exposed_to_wal_reset()
+        # Checkpoints take the lock only where SQLite has the WAL-reset race (issue 12).
+        self._lock_checkpoints = guard is not None and self._exposed and guard.usable
 
     # ------------------------------------------------------------------ state
     @property
@@ -111,14 +148,6 @@ class StoreConnection(GenerationTracking):
             return checkpoint_lock.MITIGATED
         return f"exposed, NOT mitigated ({self._guard.problem})"
 
-    def _raise_named(self, exc: sqlite3.DatabaseError) -> None:
-        """Re-raise ``exc`` as the named refusal :func:`~hermes_state.store.quarantine.named_damage`
-        makes of it, if any."""
-        err = named_damage(self.db_path, exc)
-        if err is exc:
-            raise exc
-        raise err from exc
-
     # ------------------------------------------------------------------ the write path
     @property
     def writes(self) -> int:
@@ -129,6 +158,12 @@ class StoreConnection(GenerationTracking):
     def capture_dir(self) -> str | None:
         """The retired-WAL capture this handle wrote, if any (SPEC §10.3)."""
         return self._capture_dir
+
+    def start_backfill(self) -> None:
+        """Resume a deferred FTS back-fill in a background thread (SPEC §2.4), if one is wanted."""
+        if self.read(fts_backfill.wanted):
+            self._backfill = fts_backfill.BackfillThread(self)
+            self._backfill.start()
 
     def _check_usable(self) -> None:
         if self._closed:
@@ -585,7 +620,7 @@ class StoreConnection(GenerationTracking):
                 if corruption_kind(exc) == "structural":
                     if not self.read_only:
                         raise self._corrupt(exc) from exc
-                    self._raise_named(exc)
+                    raise_named(self.db_path, exc)
                 raise
 
     # ------------------------------------------------------------------ close

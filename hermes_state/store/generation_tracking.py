@@ -30,9 +30,18 @@ log = logging.getLogger("hermes_state")
 
 
 class GenerationTracking:
-    """Mixin of :class:`~hermes_state.store.connection.StoreConnection`: identities and refusals."""
+    """Mixin of :class:`~hermes_state.store.connection.StoreConnection`: identities and refusals.
 
-    def _record_generation(self) -> None:
+    It needs, from the class it is mixed into: ``conn``, ``db_path``, ``journal_mode``,
+    ``generation`` and :meth:`checkpoint` (declared below, defined by the write path).
+    """
+
+    def checkpoint(self, mode: str = "PASSIVE", *, trigger: str = "manual", **kw):
+        """Provided by :class:`~hermes_state.store.connection.StoreConnection` (SPEC §4)."""
+        raise NotImplementedError
+
+    def record_generation(self) -> None:
+        """Record the store's identities and database token after the open (SPEC §10.1)."""
         token = self.conn.execute(
             "SELECT value FROM state_meta WHERE key='db_file_generation'").fetchone()[0]
         app_id = self.conn.execute("PRAGMA application_id").fetchone()[0]
@@ -79,7 +88,7 @@ class GenerationTracking:
     def rerecord_generation(self) -> None:
         """Re-take the identities after this handle's own VACUUM/TRUNCATE (SPEC §8, §10.1)."""
         with self._lock:
-            self._record_generation()
+            self.record_generation()
 
     def _check_generation(self) -> None:
         """SPEC §10.1: the store under the connection must still be the one on disk."""

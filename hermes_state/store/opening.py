@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import sqlite3
 import stat
-import time
 from pathlib import Path
-from typing import Callable, TypeVar
+from typing import TypeVar
 
 from .. import events, failpoints
 from ..errors import (
@@ -28,24 +28,21 @@ from ..errors import (
     HOLDER_SELF,
     HOLDER_SELF_AND_OTHERS,
     DeletedWalGenerationError,
-    is_lock_error,
 )
 from ..files import atomic
 from ..files.paths import access_problem, ensure_home, sqlite_uri
-from ..fts import backfill as fts_backfill
 from ..processes import holders
 from ..processes.checkpoint_lock import CheckpointLock, wal_reset_exposure
 from ..schema.shape import pending_work, stored_version
 from . import migrations
 from .connection import (
-    _WRITE_MAX_RETRIES,
     BUSY_TIMEOUT_S,
-    RETRY_SLEEP_MAX_S,
-    RETRY_SLEEP_MIN_S,
     StoreConnection,
+    exposed_to_wal_reset,
+    retry_lock_errors,
 )
 from .pragmas import apply_pragmas, tighten_modes
-from .quarantine import quarantine_if_not_sqlite
+from .quarantine import quarantine_if_not_sqlite, raise_named
 
 log = logging.getLogger("hermes_state")
 
@@ -69,77 +66,80 @@ def open_connection(db_path: Path, *, read_only: bool = False,
         StateDbCorruptError: the store is damaged (SPEC §12).
         sqlite3.OperationalError: read-only open of a store that does not exist.
     """
-    sc = StoreConnection(db_path, read_only=read_only)
+    db_path = Path(db_path)
     _log_exposure_once()
     if read_only:
-        _refuse_unsafe_files(sc)
-        sc.conn = _connect_ro(sc)
-        return sc
-    ensure_home(sc.db_path.parent)
-    _refuse_unsafe_files(sc)
-    problem = access_problem(sc.db_path, write=True)
+        _refuse_unsafe_files(db_path)
+        conn, retired = _connect_ro(db_path)
+        return StoreConnection(db_path, conn, read_only=True, retired_holders=retired)
+    ensure_home(db_path.parent)
+    _refuse_unsafe_files(db_path)
+    problem = access_problem(db_path, write=True)
     if problem is not None:  # SPEC §4: the exact path, the permission and the fix
         raise problem
-    _refuse_if_retired_holders(sc)
-    sc.quarantined_to = quarantine_if_not_sqlite(sc.db_path)
-    _open_guard(sc)
+    _refuse_if_retired_holders(db_path)
+    quarantined_to = quarantine_if_not_sqlite(db_path)
+    guard = CheckpointLock(db_path)  # issue 12; an unusable one is logged, never silent
+    guard.log_degraded(exposed_to_wal_reset())
     try:
-        _connect_and_prepare(sc, synchronous)
+        sc = _connect_and_prepare(db_path, guard, synchronous, quarantined_to)
     except BaseException:
-        sc._guard.close()  # type: ignore[union-attr]
+        guard.close()
         raise
-    _start_backfill(sc)
+    sc.start_backfill()
     events.enabled() and events.emit(
         "open", db=str(sc.db_path), journal_mode=sc.journal_mode,
         sqlite=sqlite3.sqlite_version, generation=sc.generation.as_dict())
     return sc
 
 
-def _connect_and_prepare(sc: StoreConnection, synchronous: str) -> None:
+def _connect_and_prepare(db_path: Path, guard: CheckpointLock, synchronous: str,
+                         quarantined_to: Path | None) -> StoreConnection:
+    """Connect with the pragmas, build the :class:`StoreConnection`, prepare the schema and
+    record the generation; the connection is closed on any failure."""
     failpoints.hit("open.before_connect")
     try:
-        sc.conn = _connect_rw(sc, synchronous)
+        conn, journal_mode = _connect_rw(db_path, synchronous)
     except sqlite3.DatabaseError as exc:
-        sc._raise_named(exc)
+        raise_named(db_path, exc)
+    sc = StoreConnection(db_path, conn, guard=guard, journal_mode=journal_mode,
+                         quarantined_to=quarantined_to)
     try:
         _prepare_schema(sc)
         failpoints.hit("open.after_schema")
-        sc._record_generation()
+        sc.record_generation()
     except sqlite3.DatabaseError as exc:
-        sc.conn.close()
-        sc._raise_named(exc)
+        conn.close()
+        raise_named(db_path, exc)
     except BaseException:
-        sc.conn.close()
+        conn.close()
         raise
+    return sc
 
 
-def _open_guard(sc: StoreConnection) -> None:
-    """Open the checkpoint lock (issue 12); an unusable one is logged, never silent."""
-    guard = sc._guard = CheckpointLock(sc.db_path)
-    guard.log_degraded(sc._exposed)
-    sc._lock_checkpoints = sc._exposed and guard.usable
-
-
-def _connect_ro(sc: StoreConnection) -> sqlite3.Connection:
+def _connect_ro(db_path: Path) -> tuple[sqlite3.Connection, list]:
     """``mode=ro``; ``immutable=1`` while a process holds a retired sidecar (issue 11.5).
 
     With a retired generation held, the ``-shm`` at the path may index frames of a WAL that
     is no longer there (``disk I/O error``), and any ordinary opener would create a new
     ``-wal``/``-shm`` (a second generation). ``immutable=1`` reads the main file alone and
     touches neither sidecar: what the holder committed since the last checkpoint is not
-    shown (it is safe in its WAL; the CLI says so). ``sc.retired_holders`` lists them.
+    shown (it is safe in its WAL; the CLI says so).
+
+    Returns:
+        ``(connection, the processes holding a retired sidecar)``.
     """
     try:
-        os.stat(sc.db_path)
+        os.stat(db_path)
     except FileNotFoundError:
-        raise sqlite3.OperationalError(f"no session store at {sc.db_path}") from None
+        raise sqlite3.OperationalError(f"no session store at {db_path}") from None
     except PermissionError as exc:
-        raise (access_problem(sc.db_path, write=False) or exc) from exc
-    sc.retired_holders = holders.scan_settled(sc.db_path, include_self=True).retired_holders
+        raise (access_problem(db_path, write=False) or exc) from exc
+    retired = holders.scan_settled(db_path, include_self=True).retired_holders
     params = {"mode": "ro"}
-    if sc.retired_holders:
+    if retired:
         params["immutable"] = "1"
-    uri = sqlite_uri(sc.db_path, **params)
+    uri = sqlite_uri(db_path, **params)
     conn = None
     try:  # a permission or damage problem surfaces here (SQLite opens lazily), by name
         conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None,
@@ -149,21 +149,21 @@ def _connect_ro(sc: StoreConnection) -> sqlite3.Connection:
     except sqlite3.DatabaseError as exc:
         if conn is not None:
             conn.close()
-        problem = access_problem(sc.db_path, write=False)
+        problem = access_problem(db_path, write=False)
         if problem is not None:
             raise problem from exc
-        sc._raise_named(exc)
-    return conn
+        raise_named(db_path, exc)
+    return conn, retired
 
 
-def _refuse_unsafe_files(sc: StoreConnection) -> None:
+def _refuse_unsafe_files(db_path: Path) -> None:
     """The three store files must be plain files or absent: never a link, FIFO or device.
 
     Checked with ``lstat`` before anything opens them (a FIFO would block the open, a device
     would be read as a database). Raises :class:`~hermes_state.files.atomic.UnsafePathError`.
     """
     for suffix in ("", "-wal", "-shm"):
-        p = Path(f"{sc.db_path}{suffix}")
+        p = Path(f"{db_path}{suffix}")
         try:
             st = os.lstat(p)
         except (FileNotFoundError, NotADirectoryError):
@@ -177,14 +177,14 @@ def _refuse_unsafe_files(sc: StoreConnection) -> None:
                 path=str(p))
 
 
-def _refuse_if_retired_holders(sc: StoreConnection) -> None:
+def _refuse_if_retired_holders(db_path: Path) -> None:
     """SPEC §10.4: never connect while any process holds a retired sidecar of this store."""
-    found = holders.scan_settled(sc.db_path, include_self=True).retired_holders
+    found = holders.scan_settled(db_path, include_self=True).retired_holders
     if not found:
         return
     lines = "\n".join("  " + h.line() for h in found)
     detail = (f"{len(found)} process(es) still hold a retired WAL generation of "
-              f"{sc.db_path}:\n{lines}")
+              f"{db_path}:\n{lines}")
     events.enabled() and events.emit("refusal", reason="open_scan", detail=detail,
                                      holders=[h.as_tuple() for h in found])
     mine = [h for h in found if h.pid == os.getpid()]
@@ -194,42 +194,33 @@ def _refuse_if_retired_holders(sc: StoreConnection) -> None:
                                     held_by=held_by, pid=os.getpid())
 
 
-def _connect_rw(sc: StoreConnection, synchronous: str) -> sqlite3.Connection:
-    conn = sqlite3.connect(str(sc.db_path), timeout=BUSY_TIMEOUT_S, isolation_level=None,
+def _connect_rw(db_path: Path, synchronous: str) -> tuple[sqlite3.Connection, str]:
+    """A writable connection with the pragmas of SPEC §4; returns it and the journal mode."""
+    conn = sqlite3.connect(str(db_path), timeout=BUSY_TIMEOUT_S, isolation_level=None,
                            check_same_thread=False)
     conn.row_factory = sqlite3.Row
+    rng = random.Random()
     try:
-        sc.journal_mode = apply_pragmas(conn, synchronous, sc.db_path, exposed=sc._exposed,
-                                        retry=lambda fn: _retry_lock(sc, fn))
+        journal_mode = apply_pragmas(conn, synchronous, db_path,
+                                     exposed=exposed_to_wal_reset(),
+                                     retry=lambda fn: retry_lock_errors(fn, rng))
     except BaseException:
         conn.close()
         raise
-    tighten_modes(sc.db_path)
-    return conn
+    tighten_modes(db_path)
+    return conn, journal_mode
 
 
-def _retry_lock(sc: StoreConnection, fn: Callable[[], T]) -> T:
-    """``fn()`` again after a jittered sleep on lock errors (the open's pragmas)."""
-    for attempt in range(1, _WRITE_MAX_RETRIES + 1):
-        try:
-            return fn()
-        except sqlite3.OperationalError as exc:
-            if not is_lock_error(exc) or attempt == _WRITE_MAX_RETRIES:
-                raise
-            time.sleep(sc._rng.uniform(RETRY_SLEEP_MIN_S, RETRY_SLEEP_MAX_S))
-    raise AssertionError("unreachable")
-
-
-def _settled(sc: StoreConnection) -> bool:
-    """True when the open has nothing to write (SPEC §3; :mod:`hermes_state.schema.shape`).
+def settled(conn: sqlite3.Connection) -> tuple[bool, int | None]:
+    """Whether the open has nothing to write (SPEC §3; :mod:`hermes_state.schema.shape`), and
+    the stored schema version (None when unreadable).
 
     Read-only and cheap (catalogue queries; the declared columns are computed once per
     process). Judged by structure, whatever the store's version (2 to 31) and the names of
     its triggers and indexes: :func:`hermes_state.schema.shape.pending_work` is empty.
-    Sets ``sc._schema_version_seen`` (None when unreadable).
     """
-    sc._schema_version_seen = stored_version(sc.conn)[0]
-    return not pending_work(sc.conn)
+    version = stored_version(conn)[0]
+    return not pending_work(conn), version
 
 
 def _prepare_schema(sc: StoreConnection) -> None:
@@ -242,17 +233,11 @@ def _prepare_schema(sc: StoreConnection) -> None:
     The outcome is kept in ``sc.migration_report`` (None when settled).
     """
     sc.migration_report = None
-    if _settled(sc):
-        migrations.warn_if_newer(sc.db_path, sc._schema_version_seen)
+    is_settled, version = settled(sc.conn)
+    if is_settled:
+        migrations.warn_if_newer(sc.db_path, version)
         return
     sc.migration_report = migrations.prepare_store(sc)
-
-
-def _start_backfill(sc: StoreConnection) -> None:
-    """Resume a deferred FTS back-fill in a background thread (SPEC §2.4, fts_backfill)."""
-    if sc.read(fts_backfill.wanted):
-        sc._backfill = fts_backfill.BackfillThread(sc)
-        sc._backfill.start()
 
 
 def _log_exposure_once() -> None:

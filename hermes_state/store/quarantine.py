@@ -171,6 +171,14 @@ def _looks_damaged(db_path: Path, *, locked: bool = False) -> bool:
     return not head.startswith(SQLITE_HEADER)
 
 
+def raise_named(db_path: Path, exc: sqlite3.DatabaseError) -> None:
+    """Re-raise ``exc`` as the named refusal :func:`named_damage` makes of it, if any."""
+    err = named_damage(db_path, exc)
+    if err is exc:
+        raise exc
+    raise err from exc
+
+
 def named_damage(db_path: Path, exc: sqlite3.DatabaseError) -> BaseException:
     """A structural error while opening becomes a named refusal (SPEC §12, issue 11.7)."""
     if corruption_kind(exc) != "structural":

@@ -85,4 +85,4 @@ def append_messages(db: SessionDB, rows: Iterable[tuple[str, str, str]], *,
             fn(conn)
         return len(fns)
 
-    return db._conn.execute_write(fill, op=op)
+    return db.connection.execute_write(fill, op=op)
