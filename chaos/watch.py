@@ -40,7 +40,6 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import sqlite3
-import struct
 import time
 from pathlib import Path
 
@@ -53,6 +52,7 @@ from hermes_state.testing import (
     scan_holders,
     utc_stamp,
     wal_header,
+    wal_index_header,
 )
 
 from . import history as hist
@@ -100,14 +100,11 @@ def read_shm_header(db_path: str | os.PathLike) -> dict | None:
             raw = fh.read(136)
     except OSError:
         return None
-    if len(raw) < 136:
+    head = wal_index_header(raw)
+    if head is None:
         return None
-    mx_frame, n_page = struct.unpack_from("=2I", raw, 16)
-    salt1, salt2 = struct.unpack_from("=2I", raw, 32)
-    (n_backfill,) = struct.unpack_from("=I", raw, 96)
-    (attempted,) = struct.unpack_from("=I", raw, 128)
-    return {"mx_frame": mx_frame, "n_page": n_page, "salt1": salt1, "salt2": salt2,
-            "n_backfill": n_backfill, "n_backfill_attempted": attempted}
+    keep = ("mx_frame", "n_page", "salt1", "salt2", "n_backfill", "n_backfill_attempted")
+    return {k: head[k] for k in keep}
 
 
 def checkpoint_reasons(prev: dict, cur: dict) -> list[str]:

@@ -195,7 +195,6 @@ SQLITE_CORRUPT = 11
 SQLITE_NOTADB = 26
 SQLITE_CORRUPT_VTAB = 267  # corruption inside a virtual table: the FTS shadow tables
 SQLITE_CONSTRAINT = 19  # plain, no extended code: what FTS5 returns on a zeroed structure record
-SQLITE_HEADER = b"SQLite format 3\x00"
 
 
 def is_lock_error(exc: BaseException) -> bool:

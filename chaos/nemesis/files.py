@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from hermes_state.testing import utc_stamp, wal_header
+from hermes_state.testing import db_header, utc_stamp, wal_frames, wal_header
 
 from .. import fixtures, store
 from ..params import param
@@ -365,15 +365,11 @@ def wal_pages(wal_path: Path) -> set[int]:
     head = wal_header(data)
     if head is None or head["page_size"] < 512:
         return set()
-    page_size, salt1, salt2 = head["page_size"], head["salt1"], head["salt2"]
     out = set()
-    off = 32
-    while off + 24 + page_size <= len(data):
-        pgno, _commit, s1, s2 = struct.unpack(">IIII", data[off:off + 16])
-        if (s1, s2) != (salt1, salt2):
+    for frame in wal_frames(data):
+        if not frame["salt_ok"]:
             break
-        out.add(pgno)
-        off += 24 + page_size
+        out.add(frame["page"])
     return out
 
 
@@ -455,11 +451,10 @@ def corrupt_page(env: NemesisEnv, params: PageParams) -> dict:
 
 def _page_size(db: Path) -> int:
     with open(db, "rb") as fh:
-        head = fh.read(100)
-    if not head.startswith(b"SQLite format 3\x00"):
+        head = db_header(fh.read(100))
+    if head is None:
         raise NemesisError(f"{db} has no SQLite header: no page size to go by")
-    size = struct.unpack(">H", head[16:18])[0]
-    return 65536 if size == 1 else size
+    return head["page_size"]
 
 
 def _varint(buf: bytes, i: int) -> tuple[int, int]:

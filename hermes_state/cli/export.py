@@ -15,6 +15,7 @@ from pathlib import Path
 
 from .. import failpoints
 from ..files import atomic
+from ..files.sqlite_format import SQLITE_HEADER, WAL_MAGIC_BYTES
 from .common import EXIT_OK, CliError, open_ro, store_path
 from .progress import progress_display
 
@@ -28,7 +29,7 @@ def markdown(data: dict) -> str:
     return "\n".join(lines)
 
 
-_STORE_MAGICS = (b"SQLite format 3\x00", b"\x37\x7f\x06\x82", b"\x37\x7f\x06\x83")
+_STORE_MAGICS = (SQLITE_HEADER, *WAL_MAGIC_BYTES)
 
 
 def _check_export_target(output: str, db_path: Path) -> str:

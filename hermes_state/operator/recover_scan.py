@@ -18,6 +18,7 @@ from typing import Callable, Iterator
 from urllib.parse import quote
 
 from ..files import atomic
+from ..files.sqlite_format import db_header
 
 #: The tables recover reads and copies (SPEC §14), in copy order (parents before children).
 CANONICAL_TABLES = ("sessions", "messages", "session_model_usage", "state_meta",
@@ -267,9 +268,8 @@ def _header_journal_mode(path: Path) -> str | None:
             header = fh.read(100)
     except OSError:
         return None
-    if len(header) < 100 or not header.startswith(b"SQLite format 3\x00"):
-        return None
-    return {1: "delete", 2: "wal"}.get(header[18])
+    head = db_header(header)
+    return None if head is None else head["journal_mode"]
 
 
 def inspect_tables(conn: sqlite3.Connection | None, copy: Path, report: dict,

@@ -37,6 +37,7 @@ from .. import failpoints
 from ..errors import HermesStateError, is_lock_error
 from ..files import atomic
 from ..files.paths import utc_stamp
+from ..files.sqlite_format import is_sqlite
 from ..processes import checkpoint_lock, holders
 from .snapshot_images import (
     BUSY_TIMEOUT_S,
@@ -267,7 +268,7 @@ def _intact(snap: dict) -> bool:
         if not stat.S_ISREG(st.st_mode) or st.st_size != snap.get("bytes"):
             return False
         with atomic.open_regular(snap["path"]) as fh:
-            return fh.read(16) == b"SQLite format 3\x00"
+            return is_sqlite(fh.read(16))
     except (OSError, TypeError):
         return False
 

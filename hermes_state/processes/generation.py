@@ -16,7 +16,6 @@ import hashlib
 import os
 import platform
 import sqlite3
-import struct
 import sys
 import time
 import zlib
@@ -26,13 +25,12 @@ from pathlib import Path
 from .. import failpoints
 from ..files import atomic
 from ..files.paths import retired_wal_dir, utc_stamp
+from ..files.sqlite_format import DB_HEADER_SIZE, db_header, wal_frame_count, wal_header
 
 Identity = tuple  # (st_dev, st_ino)
 
 #: Main files above this size are captured as their 100-byte header only (SPEC §10.3).
 CAPTURE_MAIN_LIMIT = 512 * 1024 * 1024
-WAL_HEADER_SIZE = 32
-WAL_FRAME_HEADER_SIZE = 24
 
 
 def identity(path: str | os.PathLike) -> Identity | None:
@@ -176,50 +174,23 @@ def _copy_from_identity(ident: Identity | None, fallback_path: str, out,
             "mode": mode}
 
 
-WAL_MAGIC = (0x377F0682, 0x377F0683)
-
-
-def wal_header(data: bytes) -> dict | None:
-    """The fields of a WAL file's 32-byte header (SQLite file format §4.1).
-
-    Args:
-        data: the first bytes of a ``-wal`` file (at least 32).
-    Returns:
-        ``{"magic", "format", "page_size", "checkpoint_seq", "salt1", "salt2"}`` (ints, read
-        big-endian), or None when ``data`` is shorter than the header or is not a WAL.
-    """
-    if len(data) < WAL_HEADER_SIZE:
-        return None
-    magic, fmt, page_size, seq, salt1, salt2 = struct.unpack(">6I", data[:24])
-    if magic not in WAL_MAGIC:
-        return None
-    return {"magic": magic, "format": fmt, "page_size": page_size, "checkpoint_seq": seq,
-            "salt1": salt1, "salt2": salt2}
-
-
 def parse_wal_header(path: Path) -> dict:
     """Frames, salts and page size of a WAL file copy (SQLite file format §4.1)."""
     data = path.read_bytes()
     head = wal_header(data)
     if head is None or head["page_size"] == 0:
         return {"frames": 0, "salt1": None, "salt2": None, "page_size": None}
-    page_size = head["page_size"]
-    frames = (len(data) - WAL_HEADER_SIZE) // (page_size + WAL_FRAME_HEADER_SIZE)
-    return {"frames": frames, "salt1": head["salt1"], "salt2": head["salt2"],
-            "page_size": page_size}
+    return {"frames": wal_frame_count(len(data), head["page_size"]), "salt1": head["salt1"],
+            "salt2": head["salt2"], "page_size": head["page_size"]}
 
 
 def _header_fields(path: Path) -> dict:
-    data = path.read_bytes()[:100]
-    if len(data) < 100 or not data.startswith(b"SQLite format 3\x00"):
+    head = db_header(path.read_bytes()[:DB_HEADER_SIZE])
+    if head is None:
         return {"valid": False}
-    page_size = struct.unpack(">H", data[16:18])[0]
-    return {"valid": True, "page_size": 65536 if page_size == 1 else page_size,
-            "write_version": data[18], "read_version": data[19],
-            "change_counter": struct.unpack(">I", data[24:28])[0],
-            "page_count": struct.unpack(">I", data[28:32])[0],
-            "schema_cookie": struct.unpack(">I", data[40:44])[0],
-            "application_id": struct.unpack(">i", data[68:72])[0]}
+    keep = ("page_size", "write_version", "read_version", "change_counter", "page_count",
+            "schema_cookie", "application_id")
+    return {"valid": True, **{k: head[k] for k in keep}}
 
 
 def capture_retired(db_path: str | os.PathLike, recorded: Generation, trigger: str) -> Path | None:

@@ -22,20 +22,18 @@ from pathlib import Path
 import psutil
 
 from .. import events
+from ..files.sqlite_format import (
+    PENDING_BYTE,
+    SHARED_FIRST,
+    SHARED_SIZE,
+    SHM_LOCK_NAMES,
+    SHM_WRITE_LOCK,
+)
 
 _DELETED = " (deleted)"
 HAVE_PROC = sys.platform.startswith("linux") and os.path.isdir("/proc/self/fd")
 _CAP_SYS_PTRACE = 19  # capability number (linux/capability.h)
 
-# SQLite WAL-index lock bytes on the -shm file (SQLite wal.c: WALINDEX_LOCK_OFFSET = 120).
-SHM_LOCK_NAMES = {120: "WAL write lock", 121: "checkpoint lock", 122: "recover lock",
-                  128: "dead-man switch"}
-SHM_LOCK_NAMES.update({b: f"read mark {b - 123}" for b in range(123, 128)})
-# Main-file locks of the rollback journal (SQLite os.h): PENDING_BYTE = 0x40000000.
-PENDING_BYTE = 0x40000000
-# SQLite os_unix.c: the SHARED range; a WRITE lock over it is the main file's EXCLUSIVE lock.
-SHARED_FIRST = PENDING_BYTE + 2
-SHARED_SIZE = 510
 # How often a settling scan looks again at a holder that is closing the store (seconds).
 SETTLE_POLL_S = 0.005
 
@@ -420,7 +418,7 @@ def write_lock_owner_pid(db_path: str | os.PathLike) -> int | None:
         if rec.waiting or not rec.write:
             continue
         covers = lambda b: rec.start <= b and (rec.end is None or rec.end >= b)  # noqa: E731
-        if rec.file.endswith("-shm") and covers(120):
+        if rec.file.endswith("-shm") and covers(SHM_WRITE_LOCK):
             return rec.pid
         if not rec.file.endswith("-shm") and (covers(PENDING_BYTE) or covers(PENDING_BYTE + 1)):
             return rec.pid

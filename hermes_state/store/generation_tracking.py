@@ -17,6 +17,7 @@ from .. import events
 from ..errors import HOLDER_SELF, DeletedWalGenerationError, StateDbReplacedError
 from ..files import atomic
 from ..files.paths import utc_stamp
+from ..files.sqlite_format import application_id
 from ..processes.generation import (
     Generation,
     capture_retired,
@@ -81,9 +82,10 @@ class GenerationTracking:
             header = os.pread(fd, 100, 0)
         except OSError:
             return None
-        if len(header) < 72 or not header.startswith(b"SQLite format 3\x00"):
+        app_id = application_id(header)
+        if app_id is None:
             return -1 if header else 0
-        return int.from_bytes(header[68:72], "big", signed=True)
+        return app_id
 
     def rerecord_generation(self) -> None:
         """Re-take the identities after this handle's own VACUUM/TRUNCATE (SPEC §8, §10.1)."""

@@ -16,9 +16,10 @@ import stat
 from pathlib import Path
 
 from .. import events
-from ..errors import SQLITE_HEADER, StateDbCorruptError, corruption_kind
+from ..errors import StateDbCorruptError, corruption_kind
 from ..files import atomic
 from ..files.paths import utc_stamp
+from ..files.sqlite_format import is_sqlite
 from ..processes import holders
 from ..processes.generation import own_descriptors
 
@@ -168,7 +169,7 @@ def _looks_damaged(db_path: Path, *, locked: bool = False) -> bool:
                 head = fh.read(4096)
     except FileNotFoundError:
         return False
-    return not head.startswith(SQLITE_HEADER)
+    return not is_sqlite(head)
 
 
 def raise_named(db_path: Path, exc: sqlite3.DatabaseError) -> None:

@@ -24,9 +24,17 @@ from ..api.messages import build_append
 from ..api.system_prompts import prompt_hash
 from ..db import SessionDB
 from ..files.paths import default_db_path, sessions_json_path, sqlite_uri, utc_stamp
+from ..files.sqlite_format import (
+    SHM_LOCK_NAMES,
+    WAL_HEADER_SIZE,
+    db_header,
+    is_sqlite,
+    wal_frames,
+    wal_header,
+    wal_index_header,
+)
 from ..operator.snapshots import PRE_RESTORE_REASON, list_snapshots
 from ..processes.checkpoint_lock import exposure_line, lock_holders, wal_reset_exposure
-from ..processes.generation import wal_header
 from ..processes.holders import (
     HAVE_PROC,
     PENDING_BYTE,
@@ -67,7 +75,9 @@ __all__ = [
     "copy_store", "create_store_schema", "default_db_path", "describe_pid", "exposure_line",
     "history_layout", "infer_version", "inventory", "list_snapshots", "live_fts_layout",
     "lock_holders", "prompt_hash", "read_locks", "scan_holders", "schema_at", "sessions_json_path",
-    "sqlite_problems", "sqlite_uri", "utc_stamp", "verify_fts", "version_table", "wal_header", "wal_reset_exposure",
+    "sqlite_problems", "sqlite_uri", "utc_stamp", "verify_fts", "version_table", "wal_header",
+    "wal_reset_exposure", "SHM_LOCK_NAMES", "WAL_HEADER_SIZE", "db_header", "is_sqlite",
+    "wal_frames", "wal_index_header",
 ]
 
 
