@@ -117,7 +117,9 @@ READ_MARKS = 5  # SQLITE_SHM_NLOCK - 3
 
 
 def wal_index_header(raw: bytes) -> dict | None:
-    """The wal-index header at the start of ``-shm`` (``wal.c``), native byte order.
+    """The wal-index header at the start of ``-shm`` (``wal.c``), native byte order except the
+    salts, which SQLite copies byte for byte from the WAL header (so they read as
+    :func:`wal_header`'s).
 
     Returns:
         ``{"version", "change", "is_init", "big_end_cksum", "page_size", "mx_frame", "n_page",
@@ -131,7 +133,7 @@ def wal_index_header(raw: bytes) -> dict | None:
     version, _unused, change = struct.unpack_from("=3I", raw, 0)
     is_init, big_end, page_size = struct.unpack_from("=BBH", raw, 12)
     mx_frame, n_page = struct.unpack_from("=2I", raw, 16)
-    salt1, salt2 = struct.unpack_from("=2I", raw, 32)
+    salt1, salt2 = struct.unpack_from(">2I", raw, 32)  # copied raw from the WAL header
     (n_backfill,) = struct.unpack_from("=I", raw, 96)
     marks = list(struct.unpack_from(f"={READ_MARKS}I", raw, 100))
     (attempted,) = struct.unpack_from("=I", raw, 128)
