@@ -19,7 +19,8 @@ from rich.console import Console
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_SCENARIO, EXIT_TOOLKIT = 0, 1, 2, 3
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
+    """The ``python -m chaos`` argument parser (every subcommand; docs/CLI.md is made from it)."""
     p = argparse.ArgumentParser(prog="python -m chaos", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     run = sub.add_parser("run", help="run scenario files and check their invariants")
@@ -108,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         from .matrix import main as matrix_main
 
         return matrix_main(argv[1:])
-    args = _parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
     err = Console(stderr=True, soft_wrap=True)
     signal.signal(signal.SIGTERM, _on_sigterm)
     try:

@@ -27,7 +27,7 @@ alone (triggers that cannot fire here are dropped, :mod:`hermes_state.schema.sha
 open has anything to do at all is :func:`hermes_state.schema.shape.pending_work`.
 
 What each data step does (v4, v11, v16, v18, v20, v22, v23) and why a big store's FTS re-index
-is deferred to a background back-fill: docs/decisions/migrations.md.
+is deferred to a background back-fill: docs/decisions/0004-migrations.md.
 """
 
 from __future__ import annotations
