@@ -54,7 +54,7 @@ def keeps_journal_mode(conn: sqlite3.Connection, mode: str, db_path: os.PathLike
     """
     if mode.lower() not in ("delete", "truncate", "persist") or wal_reset_exposure() is None:
         return False
-    version, _rows = stored_version(conn)
+    version, _rows = stored_version(conn)  # a lock error propagates: the caller retries it
     if version is None or version <= SCHEMA_VERSION:
         return False
     key = os.path.realpath(os.fspath(db_path))
@@ -66,15 +66,23 @@ def keeps_journal_mode(conn: sqlite3.Connection, mode: str, db_path: os.PathLike
 
 
 def stored_version(conn: sqlite3.Connection) -> tuple[int | None, int]:
-    """``(version, rows)`` of ``schema_version`` (version None when unreadable or empty).
+    """``(version, rows)`` of ``schema_version`` (version None when the table is absent or
+    holds no version).
 
     Rows that are not numbers (a damaged or foreign row) are ignored for the version but
     counted, so the open normalises the table. Values below 1 are not a version either: a
     migration would otherwise step up from a version that never existed (issue 11.10).
+
+    Raises:
+        sqlite3.OperationalError: the table could not be read (a lock held by another process,
+            an I/O error): an unreadable version is never taken as "no version" (issue 23),
+            the caller retries or names it.
     """
     try:
         rows = conn.execute("SELECT version FROM schema_version").fetchall()
-    except sqlite3.OperationalError:
+    except sqlite3.OperationalError as exc:
+        if "no such table" not in str(exc):
+            raise
         return None, 0
     values = [int(r[0]) for r in rows if isinstance(r[0], (int, float))
               and not isinstance(r[0], bool) and r[0] >= 1 and r[0] == r[0]]
