@@ -34,7 +34,14 @@ from ..processes.generation import application_id_for
 from .fts_inventory import inventory
 from .fts_layout import OPTIMIZE_KEY, assess
 from .history import VERSIONS
-from .tables import SCHEMA_VERSION, declared_columns, equivalent_index, index_shape
+from .tables import (
+    SCHEMA_VERSION,
+    declared_columns,
+    equivalent_index,
+    fts5_available,
+    fts_triggers,
+    index_shape,
+)
 
 log = logging.getLogger("hermes_state.schema.shape")
 
@@ -173,7 +180,12 @@ def pending_work(conn: sqlite3.Connection) -> list[str]:
         out += [f"add column {table}.{c}" for c, _ in cols if c not in live]
     if out:
         return out
-    if version == SCHEMA_VERSION:
+    if not fts5_available(conn):
+        # No FTS5 here (issue 23.3): the only FTS work is dropping triggers that cannot fire.
+        names = fts_triggers(conn)
+        if names:
+            out.append(f"switch FTS off: this SQLite has no FTS5 (drop {', '.join(names)})")
+    elif version == SCHEMA_VERSION:
         plan = assess(conn)
         if plan in ("create", "replace"):
             out.append(f"FTS layout: {plan} ({inventory(conn).kind})")

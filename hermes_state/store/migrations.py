@@ -57,7 +57,10 @@ from ..schema.tables import (
     create_fts,
     create_schema,
     create_tables,
+    fts5_available,
+    fts_triggers,
     reconcile_columns,
+    switch_fts_off,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -248,6 +251,8 @@ def _step_v11(ctx: _Ctx, conn: sqlite3.Connection) -> dict:
     every trigger feeding an FTS table is dropped and the v23 layout created in this step's
     transaction, so no legacy trigger fires beside the new ones (UPSTREAM_API.md §4.2, D1).
     """
+    if not fts5_available(conn):
+        return {"fts_switched_off": len(switch_fts_off(conn))}  # issue 23.3
     if assess(conn) == "ok":
         return {}
     return switch_fts(conn)
@@ -558,8 +563,11 @@ def _finish(conn: sqlite3.Connection, version: int, report: MigrationReport) -> 
     for col in reconcile_columns(conn):
         if col not in report.added_columns:
             report.added_columns.append(col)
+    no_fts5 = not fts5_available(conn)
+    if no_fts5 and fts_triggers(conn):  # issue 23.3: writes must not need the module
+        _add_stats(report, {"fts_switched_off": len(switch_fts_off(conn))})
     if version <= SCHEMA_VERSION:
-        plan = assess(conn)
+        plan = "ok" if no_fts5 else assess(conn)
         if plan == "replace":
             _add_stats(report, switch_fts(conn))
         elif plan == "create":
@@ -572,7 +580,7 @@ def _finish(conn: sqlite3.Connection, version: int, report: MigrationReport) -> 
         rekeyed = store_shape.fix_routing_key(conn)
         if rekeyed:
             _add_stats(report, {"routing_rekeyed": rekeyed})
-    else:
+    elif not no_fts5:
         dropped = store_shape.drop_unusable_cjk(conn)
         if dropped:
             _add_stats(report, {"cjk_triggers_dropped": dropped})
