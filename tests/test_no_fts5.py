@@ -1,7 +1,7 @@
 """An SQLite without FTS5 (issue 23.3; UPSTREAM_API.md §2.13; SPEC §2.4).
 
 The store is used from a child process whose SQLite connections really lack the ``fts5`` module
-(:mod:`hermes_state.testing.no_fts5`: ``sqlite3_drop_modules`` at every open, the same errors as
+(:mod:`hermes_state.testing.without_fts`: ``sqlite3_drop_modules`` at every open, the same errors as
 a build without FTS5). Like upstream, the store opens, writes and reads; the FTS triggers are
 dropped so no write needs the module. Search takes the substring (LIKE) route instead of
 upstream's ``[]`` (SPEC §6 keeps every message findable). When an SQLite with FTS5 opens the

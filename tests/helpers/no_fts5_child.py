@@ -1,7 +1,7 @@
 """Use a store from a process whose SQLite lacks FTS5 (issue 23.3); print one JSON result line.
 
 Usage: no_fts5_child.py DB_PATH TAG. Makes every connection lack the fts5 module
-(:mod:`hermes_state.testing.no_fts5`), then: open the store, create session ``nofts-TAG``, append
+(:mod:`hermes_state.testing.without_fts`), then: open the store, create session ``nofts-TAG``, append
 three messages (one carrying a tool call, one the word ``zephyrTAG``), search for that word,
 read the messages back, delete a scratch session, close; open again and report whether that
 second open had anything to do. Prints ``{"ok": true, ...}`` or ``{"ok": false, "error": ...}``.
@@ -11,7 +11,7 @@ import json
 import sys
 import traceback
 
-from hermes_state.testing import no_fts5
+from hermes_state.testing import without_fts as no_fts5
 
 
 def main() -> int:
