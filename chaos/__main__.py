@@ -1,4 +1,5 @@
-"""``python -m chaos``: run, validate, list, report, replay, watch, gate, shrink, audit (SPEC §16.5).
+"""``python -m chaos``: run, validate, list, report, replay, watch, gate, shrink, audit, upstream
+(SPEC §16.5; ``upstream fetch VERSION``: issue 23).
 
 Exit codes: 0 every checker passed, 1 a checker failed (or was INCONCLUSIVE), 2 invalid
 scenario (nothing ran), 3 the toolkit itself failed. A SKIPPED checker (a stated requirement is
@@ -40,9 +41,10 @@ def _parser() -> argparse.ArgumentParser:
                      help="one JSON array: file, name, description, tags, valid")
     sub.add_parser("matrix", add_help=False,
                    help="the schema-migration matrix of SPEC §16.6 alone (see `matrix --help`)")
-    from . import audit, cli_report, gate, shrink
+    from . import audit, cli_report, gate, shrink, upstream
 
     cli_report.add_parsers(sub)  # report, replay, watch
+    upstream.add_subcommand(sub)
     gate.add_subcommand(sub)
     audit.add_subcommand(sub)
     shrink.add_subcommand(sub)
@@ -136,6 +138,10 @@ def main(argv: list[str] | None = None) -> int:
             from .gate import cmd_gate
 
             return cmd_gate(args, _load_all, err)
+        if args.cmd == "upstream":
+            from .upstream import cmd_upstream
+
+            return cmd_upstream(args, err)
         if args.cmd == "shrink":
             from .shrink import cmd_shrink
 
