@@ -46,7 +46,9 @@ def _facts(copy: Path) -> tuple[int, dict[str, str], dict[str, int]]:
         newest: dict[str, str] = {}
         for pid, in conn.execute("SELECT platform_message_id FROM messages WHERE "
                                  "platform_message_id IS NOT NULL ORDER BY id"):
-            newest[str(pid).rsplit("-", 1)[0]] = str(pid)
+            proc, _, seq = str(pid).rpartition("-")
+            if "-" in proc and seq.isdigit():  # a run's payload id <role>-<index>-<n>
+                newest[proc] = str(pid)
         per = dict(conn.execute("SELECT session_id, COUNT(*) FROM messages WHERE "
                                 "platform_message_id IS NOT NULL AND COALESCE(active, 1) = 1 "
                                 "GROUP BY session_id"))
