@@ -17,6 +17,8 @@ from pathlib import Path
 
 from rich.console import Console
 
+from hermes_state.testing import upstream_release as ur
+
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_SCENARIO, EXIT_TOOLKIT = 0, 1, 2, 3
 
 
@@ -41,14 +43,58 @@ def _parser() -> argparse.ArgumentParser:
                      help="one JSON array: file, name, description, tags, valid")
     sub.add_parser("matrix", add_help=False,
                    help="the schema-migration matrix of SPEC §16.6 alone (see `matrix --help`)")
-    from . import audit, cli_report, gate, shrink, upstream
+    from . import audit, cli_report, gate, shrink
 
     cli_report.add_parsers(sub)  # report, replay, watch
-    upstream.add_subcommand(sub)
+    _add_upstream(sub)
     gate.add_subcommand(sub)
     audit.add_subcommand(sub)
     shrink.add_subcommand(sub)
     return p
+
+
+# ``upstream fetch VERSION...`` / ``upstream list``: the release cache (issue 23): a release is
+# fetched once (pip, the package registry; hermes_state.testing.upstream_release.fetch), then
+# the upstream role kind, the older_release_opens checker and the benchmarks run it offline.
+def _add_upstream(sub) -> None:
+    """Register ``upstream fetch`` and ``upstream list`` on the ``python -m chaos`` parser."""
+    p = sub.add_parser("upstream", help="fetch real upstream releases into the cache (issue 23)")
+    cmds = p.add_subparsers(dest="upstream_cmd", required=True)
+    fetch = cmds.add_parser("fetch", help="fetch releases once (pip) into the cache")
+    fetch.add_argument("versions", nargs="+", type=_version,
+                       help=f"upstream release numbers, e.g. {ur.BASELINE} {ur.NEWER}")
+    cmds.add_parser("list", help="the cached releases")
+
+
+def _version(text: str) -> str:
+    try:
+        return ur.check_version(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def cmd_upstream(args, err) -> int:
+    """Run ``upstream fetch|list``; 0 on success, 3 when a fetch failed (with the reason)."""
+    if args.upstream_cmd == "list":
+        root = ur.cache_root()
+        found = sorted(p.name for p in root.iterdir() if (p / "release.json").is_file()) \
+            if root.is_dir() else []
+        print(f"cache: {root}")
+        for v in found:
+            info = ur.cached(v) or {}
+            print(f"  {v:10} schema {info.get('schema_version')}  "
+                  f"{info.get('distribution')}=={info.get('distribution_version')}")
+        if not found:
+            print(f"  (none: python -m chaos upstream fetch {ur.BASELINE} {ur.NEWER})")
+        return 0
+    code = 0
+    for version in args.versions:
+        try:
+            ur.fetch(version)
+        except (RuntimeError, OSError) as exc:
+            err.print(f"[red]upstream {version}: {exc}[/]", highlight=False)
+            code = 3
+    return code
 
 
 def _load_all(files: list[Path], err: Console):
@@ -139,8 +185,6 @@ def main(argv: list[str] | None = None) -> int:
 
             return cmd_gate(args, _load_all, err)
         if args.cmd == "upstream":
-            from .upstream import cmd_upstream
-
             return cmd_upstream(args, err)
         if args.cmd == "shrink":
             from .shrink import cmd_shrink

@@ -71,7 +71,7 @@ class Params:
     cjk_share: float = cjk_share()
     tool_call_share: float = tool_call_share(0.2)
     search_every: Duration = param(0, "Period between searches (gateway; 0 = never).")
-    crash_pattern: str = param(None, "Regex: the upstream process SIGKILLs itself when the "
+    crash_pattern: str = param("", "Regex (empty: none): the upstream process SIGKILLs itself when the "
                                "crash_nth SQL statement matching it is about to run during its "
                                "first open (a migration killed mid-way), then a fresh process "
                                "opens again.", maxLength=200)

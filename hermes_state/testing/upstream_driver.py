@@ -34,8 +34,8 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except Exception:  # noqa: BLE001 - not Linux: the parent's kill reaps us instead
         pass
-    if os.getppid() == 1:
-        os._exit(1)
+    if os.getppid() == 1:  # the parent is already gone
+        raise SystemExit(1)
 
 
 def _arm_crash() -> None:

@@ -1,19 +1,25 @@
-"""``older_release_opens``: the older release still opens the store afterwards (issue 23 item 4).
+"""Checkers of a mixed fleet (issue 23 item 4): ``fts_exact`` and ``older_release_opens``.
 
-A user upgrading one process at a time keeps running the old release on the same file, also
-after the new one migrated and wrote it. On a temporary COPY of the final store (with its
-``-wal``), the release named by ``version`` (a cached upstream release,
-:mod:`hermes_state.testing.upstream_release`) is started in its own process and must:
+``fts_exact``: ``integrity`` runs FTS5's own ``integrity-check``, which for the trigram index (it
+leaves tool rows out) can only judge internal consistency. Here, on a temporary COPY of the final
+store, :func:`hermes_state.schema.fts_layout.verify_fts` compares every FTS table term by term
+with what its layout says it indexes (``messages_fts`` every row, ``messages_fts_trigram`` every
+row but tool rows, newer releases' views included): both indexes exact, whichever release wrote
+which row; ``fts_stale`` set is a failure. Rows a pending back-fill has not reached are allowed
+(SPEC §2.4). No params.
 
-* open the store with its own ``SessionDB`` (its own migrations, if any, run on the copy);
-* count every message (``message_count()``) as plain SQLite counts them on the copy;
-* read the messages of every session holding payload ids (``get_messages``, active rows);
-* find, with its own ``search_messages``, the newest message of every writer process by its
-  payload id (what each side wrote is searchable by the older release).
-
-This checker starts one process (the release under test): the question is what that code does.
-SKIPPED (with the fetch command) when the release is not cached. Params: ``version``.
+``older_release_opens``: a user upgrading one process at a time keeps running the old release on
+the same file, also after the new one migrated and wrote it. On a temporary COPY of the final
+store (with its ``-wal``), the release named by ``version`` (a cached upstream release,
+:mod:`hermes_state.testing.upstream_release`) is started in its own process and must open the
+store with its own ``SessionDB`` (its own migrations, if any, run on the copy), count every
+message (``message_count()``) as plain SQLite counts them, read the messages of every session
+holding payload ids (``get_messages``), and find with its own ``search_messages`` the newest
+message of every writer process by its payload id. This checker starts one process (the release
+under test): the question is what that code does. SKIPPED (with the fetch command) when the
+release is not cached.
 """
+
 
 from __future__ import annotations
 
@@ -21,16 +27,17 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 from ..params import param
 from .base import FAIL, PASS, SKIPPED, CheckContext, Verdict
 from .store import connect_copy, copied_store
 
-NAME = "older_release_opens"
+OLDER_NAME = "older_release_opens"
 
 
 @dataclass(frozen=True, kw_only=True)
-class Params:
+class OlderParams:
     """The named upstream release opens, counts, reads and searches the final store."""
 
     version: str = param("0.19.0", "The upstream release that must still open the store "
@@ -57,14 +64,14 @@ def _facts(copy: Path) -> tuple[int, dict[str, str], dict[str, int]]:
     return total, newest, per
 
 
-def check(ctx: CheckContext, params) -> Verdict:
+def check_older(ctx: CheckContext, params) -> Verdict:
     """``check(ctx, params) -> Verdict`` as :mod:`chaos.checkers` defines it."""
     from hermes_state.testing import upstream_release as ur
 
     version = params.version
     if ur.cached(version) is None:
         reason = str(ur.NotCached(version))
-        return Verdict(NAME, SKIPPED, reason, {"reason": reason, "version": version})
+        return Verdict(OLDER_NAME, SKIPPED, reason, {"reason": reason, "version": version})
     fig: dict = {"version": version}
     problems: list[str] = []
     with copied_store(ctx.store_path) as copy:
@@ -101,7 +108,42 @@ def check(ctx: CheckContext, params) -> Verdict:
         finally:
             shutil.rmtree(home, ignore_errors=True)
     if problems:
-        return Verdict(NAME, FAIL, "; ".join(problems), fig, [{"problem": p} for p in problems])
-    return Verdict(NAME, PASS, f"upstream {version} opens the store (schema "
+        return Verdict(OLDER_NAME, FAIL, "; ".join(problems), fig, [{"problem": p} for p in problems])
+    return Verdict(OLDER_NAME, PASS, f"upstream {version} opens the store (schema "
                    f"{fig['schema_version']}, {fig['journal_mode']}), counts all {total} "
                    f"messages and finds every writer's newest one", fig)
+
+
+FTS_NAME = "fts_exact"
+
+
+@dataclass(frozen=True, kw_only=True)
+class FtsParams:
+    """Every FTS index equals what its layout indexes from messages."""
+
+
+def check_fts(ctx: CheckContext, params) -> Verdict:
+    """``check(ctx, params) -> Verdict`` as :mod:`chaos.checkers` defines it."""
+    from hermes_state.schema.fts_layout import verify_fts
+
+    with copied_store(ctx.store_path) as copy:
+        conn = connect_copy(copy)
+        try:
+            verdicts = verify_fts(conn)
+            stale = conn.execute("SELECT value FROM state_meta WHERE key = 'fts_stale'"
+                                 ).fetchone()
+        finally:
+            conn.close()
+    fig = {"tables": verdicts, "fts_stale": stale is not None}
+    bad = {t: v for t, v in verdicts.items() if v != "ok"}
+    if not verdicts:
+        return Verdict(FTS_NAME, FAIL, "no FTS table to verify", fig)
+    if bad or stale is not None:
+        text = "; ".join(f"{t}: {v}" for t, v in bad.items()) or "fts_stale is set"
+        return Verdict(FTS_NAME, FAIL, text, fig, [{"table": t, "verdict": v} for t, v in bad.items()])
+    return Verdict(FTS_NAME, PASS, f"{len(verdicts)} FTS index(es) exact: "
+                   + ", ".join(sorted(verdicts)), fig)
+
+
+FTS_EXACT = SimpleNamespace(NAME=FTS_NAME, Params=FtsParams, check=check_fts)
+OLDER_RELEASE_OPENS = SimpleNamespace(NAME=OLDER_NAME, Params=OlderParams, check=check_older)
