@@ -63,7 +63,9 @@ def _add_upstream(sub) -> None:
     fetch = cmds.add_parser("fetch", help="fetch releases once (pip) into the cache")
     fetch.add_argument("versions", nargs="+", type=_version,
                        help=f"upstream release numbers, e.g. {ur.BASELINE} {ur.NEWER}")
-    cmds.add_parser("list", help="the cached releases")
+    fetch.add_argument("--json", action="store_true", help="one JSON array of release.json")
+    lst = cmds.add_parser("list", help="the cached releases")
+    lst.add_argument("--json", action="store_true", help="one JSON object: cache, releases")
 
 
 def _version(text: str) -> str:
@@ -79,6 +81,9 @@ def cmd_upstream(args, err) -> int:
         root = ur.cache_root()
         found = sorted(p.name for p in root.iterdir() if (p / "release.json").is_file()) \
             if root.is_dir() else []
+        if args.json:
+            print(json.dumps({"cache": str(root), "releases": [ur.cached(v) for v in found]}))
+            return 0
         print(f"cache: {root}")
         for v in found:
             info = ur.cached(v) or {}
@@ -87,13 +92,16 @@ def cmd_upstream(args, err) -> int:
         if not found:
             print(f"  (none: python -m chaos upstream fetch {ur.BASELINE} {ur.NEWER})")
         return 0
-    code = 0
+    code, done = 0, []
+    say = (lambda text: err.print(text, highlight=False)) if args.json else print
     for version in args.versions:
         try:
-            ur.fetch(version)
+            done.append(ur.fetch(version, say=say))
         except (RuntimeError, OSError) as exc:
             err.print(f"[red]upstream {version}: {exc}[/]", highlight=False)
             code = 3
+    if args.json:
+        print(json.dumps(done))
     return code
 
 

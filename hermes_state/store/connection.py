@@ -91,11 +91,11 @@ def retry_lock_errors(fn: Callable[[], T], rng: random.Random, *, op: str = "ope
                 exc.attempts = attempt  # type: ignore[attr-defined]
                 exc.waited_s = time.monotonic() - t0  # type: ignore[attr-defined]
                 raise
-            sleep_s = rng.uniform(RETRY_SLEEP_MIN_S, RETRY_SLEEP_MAX_S)
-            events.enabled() and events.emit("retry", attempt=attempt, sleep_s=sleep_s,
+            pause = rng.uniform(RETRY_SLEEP_MIN_S, RETRY_SLEEP_MAX_S)
+            events.enabled() and events.emit("retry", attempt=attempt, sleep_s=pause,
                                              error=str(exc), op=op, stage=stage,
                                              code=getattr(exc, "sqlite_errorname", None))
-            time.sleep(sleep_s)
+            time.sleep(pause)
     raise AssertionError("unreachable")
 
 
