@@ -178,6 +178,17 @@ def preflight(scenario: Scenario, run_dir: Path) -> None:
     Schedule(scenario.nemesis).due(0.0, Counts())
 
 
+def upstream_missing(scenario: Scenario) -> str | None:
+    """Why the run cannot start its ``upstream`` roles (a release not in the cache, with the
+    command that fetches it), or None (issue 23: no network at run time)."""
+    from hermes_state.testing import upstream_release
+
+    for spec in scenario.roles:
+        if spec.upstream is not None and upstream_release.cached(spec.upstream.version) is None:
+            return str(upstream_release.NotCached(spec.upstream.version))
+    return None
+
+
 @dataclass
 class RunResult:
     """Outcome of one run: where it was written, the verdicts and the process exit code."""
@@ -279,6 +290,7 @@ class Runner:
             "workload": as_dict(spec.workload), "failpoints": spec.failpoints or "",
             "synchronous": self.sc.store.get("synchronous", "NORMAL"),
             "undumpable": spec.undumpable, "ptrace_cap": spec.ptrace_cap,
+            "upstream": as_dict(spec.upstream) if spec.upstream is not None else None,
         }
         fn = self.functions.get(spec.name)
         if fn is None:
@@ -416,6 +428,9 @@ class Runner:
                            f"{self.sc.description}")
         self._say_exposure(self.wal_reset())
         self.console.print(f"run directory {self.run_dir}", soft_wrap=True, highlight=False)
+        missing = upstream_missing(self.sc)
+        if missing:
+            return self._skipped(missing)
         try:
             store_details = self._prepare_store()
         except fixtures.TmpfsUnavailable as exc:

@@ -42,6 +42,10 @@ FILE_ENV_VAR = "HERMES_STATE_FAILPOINTS_FILE"
 #: Every failpoint name and where it sits. Patterns with ``<N>`` match a schema version.
 NAMES: dict[str, str] = {
     "open.before_connect": "SessionDB open: after the stale-generation scan, before sqlite3.connect",
+    "open.journal_probed": "SessionDB open: PRAGMA journal_mode read, the stored schema "
+                           "version (which decides whether the mode is kept) not yet read",
+    "open.before_shape": "SessionDB open: pragmas set, what the open still has to do "
+                         "(pending_work) not yet read",
     "open.after_schema": "SessionDB open: schema created/migrated, identities not yet recorded",
     "write.before_lock": "write path: BEGIN IMMEDIATE succeeded, the checkpoint lock not yet "
                          "tried (issue 12)",

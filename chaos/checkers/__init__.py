@@ -25,6 +25,7 @@ from . import (
     durability,
     error_taxonomy,
     fixture_preserved,
+    fleet,
     integrity,
     latency,
     liveness_after_heal,
@@ -70,7 +71,7 @@ CHECKERS: dict[str, Checker] = {m.NAME: Checker(m.NAME, m.Params, m.check) for m
     maintenance_refusal, no_lockup, latency, single_wal_generation, liveness_after_heal,
     error_taxonomy, fixture_preserved, durability,
     checkpoint_isolation, write_exclusion, prune_respects_turns, snapshot_complete,
-    sticky_refusal, quarantine_evidence)}
+    sticky_refusal, quarantine_evidence, fleet.FTS_EXACT, fleet.OLDER_RELEASE_OPENS)}
 
 
 def run_checkers(ctx: CheckContext, expect: dict[str, dict]) -> list[Verdict]:
