@@ -243,11 +243,15 @@ def _sqlite_headers(db: Path) -> dict:
         "not_sqlite": True, "first_bytes_all_zero": not any(head), "bytes_read": len(head)})
     wal_head = _read_head(Path(f"{db}-wal"), fmt.WAL_HEADER_SIZE)
     wal = None if wal_head is None else fmt.wal_header(wal_head)
+    wal_size = (_file_info(Path(f"{db}-wal")) or {}).get("bytes")
+    out["wal_header"] = None
     if wal is not None:
-        wal = {**wal, "magic": hex(wal["magic"]), "salt1": hex(wal["salt1"]),
-               "salt2": hex(wal["salt2"]), "big_endian_checksums": bool(wal["magic"] & 1)}
-    out["wal_header"] = wal if wal_head else None
-    if wal_head is not None and wal is None:
+        out["wal_header"] = {**wal, "magic": hex(wal["magic"]), "salt1": hex(wal["salt1"]),
+                             "salt2": hex(wal["salt2"]),
+                             "big_endian_checksums": bool(wal["magic"] & 1),
+                             "frames_in_file": fmt.wal_frame_count(wal_size or 0,
+                                                                   wal["page_size"])}
+    elif wal_head:
         out["wal_header"] = {"not_a_wal": True, "bytes_read": len(wal_head)}
     idx = None
     for _ in range(3):
@@ -256,10 +260,12 @@ def _sqlite_headers(db: Path) -> dict:
         if idx is None or idx["copies_agree"]:
             break
     if idx is not None:
+        same = wal is not None and (idx["salt1"], idx["salt2"]) == (wal["salt1"], wal["salt2"])
         idx = {**idx, "salt1": hex(idx["salt1"]), "salt2": hex(idx["salt2"]),
                "frames_not_checkpointed": max(0, idx["mx_frame"] - idx["n_backfill"]),
-               "salts_match_wal": wal is not None and (idx["salt1"], idx["salt2"]) == (
-                   wal["salt1"], wal["salt2"])}
+               "salts_match_wal": same,
+               "read_marks_note": "4294967295 = mark not in use; read mark 0 = reading "
+                                  "state.db only"}
     out["wal_index"] = idx
     return out
 

@@ -26,6 +26,7 @@ ROLE_WORDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("gateway", ("gateway",)),
     ("cron", ("cron", "crond", "cronjob", "cron_job", "cron-job", "scheduler")),
     ("desktop", ("desktop", "dashboard", "electron")),
+    ("cli", ("cli", "chat")),
 )
 #: Maintenance commands of this package (``hermes-state sessions optimize`` ...) and of SQLite
 #: tools, and the scenario command each stands for (``chaos.nemesis.commands.COMMANDS``).
@@ -54,6 +55,20 @@ STATES = {"R": ("running", "running"), "S": ("running", "sleeping"),
           "t": ("stopped", "tracing-stop"), "Z": ("zombie", "zombie"), "X": ("gone", "dead")}
 
 
+def _words(argv: list[str]) -> list[str]:
+    """The words of a command line, lower-cased: each run of letters, digits, ``_.-`` and then
+    its parts split on ``_``, ``.`` and ``-`` (``cron_job.py`` gives ``cron_job.py``, ``cron``,
+    ``job``, ``py``)."""
+    out = []
+    for w in argv:
+        for token in _WORD_RE.findall(w.lower()):
+            out.append(token)
+            parts = [p for p in re.split(r"[_.-]+", token) if p]
+            if len(parts) > 1:
+                out.extend(parts)
+    return out
+
+
 def infer_role(argv: list[str]) -> tuple[str, str]:
     """The role a command line tells, and why: ``("gateway", "command line word 'gateway'")``.
 
@@ -62,7 +77,7 @@ def infer_role(argv: list[str]) -> tuple[str, str]:
     other role word), ``unknown``.
     """
     lowered = [w.lower() for w in argv]
-    words = [m for w in lowered for m in _WORD_RE.findall(w)]
+    words = _words(argv)
     basenames = [os.path.basename(w) for w in lowered[:3]]
     program = next((b for b in basenames if b.startswith(CLI_PROGRAMS) or b == "sqlite3"), None)
     ours = program is not None or any(w in ("hermes_state", "hermes-state") for w in words)
@@ -71,8 +86,7 @@ def infer_role(argv: list[str]) -> tuple[str, str]:
             if w in MAINTENANCE_WORDS and not (w == "export" and program is None):
                 return "maintenance", f"command line word {w!r} of {program or 'hermes_state'}"
     for role, keys in ROLE_WORDS:
-        hit = next((w for w in words if w in keys or any(w.startswith(k + ".") for k in keys)),
-                   None)
+        hit = next((w for w in words if w in keys), None)
         if hit is not None:
             return role, f"command line word {hit!r}"
     if program is not None and program != "sqlite3":
@@ -82,8 +96,7 @@ def infer_role(argv: list[str]) -> tuple[str, str]:
 
 def maintenance_command(argv: list[str]) -> dict | None:
     """``{"command", "force", "dry_run", "word"}`` of a maintenance command line, else None."""
-    words = [m for w in argv for m in _WORD_RE.findall(w.lower())]
-    for w in words:
+    for w in _words(argv):
         if w in MAINTENANCE_WORDS:
             return {"command": MAINTENANCE_WORDS[w], "word": w, "force": "--force" in argv,
                     "dry_run": "--dry-run" in argv}
@@ -94,6 +107,8 @@ def redact_argv(argv: list[str], paths: dict[str, str]) -> str:
     """The command line with every word that is not a program, a subcommand, a flag or a script
     name replaced by ``<N chars>`` (``paths``: exact words to show by a label, e.g. the store's
     path as ``<store>``)."""
+    if len(argv) == 1 and " " in argv[0]:
+        argv = argv[0].split()  # a process title set by the program (setproctitle)
     out = []
     for i, word in enumerate(argv):
         if word in paths:
