@@ -81,10 +81,14 @@ def store_entry(b: Bundle, *, tmpfs: str | None = None, cap: int = MAX_FIXTURE_M
     messages = b.get("contents", "messages", "count")
     sessions = b.get("contents", "sessions", "count")
     size = b.get("contents", "size_class")
-    why = [f"schema version {version}: {b.ref('contents', 'schema_version')}",
-           f"FTS layout {layout}: {b.ref('contents', 'fts', 'fts_layout')}",
-           f"{messages} messages in {sessions} sessions (size class {size}): "
-           f"{b.ref('contents', 'messages', 'count')}"]
+    if isinstance(version, int):
+        why = [f"schema version {version}: {b.ref('contents', 'schema_version')}",
+               f"FTS layout {layout}: {b.ref('contents', 'fts', 'fts_layout')}",
+               f"{messages} messages in {sessions} sessions (size class {size}): "
+               f"{b.ref('contents', 'messages', 'count')}"]
+    else:
+        why = ["the store's contents are not in the bundle: "
+               + (b.ref("not_collected") if b.get("not_collected") else b.ref("contents"))]
     missing: list[str] = []
     store: dict
     if not isinstance(version, int):

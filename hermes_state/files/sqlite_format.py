@@ -283,18 +283,21 @@ def wal_image(db: bytes, wal: bytes, frames: int) -> bytes | None:
         if own is not None and own["page_size"] != size:
             return None
         last = None
+        newest: dict[int, int] = {}  # page -> offset of its last frame (the one that counts)
         for frame in wal_frames(wal):
             if frame["index"] >= frames:
                 break
-            start = (frame["page"] - 1) * size
-            if len(image) < start + size:
-                image.extend(b"\x00" * (start + size - len(image)))
-            body = frame["offset"] + WAL_FRAME_HEADER_SIZE
-            image[start:start + size] = wal[body:body + size]
+            newest[frame["page"]] = frame["offset"] + WAL_FRAME_HEADER_SIZE
             last = frame
         if last is None or last["index"] != frames - 1 or not last["commit_size"]:
             return None
-        del image[last["commit_size"] * size:]
+        pages = last["commit_size"]
+        if len(image) < pages * size:
+            image.extend(b"\x00" * (pages * size - len(image)))
+        del image[pages * size:]
+        for page, body in newest.items():
+            if page <= pages:
+                image[(page - 1) * size:page * size] = wal[body:body + size]
     if len(image) >= DB_HEADER_SIZE and is_sqlite(bytes(image[:16])):
         image[18] = image[19] = 1
     return bytes(image)

@@ -43,7 +43,7 @@ BUNDLE_FORMAT = 1
 SECTION_TIMEOUT_S = 10.0
 TOTAL_BUDGET_S = 30.0
 #: Above this size of ``state.db`` + ``-wal`` the contents are read from ``state.db`` alone.
-IMAGE_LIMIT = 256 << 20
+IMAGE_LIMIT = 128 << 20
 #: WAL checksums are verified up to this size (pure Python); above, the wal-index decides.
 CHECKSUM_LIMIT = 8 << 20
 #: ``PRAGMA quick_check`` runs on images up to this size.
@@ -308,7 +308,7 @@ def _image(db: Path, headers: dict) -> tuple[bytes, dict]:
     size = (info or {}).get("bytes", 0) + ((wal_info or {}).get("bytes") or 0)
     if size > IMAGE_LIMIT:
         raise _TooLarge(size)
-    for _ in range(3):
+    for _ in range(2):  # once more when a writer changed the wal-index meanwhile
         before = _read_head(Path(f"{db}-shm"), fmt.WAL_INDEX_HEADER_SIZE)
         data = _read_all(db, IMAGE_LIMIT) or b""
         wal = _read_all(Path(f"{db}-wal"), IMAGE_LIMIT) or b""
@@ -316,6 +316,9 @@ def _image(db: Path, headers: dict) -> tuple[bytes, dict]:
         if before == after:
             break
     how: dict = {"stable": before == after}
+    if before != after:
+        how["stable_note"] = ("a writer committed while the files were read: the image is the "
+                              "last commit of the WAL as read")
     frames = 0
     if wal:
         verify = len(wal) <= CHECKSUM_LIMIT
