@@ -88,6 +88,7 @@ def reproduce(bundle: Path, run_scenario, kind: str, checker: str):
         f"{checker}: {verdicts[checker].status}: {verdicts[checker].summary}\n"
         + "\n".join(f"{v.checker} {v.status} {v.summary}" for v in result.verdicts)
         + "\n" + repro.text)
+    reproduce.last_run_dir = result.run_dir
     return repro, verdicts
 
 
@@ -204,6 +205,18 @@ def test_maintenance_beside_a_writer(home, tmp_path, spawn, run_scenario):
         maint.wait(timeout=HANG_GUARD_S)
     repro, verdicts = reproduce(bundle, run_scenario, "maintenance", "no_lockup")
     assert "fault: run, command: optimize, force: true" in repro.text
+    # `chaos shrink` takes it from there: a smaller scenario failing the same checker
+    import io
+
+    from rich.console import Console
+
+    from chaos.scenario import load_scenario
+    from chaos.shrink import shrink_run
+
+    path, _ = shrink_run(reproduce.last_run_dir, max_runs=2, checker="no_lockup",
+                         console=Console(file=io.StringIO()))
+    assert "# Still fails: no_lockup FAIL" in path.read_text()
+    assert list(load_scenario(path).expect) == ["no_lockup"]
 
 
 def test_a_full_disk(tmp_path, spawn, run_scenario):

@@ -133,8 +133,10 @@ def _role_entry(name: str, role: str, members: list[int], b: Bundle, draft: Draf
                 rate: float | None = None) -> Entry:
     kind, workload = ROLE_KINDS[role]
     workload = dict(workload)
-    if rate is not None and kind == "gateway":
+    if rate is not None and role == "gateway":
         workload["appends_per_s"] = rate
+    else:
+        rate = None
     count = min(len(members), MAX_INSTANCES)
     why = [f"{len(members)} {role} process(es): " + "; ".join(
         f"PID {b.get('processes', 'processes', i, 'pid')} "
@@ -173,17 +175,21 @@ def client_roles(b: Bundle, draft: Draft, exclude: set[int], *, rate: float | No
     return names
 
 
-def ensure_writer(draft: Draft, names: list[str], *, rate: float = 20) -> list[str]:
-    """When the bundle shows no writer beside the key process, add one gateway (the user's
-    symptom needs someone who writes)."""
-    if names:
-        return names
+def ensure_writer(draft: Draft, names: list[str], *, rate: float = 20,
+                  gateway: bool = False) -> list[str]:
+    """When the bundle shows no writer beside the key process (with ``gateway``: no gateway),
+    add one gateway first in ``names`` (the user's symptom needs someone who writes)."""
+    kinds = {r.value["name"]: r.value["kind"] for r in draft.roles}
+    if names and not (gateway and not any(kinds.get(n) == "gateway" for n in names)):
+        return sorted(names, key=lambda n: kinds.get(n) != "gateway")
     name = _unique("writer", draft)
+    why = (["the bundle shows no other writer at that moment; one gateway stands for whatever "
+            "wrote and hung (the user's own commands)"] if not names else
+           ["a steady writer makes the state within seconds (the bundle's writers write in "
+            "bursts)"])
     draft.roles.append(Entry({"name": name, "kind": "gateway", "count": 1,
-                              "workload": {"appends_per_s": rate}},
-                             ["the bundle shows no other writer at that moment; one gateway "
-                              "stands for whatever wrote and hung (the user's own commands)"]))
-    return [name]
+                              "workload": {"appends_per_s": rate}}, why))
+    return [name] + names
 
 
 def _unique(base: str, draft: Draft) -> str:

@@ -186,9 +186,27 @@ def _wal(b: Bundle) -> Case | None:
     if oldest["behind"] * 2 >= frames:  # its snapshot is older than half the WAL
         return Case("long_reader", "a long read transaction pins the WAL", facts + cite,
                     [oldest["index"]], {"frames": frames, "reader_pids": [oldest["pid"]]})
+    # Readers: the processes reading now (not a writer's own moment of reading) and the other
+    # instances of the same programs (between two of their transactions right now).
+    procs = b.processes
+    reading = {r["index"] for r in found if procs[r["index"]].get("role") not in ("gateway",
+                                                                                "cli", "cron")}
+    commands = {procs[i].get("command") for i in reading}
+    group = sorted(reading | {i for i, p in enumerate(procs) if p.get("command") in commands
+                              and not held_writer(p)})
+    if len(group) > len(reading):
+        cite.append(f"{len(group) - len(reading)} more instance(s) of the same program(s), "
+                    "between two read transactions now: " + ", ".join(
+                        b.ref("processes", "processes", i, "command") for i in group
+                        if i not in reading))
     return Case("starved", "the checkpointer is starved: read transactions overlap without end",
-                facts + cite, sorted({r["index"] for r in found}),
+                facts + cite, group or sorted({r["index"] for r in found}),
                 {"frames": frames, "reader_pids": sorted(pids)})
+
+
+def held_writer(p: dict) -> bool:
+    """Whether a process holds a writer's lock now (it writes, whatever else it does)."""
+    return any(n in WRITER_LOCKS or n.startswith(CHECKPOINT_FLOCK) for n in held(p))
 
 
 RULES = (_sidecar, _stopped, _full_disk, _maintenance, _wal)

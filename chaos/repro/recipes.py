@@ -234,10 +234,11 @@ def long_reader(b: Bundle, case: Case, *, starved: bool = False) -> Draft:
     s, why, missing = store_entry(b)
     d.store, d.not_inferred = Entry(s, why), d.not_inferred + missing
     readers = case.key
-    writers = ensure_writer(d, client_roles(b, d, set(readers), rate=100), rate=100)
+    writers = ensure_writer(d, client_roles(b, d, set(readers), rate=100), rate=100,
+                            gateway=True)
     facts = list(case.facts)
     if starved:
-        k = max(2, len(readers))
+        k = min(max(2, len(readers)), 4)
         period = 1.3
         names = []
         for j in range(k):
@@ -248,7 +249,8 @@ def long_reader(b: Bundle, case: Case, *, starved: bool = False) -> Draft:
                  "workload": {"first_at": f"{0.3 + j * period / k:.2f}s", "hold": "1s",
                               "every": f"{period}s"}},
                 (facts if j == 0 else []) + ([f"{len(readers)} reader process(es) in the "
-                                              "bundle; staggered so one is always reading"]
+                                              f"bundle, {k} here (at least 2, at most 4); "
+                                              "staggered so one is always reading"]
                                              if j == 0 else [])))
     else:
         names = ["reader"]
