@@ -213,7 +213,7 @@ def test_maintenance_beside_a_writer(home, tmp_path, spawn, run_scenario):
     from chaos.scenario import load_scenario
     from chaos.shrink import shrink_run
 
-    path, _ = shrink_run(reproduce.last_run_dir, max_runs=2, checker="no_lockup",
+    path, _ = shrink_run(reproduce.last_run_dir, max_runs=1, checker="no_lockup",
                          console=Console(file=io.StringIO()))
     assert "# Still fails: no_lockup FAIL" in path.read_text()
     assert list(load_scenario(path).expect) == ["no_lockup"]
