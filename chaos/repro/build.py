@@ -89,6 +89,9 @@ def store_entry(b: Bundle, *, tmpfs: str | None = None, cap: int = MAX_FIXTURE_M
     else:
         why = ["the store's contents are not in the bundle: "
                + (b.ref("not_collected") if b.get("not_collected") else b.ref("contents"))]
+    note = b.get("contents", "image", "note")
+    if isinstance(note, str):
+        why.append(f"{note}: {b.ref('contents', 'image', 'note')}")
     missing: list[str] = []
     store: dict
     if not isinstance(version, int):
