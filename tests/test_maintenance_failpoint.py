@@ -39,3 +39,22 @@ def test_an_allowed_command_reaches_it_holding_the_lock_a_refused_one_never(tmp_
     assert refused.returncode == 1 and "Refusing `sessions optimize`" in refused.stderr
     gw.kill()
     assert "cmd.maintenance.locked" in failpoints.NAMES
+
+
+def test_a_commands_failpoints_are_validated_and_given_to_it_alone(tmp_path):
+    from chaos.nemesis.commands import run_command
+    from chaos.scenario import validate_text
+
+    base = ("name: x\ndescription: x\nduration: 5s\nroles:\n  - {name: g, kind: gateway}\n"
+            "nemesis:\n  - {at: 1s, fault: run, command: optimize, failpoints: '%s'}\n"
+            "expect: {integrity: {}}\n")
+    (bad,) = validate_text(base % "cmd.maintenance.locked=explode", "x.yaml")
+    assert bad.field == "nemesis[0].failpoints" and "bad failpoint spec" in bad.message
+    assert validate_text(base % "cmd.maintenance.locked=sleep(10)", "x.yaml") == []
+    home = tmp_path / "home"
+    home.mkdir()
+    SessionDB(home / "state.db").close()
+    result = run_command("optimize", home, home / "state.db",
+                         failpoint_spec="cmd.maintenance.locked=crash")
+    assert result.exit_code == -signal.SIGKILL
+    assert failpoints.ENV_VAR not in os.environ  # the caller's environment is untouched
