@@ -695,8 +695,9 @@ def make_bundle(db_path: str | os.PathLike, *, budget_s: float = TOTAL_BUDGET_S)
     b["store"] = s.run("store", _store_files, db)
     b["sqlite_files"] = s.run("sqlite_files", _sqlite_headers, db) or {}
     if not sys.platform.startswith("linux"):
-        s.skip("processes", "no /proc on this platform: holders come from psutil, locks and "
-                            "process states cannot be read")
+        s.skip("processes", "partly: no /proc on this platform; holders come from psutil "
+                            "(deleted files are invisible there), locks and process states are "
+                            "not read")
     procs = s.run("processes", bundle_processes.collect, db,
                   b["sqlite_files"].get("wal_index"))
     b["processes"] = procs
