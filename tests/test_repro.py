@@ -17,7 +17,7 @@ import pytest
 
 from chaos.repro import EXIT_NOT_REPRODUCIBLE, make_repro
 from chaos.repro.cases import BIG_WAL_FRAMES, NotReproducible, classify
-from chaos.repro.source import Bundle, BundleError
+from chaos.repro.source import Bundle
 from chaos.scenario import load_scenario_text
 from hermes_state import SessionDB
 from hermes_state.operator.bundle import make_bundle, render
@@ -123,7 +123,7 @@ def test_the_scenario_is_written_validated_and_cites_the_bundle(tmp_path, quiet)
 
 
 def test_the_repro_driver_is_imported_only_when_it_runs():
-    code = ("import sys; from chaos.__main__ import _parser; _parser(); "
+    code = ("import sys; from chaos.__main__ import build_parser; build_parser(); "
             "print('chaos.repro' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)

@@ -17,7 +17,7 @@ from typing import Any
 
 from hermes_state.testing import CURRENT_VERSION, VERSIONS
 
-from .cases import BIG_WAL_FRAMES, CLIENT_ROLES, REPLAYED_COMMANDS, Case
+from .cases import CLIENT_ROLES, Case
 from .source import Bundle
 
 #: Instances per role at most (the bundle's count is kept up to this; a 2-core CI runs it).
