@@ -51,6 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     gate.add_subcommand(sub)
     audit.add_subcommand(sub)
     shrink.add_subcommand(sub)
+    _add_repro(sub)
     return p
 
 
@@ -104,6 +105,15 @@ def cmd_upstream(args, err) -> int:
     if args.json:
         print(json.dumps(done))
     return code
+def _add_repro(sub) -> None:
+    """``repro BUNDLE [-o FILE]``: declared here so that the parser does not import the repro
+    driver (it is imported when the command runs)."""
+    p = sub.add_parser("repro", help="turn a user's bundle (hermes-state doctor --bundle) into "
+                       "a scenario that reproduces its lockup; exit 5 when the bundle shows a "
+                       "state the toolkit cannot reproduce yet")
+    p.add_argument("bundle", type=Path, help="the bundle file")
+    p.add_argument("-o", "--output", type=Path, default=None,
+                   help="write the scenario here (default: stdout)")
 
 
 def _load_all(files: list[Path], err: Console):
@@ -199,6 +209,10 @@ def main(argv: list[str] | None = None) -> int:
             from .shrink import cmd_shrink
 
             return cmd_shrink(args, err)
+        if args.cmd == "repro":
+            from .repro import cmd_repro
+
+            return cmd_repro(args, err)
         if args.cmd == "list":
             from .scenario import ScenarioError, load_scenario
 

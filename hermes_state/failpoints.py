@@ -69,6 +69,10 @@ NAMES: dict[str, str] = {
                               "directory (and the output's .partial made), nothing inspected",
     "cmd.export.before_publish": "sessions export -o FILE: everything written to FILE.partial, "
                                  "not yet renamed onto FILE",
+    "cmd.maintenance.locked": "a gated maintenance command (optimize, optimize-storage, prune, "
+                              "salvage, ...) holds the store's write lock and was allowed to "
+                              "run, its action not yet begun (issue 25: a maintenance beside a "
+                              "writer, held as long as a sleep says)",
 }
 
 _ERROR_CODES = {"ioerr": 10, "busy": 5, "locked": 6, "full": 13, "corrupt": 11}

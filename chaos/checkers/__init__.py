@@ -39,6 +39,7 @@ from . import (
     single_wal_generation,
     snapshot_complete,
     stale_wal_refusal,
+    wal_growth,
     write_exclusion,
 )
 from .base import FAIL, INCONCLUSIVE, PASS, SKIPPED, CheckContext, Verdict, params_of, \
@@ -71,7 +72,8 @@ CHECKERS: dict[str, Checker] = {m.NAME: Checker(m.NAME, m.Params, m.check) for m
     maintenance_refusal, no_lockup, latency, single_wal_generation, liveness_after_heal,
     error_taxonomy, fixture_preserved, durability,
     checkpoint_isolation, write_exclusion, prune_respects_turns, snapshot_complete,
-    sticky_refusal, quarantine_evidence, fleet.FTS_EXACT, fleet.OLDER_RELEASE_OPENS)}
+    sticky_refusal, quarantine_evidence, wal_growth, fleet.FTS_EXACT,
+    fleet.OLDER_RELEASE_OPENS)}
 
 
 def run_checkers(ctx: CheckContext, expect: dict[str, dict]) -> list[Verdict]:

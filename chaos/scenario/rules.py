@@ -44,6 +44,12 @@ def command_flags(params: dict, path: list, emit_at) -> None:
     if params.get("dry_run") is True and command not in DRY_RUN:
         emit_at(path + ["dry_run"], f"dry_run applies only to {', '.join(DRY_RUN)}, "
                 f"not {command!r}")
+    fp = params.get("failpoints")
+    if isinstance(fp, str) and fp:
+        try:
+            failpoints.parse(fp)
+        except ValueError as e:
+            emit_at(path + ["failpoints"], f"bad failpoint spec: {e}")
     t = params.get("timeout")
     if t is not None and not isinstance(t, bool):
         d = duration_of(t)
