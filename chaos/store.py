@@ -36,6 +36,7 @@ from pathlib import Path
 from hermes_state.testing import utc_stamp
 
 from . import history as hist
+from . import names
 
 SCENARIO_FILE = "scenario.resolved.json"
 HISTORY_DIR = "history"
@@ -67,9 +68,18 @@ SAMPLER_PROCESS = "sampler"
 DEFAULT_OUT = "runs"
 
 
+def _process(process: str) -> str:
+    """``process`` when it can name a file (:func:`chaos.names.check`), else BadName."""
+    return names.check(process, "process", names.MAX_COMPONENT_BYTES)
+
+
 def history_file(process: str) -> str:
-    """``<process>.jsonl``: a process's own history file inside ``history/``."""
-    return f"{process}.jsonl"
+    """``<process>.jsonl``: a process's own history file inside ``history/``.
+
+    Raises:
+        chaos.names.BadName: ``process`` cannot be a file name (``..``, ``/``, NUL...).
+    """
+    return f"{_process(process)}.jsonl"
 
 
 @dataclass(frozen=True)
@@ -131,12 +141,12 @@ class RunDir:
         return self.path / SOURCES_DIR
 
     def log(self, process: str) -> Path:
-        """``logs/<process>.log``."""
-        return self.logs / f"{process}.log"
+        """``logs/<process>.log``. Raises :class:`chaos.names.BadName` for a bad name."""
+        return self.logs / f"{_process(process)}.log"
 
     def arm_file(self, process: str) -> Path:
-        """``failpoints/<process>.arm``."""
-        return self.failpoints / f"{process}.arm"
+        """``failpoints/<process>.arm``. Raises :class:`chaos.names.BadName` for a bad name."""
+        return self.failpoints / f"{_process(process)}.arm"
 
     def process_history(self, process: str) -> Path:
         """``history/<process>.jsonl``."""
@@ -164,11 +174,13 @@ def fresh_dir(out: Path, name: str) -> Path:
     """Create ``<out>/<name>`` (or ``<name>-2``, ``-3``, ... if taken) atomically and return it.
 
     Raises:
+        chaos.names.BadName: ``name`` cannot be a directory name (:func:`chaos.names.check`).
         OSError: ``out`` cannot be created or written, or 999 names are taken.
     """
+    base_name = names.check(name, "run directory", names.MAX_COMPONENT_BYTES)
     out = Path(out).absolute()
     out.mkdir(parents=True, exist_ok=True)
-    base = out / name
+    base = out / base_name
     for k in range(1, 1000):
         candidate = base if k == 1 else base.with_name(f"{base.name}-{k}")
         try:
@@ -183,8 +195,10 @@ def make_run_dir(out: Path, name: str, seed: int) -> Path:
     """Create ``<out>/<name>-<UTCSTAMP>-seed<N>[-k]/`` atomically (two runs never share one).
 
     Raises:
+        chaos.names.BadName: ``name`` is not a plain file name (a ValueError).
         OSError: ``out`` cannot be created or written (the caller prints it in one line).
     """
+    names.check(name, "scenario name")
     return fresh_dir(Path(out), f"{name}-{utc_stamp()}-seed{seed}")
 
 

@@ -25,13 +25,20 @@ from .problems import (
     schema_problems,
     sorted_problems,
 )
-from .rules import expect_rules, path_rules, role_rules, step_rules, store_rules
+from .rules import (
+    expect_rules,
+    name_rules,
+    path_rules,
+    role_rules,
+    step_rules,
+    store_rules,
+)
 from .schema import SCHEMA
 from .timing import after_rules, duration_rules, failpoint_rules, phases_rules, sweep_rules
 
 _VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
 #: The rule families run after the structure, in order (each tolerates any structure).
-RULES = (role_rules, step_rules, expect_rules, store_rules, phases_rules, after_rules,
+RULES = (name_rules, role_rules, step_rules, expect_rules, store_rules, phases_rules, after_rules,
          failpoint_rules, sweep_rules, duration_rules, path_rules)
 
 
