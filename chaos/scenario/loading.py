@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from typing import Any, Iterable
 
 import yaml
@@ -62,6 +63,13 @@ Loader.yaml_implicit_resolvers = {
     first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:timestamp"]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
+# YAML 1.1 wants a dot in a float (``1e-05`` and ``1E5`` would be strings), JSON and YAML 1.2
+# do not: ``scenario.resolved.json`` is JSON (``json.dumps`` writes ``1e-05``) and is read back
+# with this loader (``chaos replay``), so the JSON forms are numbers too.
+Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."))
 
 _STR_TAG = "tag:yaml.org,2002:str"
 _MERGE_TAG = "tag:yaml.org,2002:merge"

@@ -1,5 +1,5 @@
-"""Validate and load a scenario: YAML -> structure (the generated JSON Schema) -> rules ->
-the typed :class:`~chaos.scenario.model.Scenario` (SPEC §16.4).
+"""Validate and load a scenario: YAML -> one normalisation (:mod:`.normalise`) -> structure (the
+generated JSON Schema) -> rules -> the typed :class:`~chaos.scenario.model.Scenario` (SPEC §16.4).
 
 Every problem is reported, not only the first, sorted by line; a file with any problem raises
 :class:`~chaos.scenario.problems.ScenarioError` (``python -m chaos`` exits 2 and nothing runs).
@@ -17,6 +17,7 @@ import yaml
 from . import loading
 from .loading import MAX_EXPANDED_NODES, FileProblem, Loader, line_of
 from .model import Scenario, build
+from .normalise import normalise
 from .problems import (
     ROOT,
     Problem,
@@ -129,6 +130,7 @@ def validate(text: str, source: str) -> tuple[list[Problem], Any, yaml.Node | No
     if fatal is not None:
         return sorted_problems(problems + fatal), None, root
     loading.sanitize(data, emit_at)
+    data = normalise(data, emit_at)  # what the schema, the rules and the model read
     try:
         for err in _VALIDATOR.iter_errors(data):
             for path, line, message, at_key in schema_problems(err):
