@@ -256,6 +256,7 @@ class Runner:
             chaos.fs.FsUnavailable: the faulty filesystem cannot be mounted (SKIPPED too).
         """
         store = self.sc.store
+        swept = fixtures.sweep_stale_tmpfs() if os.geteuid() == 0 else []  # dead runs' mounts
         if store.get("tmpfs"):
             self.mount = fixtures.mount_tmpfs(self.home, fixtures.parse_size(store["tmpfs"]))
         if self.sc.fs:
@@ -264,6 +265,8 @@ class Runner:
                           for s in self.sc.nemesis)
         details = fixtures.prepare_store(store, self.db_path, seed=self.sc.seed,
                                          need_backup=need_backup)
+        if swept:
+            details = {**details, "swept_tmpfs": swept}
         if self.fs is not None:  # the machine boots with the fixture on its disk
             details = {**details, "fs": {"backing": str(self.fs.backing),
                                          "log": str(self.fs.log_path), **self.fs.control.sync()}}
