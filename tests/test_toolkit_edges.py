@@ -143,3 +143,67 @@ def test_the_next_run_sweeps_a_stale_tmpfs_of_a_dead_run(tmp_path, run_scenario)
     finally:
         for m in _mounts_under(tmp_path / "old-run"):
             subprocess.run(["umount", "-l", str(m)], check=False)
+
+
+# ------------------------------------------------------------------ the FUSE control socket
+NOBODY = 65534
+
+
+def _as_nobody(address: str, request: dict) -> str:
+    """Connect to the control socket ``address`` as uid 65534 (a forked child) and send
+    ``request``; returns the reply line, or ``"error: ..."`` when it could not connect."""
+    import socket
+
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: another local user
+        try:
+            os.close(r)
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+                sock.settimeout(30)
+                sock.connect(address if address.startswith("/") else "\0" + address)
+                sock.sendall((json.dumps(request) + "\n").encode())
+                reply = sock.makefile("rb").readline().decode() or "error: no reply"
+        except BaseException as exc:  # noqa: BLE001 - reported to the parent
+            reply = f"error: {type(exc).__name__}: {exc}"
+        os.write(w, reply.encode()[:4000])
+        os._exit(0)
+    os.close(w)
+    chunks = []
+    while chunk := os.read(r, 4096):
+        chunks.append(chunk)
+    os.close(r)
+    os.waitpid(pid, 0)
+    return b"".join(chunks).decode()
+
+
+def test_another_user_cannot_command_the_faulty_filesystem(tmp_path):
+    """Issue 22 item 8: the control socket was in the abstract namespace: any local user could
+    send ``power_cut`` to a root run. Now it is 0600 in a 0700 directory, and the server checks
+    the peer's uid (SO_PEERCRED) even if the modes were loosened."""
+    from chaos.fs import FaultyMount, FsUnavailable
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root to run a second user")
+    fs = FaultyMount(tmp_path / "backing", tmp_path / "mnt", tmp_path / "fs.jsonl")
+    try:
+        fs.start()
+    except FsUnavailable as exc:
+        pytest.skip(f"FUSE unavailable: {exc}")
+    try:
+        reply = _as_nobody(fs.address, {"cmd": "power_cut", "reason": "an intruder"})
+        assert fs.status()["down"] is False, f"another user cut the power: {reply}"
+        assert reply.startswith("error:") and "Permission denied" in reply, reply
+        sock = Path(fs.address)
+        assert sock.is_socket() and (sock.stat().st_mode & 0o777) == 0o600
+        assert (sock.parent.stat().st_mode & 0o777) == 0o700
+        os.chmod(sock.parent, 0o755)  # loosened by hand: the peer check still refuses
+        os.chmod(sock, 0o666)
+        reply = _as_nobody(fs.address, {"cmd": "power_cut", "reason": "an intruder"})
+        assert "refused: peer uid 65534" in reply, reply
+        assert fs.status()["down"] is False  # the owner still commands it
+    finally:
+        fs.close()
+    assert not Path(fs.address).exists()
