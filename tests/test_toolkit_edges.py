@@ -207,3 +207,72 @@ def test_another_user_cannot_command_the_faulty_filesystem(tmp_path):
     finally:
         fs.close()
     assert not Path(fs.address).exists()
+
+
+# ------------------------------------------------------------------ --stores DIR
+def _stores_dir(tmp_path: Path) -> tuple[Path, Path]:
+    """A directory of stores: one good, and one of each kind that is not a store."""
+    from hermes_state.testing import FIXTURE_ROOT
+
+    root = tmp_path / "stores"
+    good = root / "good"
+    good.mkdir(parents=True)
+    (good / "state.db").write_bytes((FIXTURE_ROOT / "v2" / "state.db").read_bytes())
+    (root / "text").mkdir()
+    (root / "text" / "state.db").write_text("not a database at all\n")
+    damaged = bytearray((FIXTURE_ROOT / "v2" / "state.db").read_bytes())
+    damaged[100:4096] = b"\xa5" * (4096 - 100)  # the schema page, garbled
+    (root / "damaged").mkdir()
+    (root / "damaged" / "state.db").write_bytes(bytes(damaged))
+    (root / "fifo").mkdir()
+    os.mkfifo(root / "fifo" / "state.db")
+    victim = tmp_path / "victim.db"
+    victim.write_bytes((FIXTURE_ROOT / "v2" / "state.db").read_bytes())
+    (root / "link").mkdir()
+    (root / "link" / "state.db").symlink_to(victim)
+    (root / "dumpfifo").mkdir()
+    (root / "dumpfifo" / "state.db").write_bytes((FIXTURE_ROOT / "v2" / "state.db").read_bytes())
+    os.mkfifo(root / "dumpfifo" / "dump.json")
+    return root, victim
+
+
+BAD_STORES = {"text": "not a SQLite database", "damaged": "SQLite cannot read it",
+              "fifo": "not a regular file (a FIFO)", "link": "a symbolic link",
+              "dumpfifo": "dump.json: not a regular file (a FIFO)"}
+
+
+def test_matrix_stores_skips_what_is_not_a_store_and_tests_the_rest(tmp_path):
+    """Issue 22 item 8: ``chaos matrix --stores DIR`` died with a traceback on the first
+    ``*.db`` that is not SQLite; a FIFO would have hung it. Now each such store gets one SKIPPED
+    row saying why, and the good store is tested."""
+    root, victim = _stores_dir(tmp_path)
+    before = victim.read_bytes()
+    proc = subprocess.run([sys.executable, "-m", "chaos", "matrix", "--no-generated",
+                           "--no-real", "--stores", str(root), "--modes", "plain", "--jsonl"],
+                          capture_output=True, text=True, timeout=HANG_GUARD_S * 3, cwd=REPO)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    rows = {r["name"].split("/")[0].rsplit(".", 1)[1]: r for r in
+            map(json.loads, proc.stdout.splitlines())}
+    assert rows["good"]["status"] == "PASS", rows["good"]
+    for name, why in BAD_STORES.items():
+        assert rows[name]["status"] == "SKIPPED" and why in rows[name]["problems"][0], \
+            rows[name]
+    assert proc.returncode == 0, proc.stderr
+    assert victim.read_bytes() == before
+
+
+def test_gate_stores_skips_what_is_not_a_store(tmp_path):
+    root, _ = _stores_dir(tmp_path)
+    for name in ("damaged", "fifo", "link", "dumpfifo"):
+        __import__("shutil").rmtree(root / name)
+    proc = subprocess.run([sys.executable, "-m", "chaos", "gate", "--no-scenarios",
+                           "--no-generated", "--no-real", "--stores", str(root), "--modes",
+                           "plain", "--jobs", "2", "--out", str(tmp_path / "gate"), "--json"],
+                          capture_output=True, text=True, timeout=HANG_GUARD_S * 3, cwd=REPO)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    statuses = {r["suite"] + "/" + r["name"]: r["status"] for r in result["rows"]}
+    assert any(k.endswith("good/plain") and v == "PASS" for k, v in statuses.items()), statuses
+    assert any(k.endswith("text/skipped") and v == "SKIPPED" for k, v in statuses.items()), \
+        statuses
+    assert result["exit_code"] == 0 and proc.returncode == 0, proc.stderr[-2000:]
