@@ -36,7 +36,7 @@ from pathlib import Path
 from hermes_state.testing import utc_stamp
 
 from . import history as hist
-from . import names
+from . import inputs, names
 
 SCENARIO_FILE = "scenario.resolved.json"
 HISTORY_DIR = "history"
@@ -66,6 +66,8 @@ RUNNER_PROCESS = "runner"
 SAMPLER_PROCESS = "sampler"
 #: Default parent of run directories.
 DEFAULT_OUT = "runs"
+#: Largest JSON file of a run read back (``results.json``, ``scenario.resolved.json``: KiBs).
+MAX_JSON_BYTES = 256 * 1024 ** 2
 
 
 def _process(process: str) -> str:
@@ -205,13 +207,32 @@ def make_run_dir(out: Path, name: str, seed: int) -> Path:
 # ------------------------------------------------------------------------------ atomic writes
 def write_text_atomic(path: Path, text: str) -> Path:
     """Write ``text`` to ``path`` through ``<path>.partial``: write, fsync the file, rename,
-    fsync the directory. A reader sees the old file or the whole new one, never half."""
+    fsync the directory. A reader sees the old file or the whole new one, never half.
+
+    A ``.partial`` left over (or planted: a link, a FIFO) is removed, never opened; the new one
+    is created exclusively without following a link, so nothing is written through a link and
+    nothing blocks. The rename replaces a link at ``path`` itself, not what it points at.
+
+    Raises:
+        OSError: a directory is in the way (``path`` or its ``.partial``), or the write failed.
+    """
     path = Path(path)
     tmp = path.with_name(path.name + ".partial")
-    with open(tmp, "w", encoding="utf-8") as fh:
+    try:
+        os.unlink(tmp)
+    except FileNotFoundError:
+        pass
+    except IsADirectoryError:
+        raise IsADirectoryError(f"{tmp}: a directory is in the way; remove it") from None
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+                 | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    with open(fd, "w", encoding="utf-8", errors="backslashreplace") as fh:
         fh.write(text)
         fh.flush()
         os.fsync(fh.fileno())
+    if os.path.isdir(path) and not os.path.islink(path):
+        os.unlink(tmp)
+        raise IsADirectoryError(f"{path}: a directory is in the way; remove it")
     os.replace(tmp, path)
     fd = os.open(path.parent, os.O_RDONLY)
     try:
@@ -233,9 +254,10 @@ def write_results(path: Path, payload: dict) -> Path:
 
 
 def read_json(path: Path) -> dict:
-    """A JSON object file, or ``{}`` when it is missing, unreadable or not an object."""
+    """A JSON object file, or ``{}`` when it is missing, unreadable or not an object (a link,
+    a FIFO, a device or a file over :data:`MAX_JSON_BYTES` is never read: :mod:`chaos.inputs`)."""
     try:
-        data = json.loads(Path(path).read_text())
+        data = json.loads(inputs.read_text(path, MAX_JSON_BYTES))
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
