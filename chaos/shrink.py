@@ -36,7 +36,7 @@ from pathlib import Path
 import yaml
 from rich.console import Console
 
-from . import store
+from . import inputs, store
 from .scenario import ScenarioError, load_scenario_text
 
 PASSING = ("PASS", "SKIPPED")
@@ -94,8 +94,8 @@ def load_failure(run_dir: Path, checker: str | None = None) -> tuple[dict, Targe
     """
     run = store.RunDir(Path(run_dir))
     try:
-        doc = json.loads(run.scenario.read_text())
-        results = json.loads(run.results.read_text())
+        doc = json.loads(inputs.read_text(run.scenario, store.MAX_JSON_BYTES))
+        results = json.loads(inputs.read_text(run.results, store.MAX_JSON_BYTES))
     except (OSError, ValueError) as exc:
         raise ShrinkError(f"{run_dir} is not a finished run directory: {exc}") from None
     bad = [v for v in results.get("verdicts", []) if v.get("status") not in PASSING]
@@ -366,7 +366,7 @@ def shrink_run(run_dir: Path, *, max_runs: int = DEFAULT_MAX_RUNS,
                         say=lambda t: console.print(t, highlight=False))
     result = shrinker.shrink()
     path = run_dir / store.SHRUNK_FILE
-    path.write_text(render(result, doc, run_dir, target, max_runs), encoding="utf-8")
+    store.write_text_atomic(path, render(result, doc, run_dir, target, max_runs))
     store.write_json(run_dir / store.SHRINK_LOG, {
         "target": target.__dict__, "runs": result.runs, "removed": result.removed,
         "confirmed_by": result.confirmed_by,

@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 
 from chaos import history as hist
-from chaos import inputs, mutants, names, replay, store
+from chaos import inputs, mutants, names, replay, shrink, store
 from chaos import real_stores as rs
 from chaos.__main__ import _parser
 from chaos.__main__ import main as chaos_main
@@ -198,6 +198,12 @@ def targets(base: Path):
                 lambda p: hist.read_file(p), (inputs.InputError,)))
     out.append(("results.json (report)", run / store.RESULTS_FILE, b"{}",
                 lambda p: _empty(store.read_json(p)), ()))
+    shr = base / "shrink"
+    shr.mkdir()
+    (shr / store.RESULTS_FILE).write_text('{"verdicts": [{"checker": "integrity", '
+                                          '"status": "FAIL"}]}')
+    out.append(("resolved scenario (shrink)", shr / store.SCENARIO_FILE, b"{}",
+                lambda p: shrink.load_failure(p.parent), (shrink.ShrinkError,)))
     rep = base / "out"
     rep.mkdir()
     out.append(("report.html (written)", rep / store.REPORT_FILE, b"<html>",
