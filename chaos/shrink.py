@@ -35,6 +35,7 @@ from pathlib import Path
 
 import yaml
 from rich.console import Console
+from rich.markup import escape
 
 from . import inputs, store
 from .scenario import ScenarioError, load_scenario_text
@@ -401,6 +402,6 @@ def cmd_shrink(args, err: Console) -> int:
         shrink_run(args.run_dir, max_runs=args.max_runs, min_duration=args.min_duration,
                    checker=args.checker)
     except ShrinkError as exc:
-        err.print(f"[red]chaos shrink: {exc}[/]", highlight=False)
+        err.print(f"[red]chaos shrink: {escape(str(exc))}[/]", highlight=False)
         return 2
     return 0

@@ -324,3 +324,18 @@ def test_every_checker_judges_a_run_without_a_final_store(tmp_path):
     for verdict in run_checkers(ctx, expect):
         assert not verdict.summary.startswith("checker crashed"), (verdict.checker,
                                                                     verdict.summary)
+
+
+def test_a_verdict_summary_of_any_content_prints():
+    """Found beside the property: the verdict table parsed each summary as rich markup, so an
+    error message quoted in it (``[/]``, a terminal escape) crashed the end of the run."""
+    from chaos.checkers.base import Verdict
+    from chaos.report import print_verdicts
+
+    out, _ = _strict_stdio()
+    verdicts = [Verdict("error_taxonomy", "FAIL", "unexpected error 'x [/] y' \x1b[31m \ud800",
+                        {}, [])]
+    print_verdicts(Console(file=out, width=100), verdicts, "t")
+    out.flush()
+    text = out.buffer.getvalue().decode("utf-8")
+    assert "[/]" in text and "\\x1b" in text and "\x1b[31m" not in text

@@ -88,7 +88,8 @@ def verdict_table(verdicts: list, title: str = "checkers", width: int | None = N
     table.add_column("figures", overflow="fold", ratio=1, min_width=20)
     for v in verdicts:
         status = str(_field(v, "status", "?"))
-        table.add_row(str(_field(v, "checker")), styled_status(status), str(_field(v, "summary")))
+        table.add_row(str(_field(v, "checker")), styled_status(status),
+                      markup_safe(_field(v, "summary"), one_line=False))  # any text: escaped
     return table
 
 
