@@ -40,8 +40,9 @@ from rich.markup import escape
 import hermes_state
 from hermes_state.testing import utc_stamp
 
-from . import audit_probe, mutants, names, store
-from .owned import NotOwned, Owned
+from . import audit_probe, mutants, store
+from .files import names
+from .files.owned import NotOwned, Owned
 from .audit_report import kill_table, markdown_table, write_readme
 from .gate import _Slots, run_parallel
 
@@ -164,7 +165,7 @@ class Audit:
     def workspace(self, name: str, mutant: mutants.Mutant | None) -> Workspace:
         """A fresh copy under ``out/<name>/``: mutated (``mutant``) or pristine (the control).
 
-        ``name`` must be a plain file name (:func:`chaos.names.check`) and ``out/<name>`` must
+        ``name`` must be a plain file name (:func:`chaos.files.names.check`) and ``out/<name>`` must
         not exist: a directory this audit did not create is never reused nor removed.
 
         Raises:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from .inputs import InputError
+from .files.inputs import InputError
 from .report.terminal import markup_safe
 
 COMMANDS = ("report", "replay", "watch")
@@ -75,20 +75,20 @@ def _report(args, err: Console) -> int:
 
     run_dir = args.run_dir
     if not store.RunDir(run_dir).is_run():
-        err.print(f"[red]{markup_safe(run_dir)}: not a chaos run directory (no history.jsonl, no history/)[/]",
-                  highlight=False)
+        err.print(f"[red]{markup_safe(run_dir)}: not a chaos run directory (no history.jsonl, "
+                  "no history/)[/]", highlight=False)
         return EXIT_BAD_INPUT
     console = Console(stderr=True, soft_wrap=True) if args.json else Console(soft_wrap=True)
     try:
         if args.recheck:
             results = recheck(run_dir)
-            console.print(f"rechecked {markup_safe(run_dir)} (previous verdicts in results.previous.json)",
-                          highlight=False)
+            console.print(f"rechecked {markup_safe(run_dir)} (previous verdicts in "
+                          "results.previous.json)", highlight=False)
         else:
             results = store.read_json(store.RunDir(run_dir).results)
             if not results:
-                err.print(f"[yellow]{markup_safe(run_dir)}/results.json missing or unreadable; the page has "
-                          "no verdicts (use --recheck to judge the saved history)[/]",
+                err.print(f"[yellow]{markup_safe(run_dir)}/results.json missing or unreadable; "
+                          "the page has no verdicts (use --recheck to judge the saved history)[/]",
                           highlight=False)
         page = write_report(run_dir)
     except (RunDirError, FileNotFoundError, InputError) as exc:

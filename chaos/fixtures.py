@@ -42,7 +42,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import store, tmpfs_guard
+from . import store
+from .fs import tmpfs_guard
 
 #: Fixture names (``schema_v1`` .. ``schema_v22`` are matched by :data:`SCHEMA_FIXTURE_RE`).
 FIXTURES = ("empty", "generated", "zeroed", "empty_file", "not_sqlite")
@@ -152,14 +153,14 @@ class Mount:
 
 
 def sweep_stale_tmpfs() -> list[dict]:
-    """Rescue and unmount every run tmpfs whose runner is dead (:func:`chaos.tmpfs_guard.sweep`;
+    """Rescue and unmount every run tmpfs whose runner is dead (:func:`chaos.fs.tmpfs_guard.sweep`;
     the disk balloon is not copied)."""
     return tmpfs_guard.sweep(ignore=(store.BALLOON_NAME,))
 
 
 def mount_tmpfs(path: Path, size: int) -> Mount:
     """Mount a tmpfs of ``size`` bytes on the (empty) directory ``path`` (SPEC §16.2), with a
-    guard process (:mod:`chaos.tmpfs_guard`) that unmounts it if this process dies first.
+    guard process (:mod:`chaos.fs.tmpfs_guard`) that unmounts it if this process dies first.
 
     Raises:
         TmpfsUnavailable: not root, ``mount`` missing, or the mount failed (its stderr).
@@ -180,7 +181,7 @@ def mount_tmpfs(path: Path, size: int) -> Mount:
     life_r, life_w = os.pipe()
     try:
         guard = subprocess.Popen(
-            [sys.executable, "-m", "chaos.tmpfs_guard", str(path.absolute()), source,
+            [sys.executable, "-m", "chaos.fs.tmpfs_guard", str(path.absolute()), source,
              str(life_r), store.BALLOON_NAME], stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, pass_fds=(life_r,), cwd="/",
             start_new_session=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(

@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from . import inputs
+from .files import inputs
 
 #: The completions of an ``invoke`` (Jepsen: ok, fail, info).
 COMPLETIONS = ("ok", "fail", "info")
@@ -126,7 +126,7 @@ def read_file(path: str | os.PathLike) -> list[dict]:
     line that is not a JSON object are skipped.
 
     Raises:
-        chaos.inputs.InputError: the file is a link, a FIFO, a device, a directory, larger
+        chaos.files.inputs.InputError: the file is a link, a FIFO, a device, a directory, larger
             than :data:`MAX_HISTORY_BYTES`, or unreadable (an OSError).
     """
     out = []

@@ -42,7 +42,7 @@ from hermes_state.testing import (
     verify_fts,
 )
 
-from . import inputs
+from .files import inputs
 
 REPO = Path(__file__).resolve().parent.parent
 #: Largest ``dump.json`` read (bytes): a dump is every row of a store, as JSON.
@@ -76,11 +76,11 @@ class RealStore:
     dump_path: Path | None = None
 
     def dump(self) -> dict | None:
-        """The ``dump.json`` beside the store, or None (read by :mod:`chaos.inputs`: never
+        """The ``dump.json`` beside the store, or None (read by :mod:`chaos.files.inputs`: never
         through a link, never blocking, at most :data:`MAX_DUMP_BYTES`).
 
         Raises:
-            chaos.inputs.InputError, ValueError: the dump cannot be read or is not JSON.
+            chaos.files.inputs.InputError, ValueError: the dump cannot be read or is not JSON.
         """
         if self.dump_path is None:
             return None
@@ -90,10 +90,10 @@ class RealStore:
 def copy_store(src: Path, dest_dir: Path) -> Path:
     """Copy the store ``src`` with its sidecars (a live WAL included) to ``dest_dir/state.db``,
     and the gateway's ``sessions/sessions.json`` beside it (read by the v18 step), every file
-    read by :mod:`chaos.inputs` (never through a planted link, never blocking on a FIFO).
+    read by :mod:`chaos.files.inputs` (never through a planted link, never blocking on a FIFO).
 
     Raises:
-        chaos.inputs.InputError: the store or a file beside it is not a regular file.
+        chaos.files.inputs.InputError: the store or a file beside it is not a regular file.
     """
     src, dest_dir = Path(src), Path(dest_dir)
     dest_dir.mkdir(parents=True, exist_ok=True)

@@ -17,7 +17,8 @@ from pathlib import Path
 
 from rich.console import Console
 
-from . import inputs, store
+from . import store
+from .files import inputs
 from .checkers.base import exit_code_of
 
 

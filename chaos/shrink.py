@@ -37,7 +37,8 @@ import yaml
 from rich.console import Console
 from rich.markup import escape
 
-from . import inputs, store
+from . import store
+from .files import inputs
 from .scenario import ScenarioError, load_scenario_text
 
 PASSING = ("PASS", "SKIPPED")

@@ -36,7 +36,7 @@ from pathlib import Path
 from hermes_state.testing import utc_stamp
 
 from . import history as hist
-from . import inputs, names
+from .files import inputs, names
 
 SCENARIO_FILE = "scenario.resolved.json"
 HISTORY_DIR = "history"
@@ -71,7 +71,7 @@ MAX_JSON_BYTES = 256 * 1024 ** 2
 
 
 def _process(process: str) -> str:
-    """``process`` when it can name a file (:func:`chaos.names.check`), else BadName."""
+    """``process`` when it can name a file (:func:`chaos.files.names.check`), else BadName."""
     return names.check(process, "process", names.MAX_COMPONENT_BYTES)
 
 
@@ -79,7 +79,7 @@ def history_file(process: str) -> str:
     """``<process>.jsonl``: a process's own history file inside ``history/``.
 
     Raises:
-        chaos.names.BadName: ``process`` cannot be a file name (``..``, ``/``, NUL...).
+        chaos.files.names.BadName: ``process`` cannot be a file name (``..``, ``/``, NUL...).
     """
     return f"{_process(process)}.jsonl"
 
@@ -143,11 +143,12 @@ class RunDir:
         return self.path / SOURCES_DIR
 
     def log(self, process: str) -> Path:
-        """``logs/<process>.log``. Raises :class:`chaos.names.BadName` for a bad name."""
+        """``logs/<process>.log``. Raises :class:`chaos.files.names.BadName` for a bad name."""
         return self.logs / f"{_process(process)}.log"
 
     def arm_file(self, process: str) -> Path:
-        """``failpoints/<process>.arm``. Raises :class:`chaos.names.BadName` for a bad name."""
+        """``failpoints/<process>.arm``. Raises :class:`chaos.files.names.BadName` for a bad
+        name."""
         return self.failpoints / f"{_process(process)}.arm"
 
     def process_history(self, process: str) -> Path:
@@ -176,7 +177,8 @@ def fresh_dir(out: Path, name: str) -> Path:
     """Create ``<out>/<name>`` (or ``<name>-2``, ``-3``, ... if taken) atomically and return it.
 
     Raises:
-        chaos.names.BadName: ``name`` cannot be a directory name (:func:`chaos.names.check`).
+        chaos.files.names.BadName: ``name`` cannot be a directory name
+            (:func:`chaos.files.names.check`).
         OSError: ``out`` cannot be created or written, or 999 names are taken.
     """
     base_name = names.check(name, "run directory", names.MAX_COMPONENT_BYTES)
@@ -197,7 +199,7 @@ def make_run_dir(out: Path, name: str, seed: int) -> Path:
     """Create ``<out>/<name>-<UTCSTAMP>-seed<N>[-k]/`` atomically (two runs never share one).
 
     Raises:
-        chaos.names.BadName: ``name`` is not a plain file name (a ValueError).
+        chaos.files.names.BadName: ``name`` is not a plain file name (a ValueError).
         OSError: ``out`` cannot be created or written (the caller prints it in one line).
     """
     names.check(name, "scenario name")
@@ -255,7 +257,8 @@ def write_results(path: Path, payload: dict) -> Path:
 
 def read_json(path: Path) -> dict:
     """A JSON object file, or ``{}`` when it is missing, unreadable or not an object (a link,
-    a FIFO, a device or a file over :data:`MAX_JSON_BYTES` is never read: :mod:`chaos.inputs`)."""
+    a FIFO, a device or a file over :data:`MAX_JSON_BYTES` is never read:
+    :mod:`chaos.files.inputs`)."""
     try:
         data = json.loads(inputs.read_text(path, MAX_JSON_BYTES))
     except (OSError, ValueError):

@@ -2,7 +2,7 @@
 names that must never become one (``..``, ``.``, ``/``, NUL, a 300-byte name, a lone surrogate,
 a leading dash, a newline, an empty name...).
 
-For each consumer the outcome is a named refusal (:class:`chaos.names.BadName`, a
+For each consumer the outcome is a named refusal (:class:`chaos.files.names.BadName`, a
 ``MutantError``, a ``ScenarioError`` with its field) or, for names the toolkit derives a file
 name from (a store's label, a scenario file's stem), a derived name that is one plain component;
 never a traceback, and never a file created or removed outside the directory it belongs in.
@@ -20,8 +20,9 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from chaos import audit, mutants, names, store
-from chaos.owned import NotOwned, Owned
+from chaos import audit, mutants, store
+from chaos.files import names
+from chaos.files.owned import NotOwned, Owned
 from chaos.scenario import ScenarioError, load_scenario_text
 
 from conftest import GENERATOR_CASES
@@ -173,7 +174,7 @@ def test_scenario_and_role_names_are_refused_with_their_field(label):
 def test_a_name_ending_in_a_newline_is_refused_by_validate():
     """Found by the matrix: the schema's ``^...$`` pattern lets ``"run\\n"`` through (``$``
     matches before a final newline), and the run then made a directory with a newline in its
-    name (and ``chaos.names`` refused the history file: a traceback)."""
+    name (and ``chaos.files.names`` refused the history file: a traceback)."""
     with pytest.raises(ScenarioError) as exc:
         load_scenario_text(SCENARIO.replace("NAME", '"run\\n"').replace("ROLE", '"gw\\n"'))
     fields = {p.field for p in exc.value.problems}

@@ -31,7 +31,8 @@ from pathlib import Path
 import pytest
 
 from chaos import history as hist
-from chaos import inputs, mutants, names, replay, shrink, store
+from chaos import mutants, replay, shrink, store
+from chaos.files import inputs, names
 from chaos import real_stores as rs
 from chaos.__main__ import _parser
 from chaos.__main__ import main as chaos_main

@@ -22,6 +22,8 @@ import threading
 from pathlib import Path
 
 COMMANDS = ("ping", "status", "arm", "disarm", "power_cut", "power_on", "sync")
+#: How long a refused peer may take to send its request before the connection is closed (s).
+REFUSAL_READ_S = 5.0
 
 
 class FsControlError(RuntimeError):
@@ -91,7 +93,12 @@ def serve(ops, address: str) -> socketserver.BaseServer:
             if not trusted(uid):
                 reply = {"ok": False, "error": f"refused: peer uid {uid} is neither the runner's "
                          f"(uid {os.getuid()}) nor root"}
-                self.wfile.write((json.dumps(reply) + "\n").encode())
+                self.request.settimeout(REFUSAL_READ_S)
+                try:  # read its request first, so the refusal is what it reads back
+                    self.rfile.readline(65536)
+                    self.wfile.write((json.dumps(reply) + "\n").encode())
+                except OSError:
+                    pass
                 return
             for line in self.rfile:
                 try:

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import yaml
 
-from .. import inputs, names
+from ..files import inputs, names
 
 CATALOGUE = Path(__file__).resolve().parent
 _KEYS = {"rule", "spec", "rewrite", "scenarios", "unit_tests", "description"}
@@ -152,9 +152,9 @@ def load(path: Path) -> Mutant:
     """Read one mutant file.
 
     The mutant's name is the file's stem; it names the mutant's directory in an audit, so it
-    must be a plain file name (:func:`chaos.names.check`). The file is read without following
+    must be a plain file name (:func:`chaos.files.names.check`). The file is read without following
     a link, without blocking on a FIFO and within :data:`MAX_FILE_BYTES`
-    (:mod:`chaos.inputs`).
+    (:mod:`chaos.files.inputs`).
 
     Raises:
         MutantError: a name that cannot be a directory name, a file that is not a regular file

@@ -2,8 +2,10 @@
 
 A scenario file must be a regular file of at most :data:`MAX_FILE_BYTES`, not a symbolic link
 (a FIFO, a device, a directory or a link is refused before anything is read from it, so
-``chaos validate`` never blocks, fills memory or reads through a planted link: :mod:`chaos.inputs`). The YAML is composed once into a node tree that keeps every node's line; the data
-is constructed from the same tree. Aliases may not expand past :data:`MAX_EXPANDED_NODES`.
+``chaos validate`` never blocks, fills memory or reads through a planted link:
+:mod:`chaos.files.inputs`). The YAML is composed once into a node tree that keeps every node's
+line; the data is constructed from the same tree. Aliases may not expand past
+:data:`MAX_EXPANDED_NODES`.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any, Iterable
 
 import yaml
 
-from .. import inputs
+from ..files import inputs
 
 #: Largest scenario file read (bytes): the shipped scenarios are under 4 KiB.
 MAX_FILE_BYTES = 1024 * 1024
@@ -31,7 +33,7 @@ class FileProblem(Exception):
 
 def read_text(path: str | os.PathLike) -> str:
     """The text of a scenario file, read without following a link, without blocking and within
-    :data:`MAX_FILE_BYTES` (:mod:`chaos.inputs`).
+    :data:`MAX_FILE_BYTES` (:mod:`chaos.files.inputs`).
 
     Raises:
         FileProblem: the file cannot be opened, is a symbolic link, is not a regular file

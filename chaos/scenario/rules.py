@@ -15,7 +15,8 @@ from typing import Any
 
 from hermes_state import failpoints
 
-from .. import fixtures, names
+from .. import fixtures
+from ..files import names
 from ..checkers import CHECKERS
 from ..nemesis import FAULTS, FS_FAULT_NAMES, ROLE_FAULTS
 from ..nemesis.commands import COMMANDS as MAINTENANCE_COMMANDS
@@ -94,7 +95,7 @@ def _steps(data: dict):
 def name_rules(data: Any, emit_at) -> None:
     """The scenario's name and every role's name become file names (run directory, history,
     log and arm files): whatever the schema's pattern let through (``"run\\n"``: ``$`` matches
-    before a final newline) must also pass :func:`chaos.names.check`."""
+    before a final newline) must also pass :func:`chaos.files.names.check`."""
     if not isinstance(data, dict):
         return
     spots: list[tuple[list, Any]] = [(["name"], data.get("name"))]

@@ -3,7 +3,7 @@ mounts.
 
 A run that puts its home on a tmpfs (:func:`chaos.fixtures.mount_tmpfs`) mounts it with the
 source ``chaos-tmpfs:<runner pid>:<runner start time>`` (:func:`source_of`) and starts this
-module as a guard process (``python -m chaos.tmpfs_guard MOUNTPOINT SOURCE FD [IGNORE...]``) in
+module as a guard process (``python -m chaos.fs.tmpfs_guard MOUNTPOINT SOURCE FD [IGNORE...]``) in
 a session of its own, holding the read end of a pipe whose write end only the runner holds: the
 same lifeline the faulty filesystem's daemon has. When the runner lets go (after its own
 unmount) or dies (SIGKILL included), the guard reads end of file; if the run's tmpfs is still

@@ -47,7 +47,8 @@ def kind_of(mode: int) -> str:
     return next((name for test, name in _KINDS if test(mode)), "a file")
 
 
-def open_regular(path: str | os.PathLike, *, limit: int | None = None) -> tuple[int, os.stat_result]:
+def open_regular(path: str | os.PathLike, *,
+                 limit: int | None = None) -> tuple[int, os.stat_result]:
     """Open ``path`` for reading as described in the module doc; the caller closes the fd.
 
     Returns:
