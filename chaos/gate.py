@@ -34,6 +34,7 @@ from rich.table import Table
 from hermes_state.testing import utc_stamp
 
 from . import matrix, store
+from .files import names
 from .report import STATUS_STYLE
 from .report.terminal import compact, markup_safe
 
@@ -224,8 +225,7 @@ class Gate:
                 p.wait()
 
     def _run_job(self, job: Job) -> list[GateRow]:
-        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in job.label)
-        log = self.out / "logs" / f"{safe}.log"
+        log = self.out / "logs" / f"{names.derive(job.label)}.log"  # any label: one component
         t0 = time.monotonic()
         with open(log, "w") as err:
             proc = subprocess.Popen(job.argv, stdout=subprocess.PIPE, stderr=err, text=True,

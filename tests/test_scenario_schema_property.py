@@ -48,7 +48,7 @@ from chaos.scenario import SCHEMA, load_scenario_text, validate_text  # noqa: E4
 from chaos.scenario.schema import _step_branch  # noqa: E402
 from rich.console import Console  # noqa: E402
 
-from conftest import GENERATOR_CASES  # noqa: E402
+GENERATOR_CASES = "generator_cases"  # summed by tests/conftest.py
 
 DEFS = SCHEMA["$defs"]
 FULL = os.environ.get("CHAOS_GENERATORS", "") == "full"
@@ -149,7 +149,8 @@ def repair(doc: dict) -> dict:
         # deepest and last first, so list indexes stay right
         for path in sorted(fixes, key=lambda q: [str(x).zfill(6) for x in q], reverse=True):
             _delete(doc, path)
-        doc.setdefault("expect", {}) or doc.__setitem__("expect", {"integrity": {}})
+        if not doc.get("expect"):
+            doc["expect"] = {"integrity": {}}
         if not doc.get("roles"):
             doc["roles"] = [{"name": "gw", "kind": "gateway"}]
     return doc
