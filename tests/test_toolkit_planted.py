@@ -34,13 +34,13 @@ from chaos import history as hist
 from chaos import mutants, replay, shrink, store
 from chaos.files import inputs, names
 from chaos import real_stores as rs
-from chaos.__main__ import _parser
+from chaos.__main__ import build_parser
 from chaos.__main__ import main as chaos_main
 from chaos.scenario import ScenarioError, load_scenario
 
 GENERATOR_CASES = "generator_cases"  # summed by tests/conftest.py
 
-_parser()  # every lazy import of the CLI now: a child that drops its uid may not read them
+build_parser()  # every lazy import of the CLI now: a child that drops its uid may not read them
 REPO = Path(__file__).resolve().parent.parent
 CASE_GUARD_S = 30.0  # hang guard per case, never a speed claim
 NOBODY = 65534
