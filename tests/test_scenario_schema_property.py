@@ -312,7 +312,8 @@ def test_resolved_json_with_exponent_floats_reads_back():
 
 def test_every_checker_judges_a_run_without_a_final_store(tmp_path):
     """Found by the property: ``prune_respects_turns`` crashed (FileNotFoundError) on a run
-    whose final store is missing; every checker now says why instead."""
+    whose final store is missing, and after the rebase so did the new ``fts_exact``: a missing
+    store is now one FAIL that says so, for every checker that reads it (``NoStore``)."""
     from chaos.checkers import CHECKERS
     from chaos.params import build
 

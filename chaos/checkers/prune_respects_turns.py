@@ -20,11 +20,10 @@ from __future__ import annotations
 
 import sqlite3
 from dataclasses import dataclass
-from pathlib import Path
 
 from ..history import brief
 from ..params import param
-from .base import FAIL, CheckContext, Verdict, params_of, verdict_from
+from .base import CheckContext, Verdict, params_of, verdict_from
 from .store import connect_copy, copied_store
 
 NAME = "prune_respects_turns"
@@ -83,9 +82,6 @@ def check(ctx: CheckContext, params) -> Verdict:
     """``check(ctx, params) -> Verdict`` as :mod:`chaos.checkers` defines it; the rules are in
     this module's docstring, the parameters in :class:`Params`."""
     p = params_of(Params, params)
-    if not Path(ctx.store_path).is_file():  # found by the schema property: it crashed here
-        return Verdict(NAME, FAIL, f"no final store at {ctx.store_path}: nothing to judge",
-                       {"store": str(ctx.store_path)})
     ops = pruning_ops(ctx.history)
     protected = sum(len(op.get("busy_ended") or []) for op in ops)
     cases = {"busy_session_pruned": deleted_busy_cases(ops, final_sessions(ctx))}
