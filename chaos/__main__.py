@@ -120,14 +120,16 @@ def _load_all(files: list[Path], err: Console):
     from .scenario import ScenarioError, load_scenario
 
     scenarios, bad = [], False
+    from .report.terminal import markup_safe, printable
+
     for f in files:
         try:
             scenarios.append(load_scenario(f))
         except ScenarioError as exc:
             bad = True
-            err.print(f"[red]invalid scenario[/] {f}:", highlight=False)
+            err.print(f"[red]invalid scenario[/] {markup_safe(f)}:", highlight=False)
             for problem in exc.problems:
-                err.print(f"  {problem}", highlight=False)
+                err.print(f"  {printable(problem)}", highlight=False, markup=False)
     return scenarios, bad
 
 
@@ -171,6 +173,9 @@ def main(argv: list[str] | None = None) -> int:
     2 invalid input, 3 the toolkit failed or was interrupted (SPEC §16.5).
     """
     argv = sys.argv[1:] if argv is None else list(argv)
+    for stream in (sys.stdout, sys.stderr):  # a text of any content prints, never raises
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
     if argv[:1] == ["matrix"]:
         from .matrix import main as matrix_main
 
@@ -183,8 +188,10 @@ def main(argv: list[str] | None = None) -> int:
             if args.json:
                 return _validate_json(args.files)
             scenarios, bad = _load_all(args.files, err)
+            from .report.terminal import printable
+
             for sc in scenarios:
-                print(f"ok  {sc.source}: {sc.name} ({len(sc.roles)} roles, "
+                print(f"ok  {printable(sc.source)}: {sc.name} ({len(sc.roles)} roles, "
                       f"{len(sc.nemesis)} faults, {len(sc.expect)} checkers)")
             return EXIT_BAD_SCENARIO if bad else EXIT_OK
         from . import cli_report
@@ -232,8 +239,10 @@ def main(argv: list[str] | None = None) -> int:
                                                   f"{f}`)"})
             if args.json:
                 print(json.dumps(listed))
+            from .report.terminal import printable
+
             for item in [] if args.json else listed:
-                print(f"{item['file']:32} {item['description']}")
+                print(f"{printable(item['file']):32} {printable(item['description'])}")
             return EXIT_OK
         scenarios, bad = _load_all(args.files, err)
         if bad:

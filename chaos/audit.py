@@ -35,11 +35,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
 import hermes_state
 from hermes_state.testing import utc_stamp
 
 from . import audit_probe, mutants, store
+from .files import names
+from .files.owned import NotOwned, Owned
 from .audit_report import kill_table, markdown_table, write_readme
 from .gate import _Slots, run_parallel
 
@@ -153,6 +156,8 @@ class Audit:
         self.procs: set[subprocess.Popen] = set()
         self.stopping = False
         self.invalid: list[str] = []
+        #: the directories this audit created: the only ones it may remove (issue 22 item 4)
+        self.owned = Owned()
         self.done = 0
         self.total = 0
 
@@ -160,13 +165,18 @@ class Audit:
     def workspace(self, name: str, mutant: mutants.Mutant | None) -> Workspace:
         """A fresh copy under ``out/<name>/``: mutated (``mutant``) or pristine (the control).
 
+        ``name`` must be a plain file name (:func:`chaos.files.names.check`) and ``out/<name>`` must
+        not exist: a directory this audit did not create is never reused nor removed.
+
         Raises:
-            mutants.StaleMutant / mutants.MutantError: from :meth:`chaos.mutants.Mutant.apply`.
+            mutants.StaleMutant / mutants.MutantError: from :meth:`chaos.mutants.Mutant.apply`;
+                a bad name, or ``out/<name>`` exists.
         """
-        root = self.out / name
-        if root.exists():
-            shutil.rmtree(root)
-        root.mkdir(parents=True)
+        self.out.mkdir(parents=True, exist_ok=True)
+        try:
+            root = self.owned.make(names.child(self.out, name, "mutant"))
+        except (names.BadName, NotOwned) as exc:
+            raise mutants.MutantError(f"audit workspace: {exc}") from None
         if mutant is None:
             package, target = mutants.copy_package(self.source, root), None
         else:
@@ -219,7 +229,7 @@ class Audit:
             if self.stopping:
                 return RunOutcome(scenario.name, "ERROR", ["audit interrupted"])
             ws.runs.mkdir(exist_ok=True)
-            stem = scenario.stem
+            stem = names.derive(scenario.stem)
             probe = ws.root / f"probe-{stem}.jsonl"
             probe.unlink(missing_ok=True)
             log = ws.root / f"run-{stem}.log"
@@ -518,6 +528,12 @@ def run_audit(catalogue: list[mutants.Mutant], scenarios: list, *, jobs: int | N
     out.mkdir(parents=True, exist_ok=True)
     audit = Audit(out, scenarios, jobs, console, all_scenarios=all_scenarios, control=control,
                   unit_tests=unit_tests, own_only=own_only)
+    if audit.control is not None:  # before any mutant: a conflict is reported once, by name
+        try:
+            audit.control.ws = audit.workspace("_control", None)
+        except mutants.MutantError as exc:
+            console.print(f"[red]chaos audit: {escape(str(exc))}[/]", highlight=False)
+            return 2
     console.print(f"chaos audit: {len(catalogue)} mutant(s) of {audit.source} x "
                   f"{len(scenarios)} scenario(s), {jobs} run(s) at once; output {out}",
                   highlight=False)
@@ -605,7 +621,7 @@ def cmd_audit(args, load_all, err: Console, *, tags: list[str] | None = None,
     try:
         catalogue = mutants.load_dir(getattr(args, "mutants", None))
     except mutants.MutantError as exc:
-        err.print(f"[red]chaos audit: {exc}[/]", highlight=False)
+        err.print(f"[red]chaos audit: {escape(str(exc))}[/]", highlight=False)
         return 2
     only = getattr(args, "only", None)
     if only:

@@ -15,6 +15,9 @@ from pathlib import Path
 
 from rich.console import Console
 
+from .files.inputs import InputError
+from .report.terminal import markup_safe
+
 COMMANDS = ("report", "replay", "watch")
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -72,24 +75,24 @@ def _report(args, err: Console) -> int:
 
     run_dir = args.run_dir
     if not store.RunDir(run_dir).is_run():
-        err.print(f"[red]{run_dir}: not a chaos run directory (no history.jsonl, no history/)[/]",
-                  highlight=False)
+        err.print(f"[red]{markup_safe(run_dir)}: not a chaos run directory (no history.jsonl, "
+                  "no history/)[/]", highlight=False)
         return EXIT_BAD_INPUT
     console = Console(stderr=True, soft_wrap=True) if args.json else Console(soft_wrap=True)
     try:
         if args.recheck:
             results = recheck(run_dir)
-            console.print(f"rechecked {run_dir} (previous verdicts in results.previous.json)",
-                          highlight=False)
+            console.print(f"rechecked {markup_safe(run_dir)} (previous verdicts in "
+                          "results.previous.json)", highlight=False)
         else:
             results = store.read_json(store.RunDir(run_dir).results)
             if not results:
-                err.print(f"[yellow]{run_dir}/results.json missing or unreadable; the page has "
-                          "no verdicts (use --recheck to judge the saved history)[/]",
+                err.print(f"[yellow]{markup_safe(run_dir)}/results.json missing or unreadable; "
+                          "the page has no verdicts (use --recheck to judge the saved history)[/]",
                           highlight=False)
         page = write_report(run_dir)
-    except (RunDirError, FileNotFoundError) as exc:
-        err.print(f"[red]{exc}[/]", highlight=False)
+    except (RunDirError, FileNotFoundError, InputError) as exc:
+        err.print(f"[red]{markup_safe(exc, one_line=False)}[/]", highlight=False)
         return EXIT_BAD_INPUT
     verdicts = results.get("verdicts") or []
     if results.get("kind") == "watch":
@@ -115,7 +118,7 @@ def _replay(args, err: Console) -> int:
     try:
         original, result = replay(args.run_dir, out_dir=args.out, console=console)
     except RunDirError as exc:
-        err.print(f"[red]{exc}[/]", highlight=False)
+        err.print(f"[red]{markup_safe(exc, one_line=False)}[/]", highlight=False)
         return EXIT_BAD_INPUT
     console.print(comparison_table(original.get("verdicts") or [], result.verdicts,
                                    "original", "replay",
@@ -152,7 +155,7 @@ def _watch(args, err: Console) -> int:
                         interval_s=args.interval, out_dir=args.out,
                         console=Console(stderr=args.json))
     except WatchError as exc:
-        err.print(f"[red]{exc}[/]", highlight=False)
+        err.print(f"[red]{markup_safe(exc, one_line=False)}[/]", highlight=False)
         return EXIT_BAD_INPUT
     if args.json:
         from . import store

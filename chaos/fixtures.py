@@ -38,10 +38,12 @@ import re
 import shutil
 import sqlite3
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from . import store
+from .fs import tmpfs_guard
 
 #: Fixture names (``schema_v1`` .. ``schema_v22`` are matched by :data:`SCHEMA_FIXTURE_RE`).
 FIXTURES = ("empty", "generated", "zeroed", "empty_file", "not_sqlite")
@@ -100,32 +102,65 @@ def sources_dir(db_path: Path) -> Path:
 
 
 # ------------------------------------------------------------------------------- tmpfs
+#: Hang guard for the tmpfs guard process to exit once the run let go of its mount (s).
+GUARD_EXIT_S = 30.0
+
+
 @dataclass
 class Mount:
-    """A tmpfs this run mounted (:func:`mount_tmpfs`); :meth:`unmount` once the run is checked."""
+    """A tmpfs this run mounted (:func:`mount_tmpfs`); :meth:`unmount` once the run is checked.
+
+    ``guard``: the process that unmounts it if this one dies first (its lifeline is
+    ``lifeline_w``, the write end of a pipe only this process holds).
+    """
 
     path: Path
     size: int
+    guard: subprocess.Popen | None = None
+    lifeline_w: int | None = None
 
     def unmount(self) -> None:
         """Copy the home's files out of the tmpfs, unmount it, and put the copy in its place, so
         the run directory keeps the final store, captures and spool after the mount is gone.
 
         Raises:
-            TmpfsUnavailable: ``umount`` failed (the mount is left; the message says so).
+            TmpfsUnavailable: ``umount`` failed (the guard then detaches it lazily).
         """
-        keep = self.path.with_name(self.path.name + ".from-tmpfs")
-        shutil.copytree(self.path, keep, symlinks=True,
-                        ignore=shutil.ignore_patterns(store.BALLOON_NAME))  # a balloon is no evidence
-        proc = subprocess.run(["umount", str(self.path)], capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise TmpfsUnavailable(f"umount {self.path} failed: {proc.stderr.strip()}")
-        self.path.rmdir()
-        keep.rename(self.path)
+        try:
+            keep = self.path.with_name(self.path.name + ".from-tmpfs")
+            shutil.copytree(self.path, keep, symlinks=True,
+                            ignore=shutil.ignore_patterns(store.BALLOON_NAME))  # no evidence
+            proc = subprocess.run(["umount", str(self.path)], capture_output=True, text=True)
+            if proc.returncode != 0:
+                raise TmpfsUnavailable(f"umount {self.path} failed: {proc.stderr.strip()}")
+            self.path.rmdir()
+            keep.rename(self.path)
+        finally:
+            self.release_guard()
+
+    def release_guard(self) -> None:
+        """Close the lifeline and reap the guard (it unmounts whatever is still mounted)."""
+        if self.lifeline_w is not None:
+            os.close(self.lifeline_w)
+            self.lifeline_w = None
+        if self.guard is not None:
+            try:
+                self.guard.wait(timeout=GUARD_EXIT_S)
+            except subprocess.TimeoutExpired:
+                self.guard.kill()
+                self.guard.wait()
+            self.guard = None
+
+
+def sweep_stale_tmpfs() -> list[dict]:
+    """Rescue and unmount every run tmpfs whose runner is dead (:func:`chaos.fs.tmpfs_guard.sweep`;
+    the disk balloon is not copied)."""
+    return tmpfs_guard.sweep(ignore=(store.BALLOON_NAME,))
 
 
 def mount_tmpfs(path: Path, size: int) -> Mount:
-    """Mount a tmpfs of ``size`` bytes on the (empty) directory ``path`` (SPEC §16.2).
+    """Mount a tmpfs of ``size`` bytes on the (empty) directory ``path`` (SPEC §16.2), with a
+    guard process (:mod:`chaos.fs.tmpfs_guard`) that unmounts it if this process dies first.
 
     Raises:
         TmpfsUnavailable: not root, ``mount`` missing, or the mount failed (its stderr).
@@ -134,15 +169,30 @@ def mount_tmpfs(path: Path, size: int) -> Mount:
     if os.geteuid() != 0:
         raise TmpfsUnavailable("mounting a tmpfs needs root (the store's disk-full faults need a "
                                "small filesystem of their own)")
+    source = tmpfs_guard.source_of()
     try:
-        proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs",
+        proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", source,
                                str(path)], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise TmpfsUnavailable(f"cannot run mount: {exc}") from exc
     if proc.returncode != 0:
         raise TmpfsUnavailable(f"mount -t tmpfs on {path} failed: "
                                f"{proc.stderr.strip() or proc.returncode}")
-    return Mount(path, size)
+    life_r, life_w = os.pipe()
+    try:
+        guard = subprocess.Popen(
+            [sys.executable, "-m", "chaos.fs.tmpfs_guard", str(path.absolute()), source,
+             str(life_r), store.BALLOON_NAME], stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, pass_fds=(life_r,), cwd="/",
+            start_new_session=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+                + [str(Path(__file__).resolve().parents[1])])})
+    except OSError:
+        os.close(life_w)
+        guard, life_w = None, None
+    finally:
+        os.close(life_r)
+    return Mount(path, size, guard, life_w)
 
 
 # ------------------------------------------------------------------------------- fixtures

@@ -42,6 +42,7 @@ Record types:
 from __future__ import annotations
 
 import bisect
+import io
 import json
 import os
 import re
@@ -51,8 +52,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from .files import inputs
+
 #: The completions of an ``invoke`` (Jepsen: ok, fail, info).
 COMPLETIONS = ("ok", "fail", "info")
+#: Largest history file read (bytes): a long run's history is tens of MiB.
+MAX_HISTORY_BYTES = 4 * 1024 ** 3
 
 #: Operations that write to the store (SPEC §16.1 role workloads). ``open`` and ``close`` are
 #: not writes for the checkers; ``hold_lock`` is an adversary's bare transaction.
@@ -118,9 +123,15 @@ class HistoryWriter:
 
 def read_file(path: str | os.PathLike) -> list[dict]:
     """Records (JSON objects) of one JSONL file; a torn last line (killed mid-write) and any
-    line that is not a JSON object are skipped."""
+    line that is not a JSON object are skipped.
+
+    Raises:
+        chaos.files.inputs.InputError: the file is a link, a FIFO, a device, a directory, larger
+            than :data:`MAX_HISTORY_BYTES`, or unreadable (an OSError).
+    """
     out = []
-    with open(path, encoding="utf-8", errors="replace") as fh:
+    fd, _ = inputs.open_regular(path, limit=MAX_HISTORY_BYTES)  # no link, FIFO or device
+    with io.TextIOWrapper(os.fdopen(fd, "rb"), encoding="utf-8", errors="replace") as fh:
         for line in fh:
             line = line.strip()
             if not line:

@@ -57,13 +57,16 @@ from pathlib import Path
 from hermes_state import SessionDB
 from hermes_state import testing as h
 
-from .checkers.base import FAIL, INCONCLUSIVE, PASS
+from .checkers.base import FAIL, INCONCLUSIVE, PASS, SKIPPED
 from .legacy_writer import AFTER_WRITES
 from .open_probe import _REPO, STEP_SLEEP_MS, _child_env, _raw, second_open_problems
 from .open_probe import OPEN_CHILD as _OPEN_CHILD
 
 OLD_VERSIONS = tuple(range(1, h.CURRENT_VERSION))
 MODES = ("plain", "writer", "crash")
+#: The one cell of a real store that cannot be tested (not SQLite, damaged, a planted link or
+#: FIFO): a SKIPPED row with the reason (SPEC §16.3: counted apart, never PASS).
+SKIP_MODE = "skipped"
 #: ``--quick``: every version plain, the old-schema writer on these, crash sweeps from these.
 QUICK_WRITER_VERSIONS = (1, 10, 16, 22)
 QUICK_CRASH_VERSIONS = (1, 19)
@@ -149,6 +152,9 @@ def cells(versions=OLD_VERSIONS, modes=MODES, *, quick: bool = False,
         from . import matrix_real
 
         for store in stores:
+            if matrix_real.unusable(store) is not None:  # one SKIPPED row saying why
+                out.append(Cell(0, SKIP_MODE, None, matrix_real.label(store)))
+                continue
             lab, ver = matrix_real.label(store), matrix_real.store_version(store)
             out.extend(Cell(ver, m, None, lab) for m in ("plain", "writer") if m in modes)
             if "crash" in modes:
@@ -370,6 +376,12 @@ def run_cell(cell: Cell, fx: Fixtures, stores: dict | None = None) -> MatrixRow:
     """
     t0 = time.monotonic()
     status = None
+    if cell.mode == SKIP_MODE:
+        from .matrix_real import unusable
+
+        why = unusable((stores or {})[cell.store]) or "the store became usable after listing"
+        return MatrixRow(cell.name, cell.version, cell.mode, None, SKIPPED, [why], {},
+                         round(time.monotonic() - t0, 3))
     try:
         if cell.store:
             from .matrix_real import run_real_cell
@@ -506,7 +518,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m chaos.matrix``: run cells, print one JSON line per row (``--jsonl``) or a
-    table; exit 0 when every row passed, 1 otherwise."""
+    table; exit 0 when every row passed (a SKIPPED store, counted apart, does not fail it),
+    1 otherwise."""
     p = build_parser()
     args = p.parse_args(argv)
     try:
@@ -532,7 +545,11 @@ def main(argv: list[str] | None = None) -> int:
     rows = run_matrix(todo, on_row=emit, stores=stores)
     if args.json:
         print(json.dumps([r.to_dict() for r in rows]))
-    return 0 if all(r.status == PASS for r in rows) else 1
+    skipped = [r for r in rows if r.status == SKIPPED]
+    if skipped and not args.jsonl:
+        print(f"{len(skipped)} store(s) SKIPPED (not tested; see their rows)",
+              file=sys.stderr if args.json else sys.stdout)
+    return 0 if all(r.status in (PASS, SKIPPED) for r in rows) else 1
 
 
 if __name__ == "__main__":

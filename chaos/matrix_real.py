@@ -28,6 +28,7 @@ from pathlib import Path
 
 from hermes_state import SessionDB
 
+from .files import names
 from . import real_stores as rs
 from .checkers.base import FAIL, INCONCLUSIVE, PASS
 from .legacy_writer import AFTER_WRITES
@@ -37,8 +38,17 @@ QUICK_STEPS = (11, 16, 20, 22, 23)
 
 
 def label(store: rs.RealStore) -> str:
-    """The cell prefix of a store: ``real.<name with dots>`` (no ``/``: cells split on it)."""
-    return "real." + store.name.replace("/", ".").replace(" ", "_")
+    """The cell prefix of a store: ``real.<name with dots>`` (no ``/``: cells split on it; a
+    name that is no plain file name is derived into one, :func:`chaos.files.names.derive`: the gate
+    names a log file after it and passes it on a command line)."""
+    return "real." + names.derive(store.name.replace("/", ".").replace(" ", "_"),
+                                  names.MAX_COMPONENT_BYTES)
+
+
+def unusable(store: rs.RealStore) -> str | None:
+    """Why ``store`` gets one SKIPPED row instead of its cells
+    (:func:`chaos.real_stores.unusable`), or None."""
+    return rs.unusable(store)
 
 
 def store_version(store: rs.RealStore) -> int:

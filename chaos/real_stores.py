@@ -26,7 +26,9 @@ WAL store creates sidecars next to it -- every check works on a copy.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
+import stat
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,13 +37,19 @@ from typing import Any
 from hermes_state import SCHEMA_VERSION, SessionDB
 from hermes_state.testing import (
     FIXTURE_ROOT,
-    copy_store,
     inventory,
     sqlite_problems,
     verify_fts,
 )
 
+from .files import inputs
+
 REPO = Path(__file__).resolve().parent.parent
+#: Largest ``dump.json`` read (bytes): a dump is every row of a store, as JSON.
+MAX_DUMP_BYTES = 1024 ** 3
+#: The files of a store copied with it (a live WAL included).
+SIDECARS = ("-wal", "-shm", "-journal")
+_SQLITE_HEADER = b"SQLite format 3\x00"
 #: Words upstream wrote into the bundled stores that search must find.
 FIXTURE_WORDS = ("kubernetes", "rollback", "记忆断裂", "こんにちは", "안녕하세요", "東京", "ledger",
                  "billing")
@@ -68,10 +76,66 @@ class RealStore:
     dump_path: Path | None = None
 
     def dump(self) -> dict | None:
-        """The ``dump.json`` beside the store, or None."""
+        """The ``dump.json`` beside the store, or None (read by :mod:`chaos.files.inputs`: never
+        through a link, never blocking, at most :data:`MAX_DUMP_BYTES`).
+
+        Raises:
+            chaos.files.inputs.InputError, ValueError: the dump cannot be read or is not JSON.
+        """
         if self.dump_path is None:
             return None
-        return json.loads(self.dump_path.read_text("utf-8"))
+        return json.loads(inputs.read_text(self.dump_path, MAX_DUMP_BYTES))
+
+
+def copy_store(src: Path, dest_dir: Path) -> Path:
+    """Copy the store ``src`` with its sidecars (a live WAL included) to ``dest_dir/state.db``,
+    and the gateway's ``sessions/sessions.json`` beside it (read by the v18 step), every file
+    read by :mod:`chaos.files.inputs` (never through a planted link, never blocking on a FIFO).
+
+    Raises:
+        chaos.files.inputs.InputError: the store or a file beside it is not a regular file.
+    """
+    src, dest_dir = Path(src), Path(dest_dir)
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    dest = dest_dir / "state.db"
+    for suffix in ("",) + SIDECARS:
+        side = Path(f"{src}{suffix}")
+        if suffix == "" or os.path.lexists(side):
+            inputs.copy_file(side, f"{dest}{suffix}")
+    sessions = src.parent / "sessions" / "sessions.json"
+    if os.path.lexists(sessions):
+        (dest_dir / "sessions").mkdir(exist_ok=True)
+        inputs.copy_file(sessions, dest_dir / "sessions" / "sessions.json")
+    return dest
+
+
+def unusable(store: "RealStore") -> str | None:
+    """Why ``store`` cannot be tested (it gets a SKIPPED row saying so), or None.
+
+    Refused: a store file or a sidecar that is a link, a FIFO, a socket, a device or a
+    directory; a file that is not SQLite (its header); a store SQLite cannot read (damaged,
+    encrypted); a ``dump.json`` that cannot be read or is not JSON. Never raises.
+    """
+    try:
+        with inputs.open_binary(store.path) as fh:
+            head = fh.read(len(_SQLITE_HEADER))
+        if head != _SQLITE_HEADER:
+            return (f"not a SQLite database: its header is {head[:16]!r}, not "
+                    f"{_SQLITE_HEADER!r}")
+        for suffix in SIDECARS:
+            side = Path(f"{store.path}{suffix}")
+            if os.path.lexists(side):
+                inputs.open_binary(side).close()
+        store.dump()
+    except inputs.InputError as exc:
+        return str(exc)
+    except ValueError as exc:
+        return f"{store.dump_path}: not JSON: {exc}"
+    try:
+        read_dump(store.path)
+    except (sqlite3.Error, inputs.InputError, OSError) as exc:
+        return f"SQLite cannot read it: {type(exc).__name__}: {exc}"
+    return None
 
 
 def discover(root: Path | str, prefix: str = "") -> list[RealStore]:
@@ -88,8 +152,10 @@ def discover(root: Path | str, prefix: str = "") -> list[RealStore]:
     root = Path(root)
     if not root.exists():
         raise FileNotFoundError(f"no such store directory: {root}")
-    files = [root] if root.is_file() else sorted(
-        p for p in root.rglob("*.db") if p.is_file() and not p.is_symlink())
+    # Anything named *.db but a directory is a candidate: a link, a FIFO or a damaged file
+    # is listed too, and gets a SKIPPED row saying why (:func:`unusable`), never a silent gap.
+    files = [root] if not root.is_dir() else sorted(
+        p for p in root.rglob("*.db") if not stat.S_ISDIR(os.lstat(p).st_mode))
     out = []
     for f in files:
         rel = f.parent.relative_to(root) if root.is_dir() else Path(f.parent.name)
@@ -97,7 +163,8 @@ def discover(root: Path | str, prefix: str = "") -> list[RealStore]:
         if f.name != "state.db":
             name += f"/{f.name}"
         dump = f.parent / "dump.json"
-        out.append(RealStore(name, f, dump if dump.is_file() and f.name == "state.db" else None))
+        planted = os.path.lexists(dump) and f.name == "state.db"  # read (or refused) later
+        out.append(RealStore(name, f, dump if planted else None))
     return out
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from rich.console import Console
 
 from . import store
+from .files import inputs
 from .checkers.base import exit_code_of
 
 
@@ -35,10 +36,10 @@ def load_resolved(run_dir: Path):
 
     path = store.RunDir(Path(run_dir)).scenario
     try:
-        text = path.read_text()
-    except OSError as exc:
-        raise RunDirError(f"{path}: cannot read the resolved scenario ({exc.strerror}); "
-                          "replay and --recheck need a directory written by `chaos run`") from None
+        text = inputs.read_text(path, store.MAX_JSON_BYTES)  # no link, FIFO or device
+    except inputs.InputError as exc:
+        raise RunDirError(f"cannot read the resolved scenario: {exc}; replay and --recheck "
+                          "need a directory written by `chaos run`") from None
     try:
         return load_scenario_text(text, source=str(path))
     except ScenarioError as exc:

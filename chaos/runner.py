@@ -50,6 +50,7 @@ from .nemesis import FAULTS, HEALS, NemesisEnv, NemesisError
 from .nemesis.commands import command_argv
 from .params import as_dict, build
 from .report import print_verdicts
+from .report.terminal import markup_safe
 from .roles import ROLES, role_main
 from .roles.gate import await_ready, release
 from .roles.python_callable import check_bindings, spawn_context
@@ -152,7 +153,15 @@ def preflight(scenario: Scenario, run_dir: Path) -> None:
             validation should have refused the scenario).
     """
     run = store.RunDir(Path(run_dir))
+    restarts = {s.params.role: 0 for s in scenario.nemesis if s.fault == "restart"}
+    for s in scenario.nemesis:
+        if s.fault == "restart":
+            restarts[s.params.role] += 1 if s.params.index is not None else \
+                scenario.role(s.params.role).count
     for spec in scenario.roles:
+        for n in range(spec.count + restarts.get(spec.name, 0)):  # every process's files
+            process = f"{spec.name}-{n}"
+            run.process_history(process), run.log(process), run.arm_file(process)
         workload = build(ROLES[spec.kind].Params, as_dict(spec.workload))
         if spec.failpoints:
             failpoints.parse(spec.failpoints)
@@ -187,6 +196,13 @@ def upstream_missing(scenario: Scenario) -> str | None:
         if spec.upstream is not None and upstream_release.cached(spec.upstream.version) is None:
             return str(upstream_release.NotCached(spec.upstream.version))
     return None
+
+
+def header(scenario: Scenario) -> str:
+    """The run's first line (rich markup): name, seed, duration and the description, whatever
+    the description holds (control characters escaped, ``[`` kept as text)."""
+    return (f"[bold]{scenario.name}[/] seed {scenario.seed}, {scenario.duration:g}s: "
+            f"{markup_safe(scenario.description)}")
 
 
 @dataclass
@@ -240,6 +256,7 @@ class Runner:
             chaos.fs.FsUnavailable: the faulty filesystem cannot be mounted (SKIPPED too).
         """
         store = self.sc.store
+        swept = fixtures.sweep_stale_tmpfs() if os.geteuid() == 0 else []  # dead runs' mounts
         if store.get("tmpfs"):
             self.mount = fixtures.mount_tmpfs(self.home, fixtures.parse_size(store["tmpfs"]))
         if self.sc.fs:
@@ -248,6 +265,8 @@ class Runner:
                           for s in self.sc.nemesis)
         details = fixtures.prepare_store(store, self.db_path, seed=self.sc.seed,
                                          need_backup=need_backup)
+        if swept:
+            details = {**details, "swept_tmpfs": swept}
         if self.fs is not None:  # the machine boots with the fixture on its disk
             details = {**details, "fs": {"backing": str(self.fs.backing),
                                          "log": str(self.fs.log_path), **self.fs.control.sync()}}
@@ -272,7 +291,7 @@ class Runner:
                    "exit_code": 0, "skipped": reason,
                    "verdicts": [v.to_dict() for v in verdicts], "processes": []}
         store.write_results(self.dirs.results, results)
-        self.console.print(f"[yellow]SKIPPED: {reason}[/]")
+        self.console.print(f"[yellow]SKIPPED: {markup_safe(reason)}[/]")
         return RunResult(self.run_dir, verdicts, 0, results)
 
     def _launch(self, inst: RoleInstance) -> None:
@@ -408,14 +427,14 @@ class Runner:
         except (NemesisError, OSError) as exc:
             writer.record("nemesis", fault=step.fault, phase="error", step=step.index,
                           error=str(exc), **params)
-            self.say(f"[yellow]nemesis {step.fault} failed: {exc}[/]")
+            self.say(f"[yellow]nemesis {step.fault} failed: {markup_safe(exc)}[/]")
             return False
         merged = {**params, **details}
         writer.record("nemesis", fault=step.fault, phase="done", step=step.index, **merged)
         text = json.dumps(details, default=str)
         if len(text) > 400:  # e.g. plant_quarantine_copies' hundreds of names: in the history
             text = f"{text[:400]}... ({len(text)} characters; the whole record is in the history)"
-        self.say(f"[magenta]nemesis {step.fault}[/] {text}")
+        self.say(f"[magenta]nemesis {step.fault}[/] {markup_safe(text)}")
         return True
 
     # ------------------------------------------------------------------ the run
@@ -424,8 +443,7 @@ class Runner:
         for d in (self.home, self.hist_dir, self.log_dir):
             d.mkdir(parents=True, exist_ok=True)
         store.write_json(self.dirs.scenario, self.sc.to_dict())
-        self.console.print(f"[bold]{self.sc.name}[/] seed {self.sc.seed}, {self.sc.duration:g}s: "
-                           f"{self.sc.description}")
+        self.console.print(header(self.sc))
         self._say_exposure(self.wal_reset())
         self.console.print(f"run directory {self.run_dir}", soft_wrap=True, highlight=False)
         missing = upstream_missing(self.sc)
@@ -482,7 +500,7 @@ class Runner:
                     os.kill(inst.pid, signal.SIGTERM)
             self._reap(writer)
             for note in tail.new_notes:
-                self.say(f"[cyan]{note}[/]")
+                self.say(f"[cyan]{markup_safe(note)}[/]")
             tail.new_notes.clear()
             if now - last_status >= 1.0:
                 last_status = now
@@ -565,7 +583,7 @@ class Runner:
             except (NemesisError, OSError) as exc:
                 done[name] = {"error": str(exc)}
         writer.record("phase", phase="heal", heal=done, t=started, wall=started_wall)
-        self.say(f"[green]heal[/] {json.dumps(done, default=str)}")
+        self.say(f"[green]heal[/] {markup_safe(json.dumps(done, default=str))}")
 
     def _stop_roles(self, writer: hist.HistoryWriter) -> None:
         """Stop every role at the end: SIGCONT, let them exit at their deadline, SIGTERM the

@@ -35,8 +35,10 @@ from pathlib import Path
 
 import yaml
 from rich.console import Console
+from rich.markup import escape
 
 from . import store
+from .files import inputs
 from .scenario import ScenarioError, load_scenario_text
 
 PASSING = ("PASS", "SKIPPED")
@@ -94,8 +96,8 @@ def load_failure(run_dir: Path, checker: str | None = None) -> tuple[dict, Targe
     """
     run = store.RunDir(Path(run_dir))
     try:
-        doc = json.loads(run.scenario.read_text())
-        results = json.loads(run.results.read_text())
+        doc = json.loads(inputs.read_text(run.scenario, store.MAX_JSON_BYTES))
+        results = json.loads(inputs.read_text(run.results, store.MAX_JSON_BYTES))
     except (OSError, ValueError) as exc:
         raise ShrinkError(f"{run_dir} is not a finished run directory: {exc}") from None
     bad = [v for v in results.get("verdicts", []) if v.get("status") not in PASSING]
@@ -366,7 +368,7 @@ def shrink_run(run_dir: Path, *, max_runs: int = DEFAULT_MAX_RUNS,
                         say=lambda t: console.print(t, highlight=False))
     result = shrinker.shrink()
     path = run_dir / store.SHRUNK_FILE
-    path.write_text(render(result, doc, run_dir, target, max_runs), encoding="utf-8")
+    store.write_text_atomic(path, render(result, doc, run_dir, target, max_runs))
     store.write_json(run_dir / store.SHRINK_LOG, {
         "target": target.__dict__, "runs": result.runs, "removed": result.removed,
         "confirmed_by": result.confirmed_by,
@@ -401,6 +403,6 @@ def cmd_shrink(args, err: Console) -> int:
         shrink_run(args.run_dir, max_runs=args.max_runs, min_duration=args.min_duration,
                    checker=args.checker)
     except ShrinkError as exc:
-        err.print(f"[red]chaos shrink: {exc}[/]", highlight=False)
+        err.print(f"[red]chaos shrink: {escape(str(exc))}[/]", highlight=False)
         return 2
     return 0

@@ -36,6 +36,7 @@ from pathlib import Path
 from hermes_state.testing import utc_stamp
 
 from . import history as hist
+from .files import inputs, names
 
 SCENARIO_FILE = "scenario.resolved.json"
 HISTORY_DIR = "history"
@@ -65,11 +66,22 @@ RUNNER_PROCESS = "runner"
 SAMPLER_PROCESS = "sampler"
 #: Default parent of run directories.
 DEFAULT_OUT = "runs"
+#: Largest JSON file of a run read back (``results.json``, ``scenario.resolved.json``: KiBs).
+MAX_JSON_BYTES = 256 * 1024 ** 2
+
+
+def _process(process: str) -> str:
+    """``process`` when it can name a file (:func:`chaos.files.names.check`), else BadName."""
+    return names.check(process, "process", names.MAX_COMPONENT_BYTES)
 
 
 def history_file(process: str) -> str:
-    """``<process>.jsonl``: a process's own history file inside ``history/``."""
-    return f"{process}.jsonl"
+    """``<process>.jsonl``: a process's own history file inside ``history/``.
+
+    Raises:
+        chaos.files.names.BadName: ``process`` cannot be a file name (``..``, ``/``, NUL...).
+    """
+    return f"{_process(process)}.jsonl"
 
 
 @dataclass(frozen=True)
@@ -131,12 +143,13 @@ class RunDir:
         return self.path / SOURCES_DIR
 
     def log(self, process: str) -> Path:
-        """``logs/<process>.log``."""
-        return self.logs / f"{process}.log"
+        """``logs/<process>.log``. Raises :class:`chaos.files.names.BadName` for a bad name."""
+        return self.logs / f"{_process(process)}.log"
 
     def arm_file(self, process: str) -> Path:
-        """``failpoints/<process>.arm``."""
-        return self.failpoints / f"{process}.arm"
+        """``failpoints/<process>.arm``. Raises :class:`chaos.files.names.BadName` for a bad
+        name."""
+        return self.failpoints / f"{_process(process)}.arm"
 
     def process_history(self, process: str) -> Path:
         """``history/<process>.jsonl``."""
@@ -164,11 +177,14 @@ def fresh_dir(out: Path, name: str) -> Path:
     """Create ``<out>/<name>`` (or ``<name>-2``, ``-3``, ... if taken) atomically and return it.
 
     Raises:
+        chaos.files.names.BadName: ``name`` cannot be a directory name
+            (:func:`chaos.files.names.check`).
         OSError: ``out`` cannot be created or written, or 999 names are taken.
     """
+    base_name = names.check(name, "run directory", names.MAX_COMPONENT_BYTES)
     out = Path(out).absolute()
     out.mkdir(parents=True, exist_ok=True)
-    base = out / name
+    base = out / base_name
     for k in range(1, 1000):
         candidate = base if k == 1 else base.with_name(f"{base.name}-{k}")
         try:
@@ -183,21 +199,42 @@ def make_run_dir(out: Path, name: str, seed: int) -> Path:
     """Create ``<out>/<name>-<UTCSTAMP>-seed<N>[-k]/`` atomically (two runs never share one).
 
     Raises:
+        chaos.files.names.BadName: ``name`` is not a plain file name (a ValueError).
         OSError: ``out`` cannot be created or written (the caller prints it in one line).
     """
+    names.check(name, "scenario name")
     return fresh_dir(Path(out), f"{name}-{utc_stamp()}-seed{seed}")
 
 
 # ------------------------------------------------------------------------------ atomic writes
 def write_text_atomic(path: Path, text: str) -> Path:
     """Write ``text`` to ``path`` through ``<path>.partial``: write, fsync the file, rename,
-    fsync the directory. A reader sees the old file or the whole new one, never half."""
+    fsync the directory. A reader sees the old file or the whole new one, never half.
+
+    A ``.partial`` left over (or planted: a link, a FIFO) is removed, never opened; the new one
+    is created exclusively without following a link, so nothing is written through a link and
+    nothing blocks. The rename replaces a link at ``path`` itself, not what it points at.
+
+    Raises:
+        OSError: a directory is in the way (``path`` or its ``.partial``), or the write failed.
+    """
     path = Path(path)
     tmp = path.with_name(path.name + ".partial")
-    with open(tmp, "w", encoding="utf-8") as fh:
+    try:
+        os.unlink(tmp)
+    except FileNotFoundError:
+        pass
+    except IsADirectoryError:
+        raise IsADirectoryError(f"{tmp}: a directory is in the way; remove it") from None
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+                 | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    with open(fd, "w", encoding="utf-8", errors="backslashreplace") as fh:
         fh.write(text)
         fh.flush()
         os.fsync(fh.fileno())
+    if os.path.isdir(path) and not os.path.islink(path):
+        os.unlink(tmp)
+        raise IsADirectoryError(f"{path}: a directory is in the way; remove it")
     os.replace(tmp, path)
     fd = os.open(path.parent, os.O_RDONLY)
     try:
@@ -219,9 +256,11 @@ def write_results(path: Path, payload: dict) -> Path:
 
 
 def read_json(path: Path) -> dict:
-    """A JSON object file, or ``{}`` when it is missing, unreadable or not an object."""
+    """A JSON object file, or ``{}`` when it is missing, unreadable or not an object (a link,
+    a FIFO, a device or a file over :data:`MAX_JSON_BYTES` is never read:
+    :mod:`chaos.files.inputs`)."""
     try:
-        data = json.loads(Path(path).read_text())
+        data = json.loads(inputs.read_text(path, MAX_JSON_BYTES))
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}

@@ -145,3 +145,25 @@ def db(tmp_path):
     override it, also by requesting it: ``def db(db): ...``)."""
     with SessionDB(tmp_path / "state.db") as store:
         yield store
+
+
+# ---------------------------------------------------------------------- generator figures
+#: ``record_property(GENERATOR_CASES, (generator, cases))`` in a test: the session's closing
+#: summary adds the cases each generator ran (issue 22: "quote how many cases each ran").
+GENERATOR_CASES = "generator_cases"
+
+
+def pytest_terminal_summary(terminalreporter):
+    totals: dict[str, int] = {}
+    for key in ("passed", "failed"):
+        for report in terminalreporter.stats.get(key, []):
+            if getattr(report, "when", "call") != "call":
+                continue
+            for name, value in getattr(report, "user_properties", ()):
+                if name == GENERATOR_CASES:
+                    generator, cases = value
+                    totals[generator] = totals.get(generator, 0) + int(cases)
+    if totals:
+        terminalreporter.write_sep("-", "generator cases (issue 22)")
+        for generator, cases in sorted(totals.items()):
+            terminalreporter.write_line(f"{generator}: {cases} cases")

@@ -51,6 +51,7 @@ from .base import (
     params_of,
     stamp_evidence,
 )
+from .store import NoStore
 
 
 @dataclass(frozen=True)
@@ -105,6 +106,9 @@ def run_checkers(ctx: CheckContext, expect: dict[str, dict]) -> list[Verdict]:
             verdict = fn(ctx, params)
             if not isinstance(verdict, Verdict):
                 raise TypeError(f"checker {name} returned {type(verdict).__name__}, not Verdict")
+        except NoStore as exc:  # the run lost its store: a FAIL that says so, not a crash
+            verdict = Verdict(name, FAIL, f"{exc}: nothing to judge",
+                              {"store": str(ctx.store_path)})
         except Exception as exc:  # noqa: BLE001 - a crashing checker is a FAIL, never green
             tb = traceback.format_exc()
             verdict = Verdict(name, FAIL,

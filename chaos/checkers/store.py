@@ -22,16 +22,21 @@ from typing import Iterator
 CAPTURE_GLOB = "*.retired-wal-*"
 
 
+class NoStore(FileNotFoundError):
+    """The store a checker must read is not there (a run whose final store is missing):
+    :func:`chaos.checkers.run_checkers` makes it a FAIL saying so, never a "checker crashed"."""
+
+
 @contextlib.contextmanager
 def copied_store(db_path: str | Path, name: str = "state.db") -> Iterator[Path]:
     """Copy ``db_path`` and its ``-wal`` (if any) into a temporary directory; yield the copy.
 
     Raises:
-        FileNotFoundError: ``db_path`` does not exist.
+        NoStore: ``db_path`` does not exist (a FileNotFoundError).
     """
     src = Path(db_path)
     if not src.is_file():
-        raise FileNotFoundError(f"no store at {src}")
+        raise NoStore(f"no store at {src}")
     with tempfile.TemporaryDirectory(prefix="chaos-check-") as tmp:
         dest = Path(tmp) / name
         shutil.copyfile(src, dest)

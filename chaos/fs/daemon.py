@@ -95,6 +95,12 @@ def main(argv=None) -> int:
               subtype="faulty")
     finally:
         server.shutdown()
+        server.server_close()
+        for remove in (os.unlink, os.rmdir):  # the socket, then its private directory
+            try:
+                remove(args.control if remove is os.unlink else os.path.dirname(args.control))
+            except OSError:
+                pass
         log.close()
     return 0
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import ctypes.util
 import os
-import secrets
 import select
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -73,7 +73,9 @@ class FaultyMount:
         self.log_path = Path(log_path).absolute()
         self.stash = self.backing.parent / f".{self.backing.name}.fs-stash"
         self.mmap_pattern = mmap_pattern
-        self.address = f"chaos-fs-{os.getpid()}-{secrets.token_hex(6)}"
+        # the control socket's private directory (0700) is made by start(); see chaos.fs.control
+        self.control_dir: Path | None = None
+        self.address = ""
         self.control = FsControl(self.address)
         self.proc: subprocess.Popen | None = None
         self._lifeline_w: int | None = None
@@ -93,6 +95,12 @@ class FaultyMount:
         self.mountpoint.mkdir(parents=True, exist_ok=True)
         if os.path.ismount(self.mountpoint):
             raise FsUnavailable(f"{self.mountpoint} is already a mount point")
+        self.control_dir = Path(tempfile.mkdtemp(prefix="chaos-fs-"))  # mode 0700, ours
+        if len(str(self.control_dir)) > 90:  # a Unix socket path has ~107 bytes
+            os.rmdir(self.control_dir)
+            self.control_dir = Path(tempfile.mkdtemp(prefix="chaos-fs-", dir="/tmp"))
+        self.address = str(self.control_dir / "control.sock")
+        self.control = FsControl(self.address)
         ready_r, ready_w = os.pipe()
         life_r, life_w = os.pipe()
         cmd = [sys.executable, "-m", "chaos.fs.daemon", "--backing", str(self.backing),
@@ -135,9 +143,24 @@ class FaultyMount:
         """True while the daemon runs and the mount point is a mount."""
         return self.proc is not None and self.proc.poll() is None and os.path.ismount(self.mountpoint)
 
+    def _remove_control_dir(self) -> None:
+        """Remove the control socket and its private directory (nothing else is in it)."""
+        if self.control_dir is None:
+            return
+        try:
+            os.unlink(self.control_dir / "control.sock")
+        except OSError:
+            pass
+        try:
+            os.rmdir(self.control_dir)
+        except OSError:
+            pass
+        self.control_dir = None
+
     def close(self) -> None:
         """Flush (unless down), unmount lazily, reap the daemon. Never raises; idempotent."""
         if self.proc is None:
+            self._remove_control_dir()
             return
         if self.proc.poll() is None:
             try:
@@ -157,6 +180,7 @@ class FaultyMount:
         if os.path.ismount(self.mountpoint):
             lazy_unmount(str(self.mountpoint))
         shutil.rmtree(self.stash, ignore_errors=True)
+        self._remove_control_dir()
         self.proc = None
 
     def __enter__(self) -> "FaultyMount":

@@ -30,9 +30,13 @@ from pathlib import Path
 
 import yaml
 
+from ..files import inputs, names
+
 CATALOGUE = Path(__file__).resolve().parent
 _KEYS = {"rule", "spec", "rewrite", "scenarios", "unit_tests", "description"}
 _REWRITE_KEYS = {"name", "literal", "regex", "replacement"}
+#: Largest mutant file read (bytes): the catalogue's are under 2 KiB.
+MAX_FILE_BYTES = 256 * 1024
 
 
 class MutantError(Exception):
@@ -147,12 +151,25 @@ def _strings(value, where: str) -> list[str]:
 def load(path: Path) -> Mutant:
     """Read one mutant file.
 
+    The mutant's name is the file's stem; it names the mutant's directory in an audit, so it
+    must be a plain file name (:func:`chaos.files.names.check`). The file is read without following
+    a link, without blocking on a FIFO and within :data:`MAX_FILE_BYTES`
+    (:mod:`chaos.files.inputs`).
+
     Raises:
-        MutantError: unreadable YAML, an unknown or missing field, a bad regex; the message
-            names the file and the field.
+        MutantError: a name that cannot be a directory name, a file that is not a regular file
+            (or a link, or too large), unreadable YAML, an unknown or missing field, a bad
+            regex; the message names the file and the field.
     """
+    path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        name = names.check(path.stem, "mutant")
+    except names.BadName as exc:
+        raise MutantError(f"{names.shown(str(path), 200)}: {exc}") from None
+    try:
+        data = yaml.safe_load(inputs.read_text(path, MAX_FILE_BYTES))
+    except inputs.InputError as exc:
+        raise MutantError(f"cannot read the mutant: {exc}") from None
     except (OSError, yaml.YAMLError) as exc:
         raise MutantError(f"{path}: cannot read the mutant: {exc}") from None
     if not isinstance(data, dict):
@@ -179,7 +196,7 @@ def load(path: Path) -> Mutant:
             re.compile(pattern, re.MULTILINE)
         except re.error as exc:
             raise MutantError(f"{path}: rewrite: regex: {exc}") from None
-    return Mutant(name=path.stem, file=str(path), rule=" ".join(str(data["rule"]).split()),
+    return Mutant(name=name, file=str(path), rule=" ".join(str(data["rule"]).split()),
                   spec=str(data["spec"]), rewrite_name=str(rw.get("name") or path.stem),
                   pattern=pattern, replacement=rw["replacement"], is_regex="regex" in rw,
                   scenarios=_strings(data.get("scenarios"), f"{path}: scenarios"),
@@ -194,7 +211,12 @@ def load_dir(directory: Path | None = None) -> list[Mutant]:
         MutantError: the directory has none, or a file is invalid (the first one).
     """
     directory = Path(directory or CATALOGUE)
-    files = sorted(directory.glob("*.yaml"))
+    if not directory.is_dir():
+        raise MutantError(f"{directory}: not a directory of mutant files (*.yaml)")
+    try:
+        files = sorted(directory.glob("*.yaml"))
+    except OSError as exc:
+        raise MutantError(f"{directory}: cannot list the mutant files: {exc}") from None
     if not files:
         raise MutantError(f"no mutant files (*.yaml) in {directory}")
     return [load(f) for f in files]

@@ -12,8 +12,11 @@ run (its scenario, seed and run directory) are never cut.
 
 from __future__ import annotations
 
+import unicodedata
+
 from rich import box
 from rich.console import Console, Group
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -23,6 +26,36 @@ STATUS_STYLE = {"PASS": "bold green", "FAIL": "bold red", "INCONCLUSIVE": "bold 
                 "SKIPPED": "dim"}
 #: Below this many columns the tables use their compact layout.
 COMPACT_BELOW = 100
+
+
+#: Bidirectional overrides and isolates: shown escaped (they reorder the text around them).
+_BIDI = frozenset(range(0x202A, 0x202F)) | frozenset(range(0x2066, 0x206A))
+
+
+def printable(text: object, *, one_line: bool = True) -> str:
+    """``text`` (any content: a scenario's description, a name, an error) safe to print on a
+    terminal: control characters (a terminal escape, a bell, a backspace), lone surrogates and
+    bidirectional overrides come out escaped (``\\x1b``, ``\\ud800``); with ``one_line``,
+    line breaks and tabs become single spaces. Never raises."""
+    if not isinstance(text, str):
+        text = str(text)
+    if one_line:
+        text = " ".join(text.split())
+    out = []
+    for ch in text:
+        code = ord(ch)
+        if ch in "\n\t" and not one_line:
+            out.append(ch)
+        elif code in _BIDI or unicodedata.category(ch) in ("Cc", "Cs"):
+            out.append(ascii(ch)[1:-1])
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def markup_safe(text: object, *, one_line: bool = True) -> str:
+    """:func:`printable` text escaped for a rich markup string (``[/]`` stays text)."""
+    return escape(printable(text, one_line=one_line))
 
 
 def compact(width: int | None) -> bool:
@@ -55,7 +88,8 @@ def verdict_table(verdicts: list, title: str = "checkers", width: int | None = N
     table.add_column("figures", overflow="fold", ratio=1, min_width=20)
     for v in verdicts:
         status = str(_field(v, "status", "?"))
-        table.add_row(str(_field(v, "checker")), styled_status(status), str(_field(v, "summary")))
+        table.add_row(str(_field(v, "checker")), styled_status(status),
+                      markup_safe(_field(v, "summary"), one_line=False))  # any text: escaped
     return table
 
 

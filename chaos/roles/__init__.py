@@ -77,6 +77,9 @@ def role_main(cfg_dict: dict, fn: Callable[[RoleContext], None] | None = None,
             return
         cfg_dict = {**cfg_dict, **start}
     cfg = RoleConfig(**cfg_dict)
+    # The run's home is the only home a role knows: ``SessionDB()`` in role code, and every
+    # command the role runs, open the run's store, never the user's ~/.hermes (issue 22 item 8).
+    os.environ["HERMES_HOME"] = cfg.home
     log_fd = os.open(cfg.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     os.dup2(log_fd, 1)
     os.dup2(log_fd, 2)

@@ -1,27 +1,26 @@
 """Reading a scenario file: bounded file reading, YAML with line numbers (SPEC §16.4).
 
-A scenario file must be a regular file of at most :data:`MAX_FILE_BYTES` (a FIFO, a device or a
-directory is refused before anything is read from it, so ``chaos validate`` never blocks or
-fills memory). The YAML is composed once into a node tree that keeps every node's line; the data
-is constructed from the same tree. Aliases may not expand past :data:`MAX_EXPANDED_NODES`.
+A scenario file must be a regular file of at most :data:`MAX_FILE_BYTES`, not a symbolic link
+(a FIFO, a device, a directory or a link is refused before anything is read from it, so
+``chaos validate`` never blocks, fills memory or reads through a planted link:
+:mod:`chaos.files.inputs`). The YAML is composed once into a node tree that keeps every node's
+line; the data is constructed from the same tree. Aliases may not expand past
+:data:`MAX_EXPANDED_NODES`.
 """
 
 from __future__ import annotations
 
 import math
 import os
-import stat
-from pathlib import Path
+import re
 from typing import Any, Iterable
 
 import yaml
 
+from ..files import inputs
+
 #: Largest scenario file read (bytes): the shipped scenarios are under 4 KiB.
 MAX_FILE_BYTES = 1024 * 1024
-
-_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
-          (stat.S_ISDIR, "a directory"))
 
 
 class FileProblem(Exception):
@@ -33,39 +32,23 @@ class FileProblem(Exception):
 
 
 def read_text(path: str | os.PathLike) -> str:
-    """The text of a scenario file, read without blocking and within :data:`MAX_FILE_BYTES`.
+    """The text of a scenario file, read without following a link, without blocking and within
+    :data:`MAX_FILE_BYTES` (:mod:`chaos.files.inputs`).
 
     Raises:
-        FileProblem: the file cannot be opened, is not a regular file (FIFO, device, socket,
-            directory: refused before any read), is larger than the limit, or is not UTF-8.
+        FileProblem: the file cannot be opened, is a symbolic link, is not a regular file
+            (FIFO, device, socket, directory: refused before any read), is larger than the
+            limit, or is not UTF-8 (``line`` set).
     """
     try:
-        fd = os.open(Path(path), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as e:
-        raise FileProblem(f"cannot read: {e.strerror or e}") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            what = next((name for test, name in _KINDS if test(st.st_mode)), "not a file")
-            raise FileProblem(f"not a regular file ({what}): a scenario is a YAML file")
-        if st.st_size > MAX_FILE_BYTES:
-            raise FileProblem(f"too large: {st.st_size} bytes (a scenario file is at most "
-                              f"{MAX_FILE_BYTES} bytes)")
-        chunks, total = [], 0
-        while True:
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                break
-            total += len(chunk)
-            if total > MAX_FILE_BYTES:
-                raise FileProblem(f"too large: more than {MAX_FILE_BYTES} bytes (a scenario file "
-                                  "is at most that)")
-            chunks.append(chunk)
-    except OSError as e:
-        raise FileProblem(f"cannot read: {e.strerror or e}") from None
-    finally:
-        os.close(fd)
-    data = b"".join(chunks)
+        data = inputs.read_bytes(path, MAX_FILE_BYTES)
+    except inputs.InputError as e:
+        reason = e.reason
+        if reason.startswith("not a regular file"):
+            reason += ": a scenario is a YAML file"
+        elif reason.startswith("too large"):
+            reason += " (a scenario file is at most that)"
+        raise FileProblem(reason) from None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -82,6 +65,13 @@ Loader.yaml_implicit_resolvers = {
     first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:timestamp"]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
+# YAML 1.1 wants a dot in a float (``1e-05`` and ``1E5`` would be strings), JSON and YAML 1.2
+# do not: ``scenario.resolved.json`` is JSON (``json.dumps`` writes ``1e-05``) and is read back
+# with this loader (``chaos replay``), so the JSON forms are numbers too.
+Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."))
 
 _STR_TAG = "tag:yaml.org,2002:str"
 _MERGE_TAG = "tag:yaml.org,2002:merge"

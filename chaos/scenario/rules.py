@@ -16,6 +16,7 @@ from typing import Any
 from hermes_state import failpoints
 
 from .. import fixtures
+from ..files import names
 from ..checkers import CHECKERS
 from ..nemesis import FAULTS, FS_FAULT_NAMES, ROLE_FAULTS
 from ..nemesis.commands import COMMANDS as MAINTENANCE_COMMANDS
@@ -23,7 +24,7 @@ from ..nemesis.commands import DRY_RUN, GATED_COMMANDS, path_args
 from ..params import defaults
 from ..roles import ROLES
 from .problems import hint
-from .schema import EVENT_KINDS, MAX_COUNT
+from .schema import EVENT_KINDS, MAX_COUNT, MAX_NAME, NAME_PATTERN
 from .timing import duration_of, fmt_s, is_int
 
 #: Workload durations that must be > 0, per role kind (declared by the role's ``Params``).
@@ -89,6 +90,25 @@ def _steps(data: dict):
     steps = data.get("nemesis")
     return [(i, s) for i, s in enumerate(steps if isinstance(steps, list) else [])
             if isinstance(s, dict)]
+
+
+def name_rules(data: Any, emit_at) -> None:
+    """The scenario's name and every role's name become file names (run directory, history,
+    log and arm files): whatever the schema's pattern let through (``"run\\n"``: ``$`` matches
+    before a final newline) must also pass :func:`chaos.files.names.check`."""
+    if not isinstance(data, dict):
+        return
+    spots: list[tuple[list, Any]] = [(["name"], data.get("name"))]
+    roles = data.get("roles")
+    for i, role in enumerate(roles if isinstance(roles, list) else []):
+        if isinstance(role, dict):
+            spots.append((["roles", i, "name"], role.get("name")))
+    for path, value in spots:
+        if (isinstance(value, str) and len(value) <= MAX_NAME
+                and re.search(NAME_PATTERN, value)):  # else the schema said it already
+            why = names.why_not(value)
+            if why is not None:
+                emit_at(path, f"{names.shown(value)} cannot name a file: {why}")
 
 
 def role_rules(data: Any, emit_at) -> None:

@@ -1,5 +1,5 @@
-"""Validate and load a scenario: YAML -> structure (the generated JSON Schema) -> rules ->
-the typed :class:`~chaos.scenario.model.Scenario` (SPEC §16.4).
+"""Validate and load a scenario: YAML -> one normalisation (:mod:`.normalise`) -> structure (the
+generated JSON Schema) -> rules -> the typed :class:`~chaos.scenario.model.Scenario` (SPEC §16.4).
 
 Every problem is reported, not only the first, sorted by line; a file with any problem raises
 :class:`~chaos.scenario.problems.ScenarioError` (``python -m chaos`` exits 2 and nothing runs).
@@ -17,6 +17,7 @@ import yaml
 from . import loading
 from .loading import MAX_EXPANDED_NODES, FileProblem, Loader, line_of
 from .model import Scenario, build
+from .normalise import normalise
 from .problems import (
     ROOT,
     Problem,
@@ -25,13 +26,20 @@ from .problems import (
     schema_problems,
     sorted_problems,
 )
-from .rules import expect_rules, path_rules, role_rules, step_rules, store_rules
+from .rules import (
+    expect_rules,
+    name_rules,
+    path_rules,
+    role_rules,
+    step_rules,
+    store_rules,
+)
 from .schema import SCHEMA
 from .timing import after_rules, duration_rules, failpoint_rules, phases_rules, sweep_rules
 
 _VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
 #: The rule families run after the structure, in order (each tolerates any structure).
-RULES = (role_rules, step_rules, expect_rules, store_rules, phases_rules, after_rules,
+RULES = (name_rules, role_rules, step_rules, expect_rules, store_rules, phases_rules, after_rules,
          failpoint_rules, sweep_rules, duration_rules, path_rules)
 
 
@@ -122,6 +130,7 @@ def validate(text: str, source: str) -> tuple[list[Problem], Any, yaml.Node | No
     if fatal is not None:
         return sorted_problems(problems + fatal), None, root
     loading.sanitize(data, emit_at)
+    data = normalise(data, emit_at)  # what the schema, the rules and the model read
     try:
         for err in _VALIDATOR.iter_errors(data):
             for path, line, message, at_key in schema_problems(err):
