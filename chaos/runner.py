@@ -51,8 +51,9 @@ from .nemesis.commands import command_argv
 from .params import as_dict, build
 from .report import print_verdicts
 from .roles import ROLES, role_main
-from .roles.gate import await_ready, release
+from .roles.gate import GATE_LOST_EXIT, READY_GUARD_S, await_ready, discard, release
 from .roles.python_callable import check_bindings, spawn_context
+from .progress import HistoryTail
 from .sampler import Sampler
 from .scenario import NemesisStep, RoleSpec, Scenario
 from .schedule import Counts, Schedule, reached
@@ -78,6 +79,7 @@ class RoleInstance:
     failpoints_file: str = ""  # HERMES_STATE_FAILPOINTS_FILE of the process (run-time arming)
     history_file: str = ""  # set at spawn: history/<process>.jsonl
     gate: multiprocessing.connection.Connection | None = None  # start gate until released
+    said_ready: bool = False  # the process reported ready on its gate (released only then)
 
     @property
     def role(self) -> str:
@@ -97,47 +99,6 @@ class RoleInstance:
             return bool(self.history_file) and os.path.getsize(self.history_file) > 0
         except OSError:
             return False
-
-
-class HistoryTail:
-    """Reads the role history files as they grow: counts for ``after:`` triggers and progress."""
-
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
-        self._tail = hist.JsonlTail(directory, skip=(store.history_file(store.RUNNER_PROCESS),
-                                                     store.history_file(store.SAMPLER_PROCESS)))
-        self.ok_by_role_op: dict[tuple[str, str], int] = {}
-        self.roles: dict[str, str] = {}  # process -> role (filled by the runner at spawn)
-        self.seen = Counts()
-        self.counts = {"ok": 0, "fail": 0, "info": 0, "retry": 0, "refusal": 0, "capture": 0,
-                       "checkpoint": 0}
-        self.new_notes: list[str] = []
-
-    def poll(self) -> None:
-        for rec in self._tail.new_records():
-            self._count(rec)
-
-    def _count(self, rec: dict) -> None:
-        proc = rec.get("process", "")
-        self.seen.add_record(rec, self.roles.get(proc) or proc.rsplit("-", 1)[0])
-        typ = rec.get("type")
-        if typ in ("ok", "fail", "info"):
-            self.counts[typ] += 1
-            if typ == "ok":
-                role = rec.get("process", "").rsplit("-", 1)[0]
-                key = (role, rec.get("op", ""))
-                self.ok_by_role_op[key] = self.ok_by_role_op.get(key, 0) + 1
-            elif rec.get("op") == "open":
-                self.new_notes.append(f"{rec.get('process')} open refused: {rec.get('error')}")
-        elif typ == "event":
-            ev = rec.get("event")
-            if ev in self.counts:
-                self.counts[ev] += 1
-            if ev in ("refusal", "capture", "write_gave_up", "failpoint"):
-                detail = rec.get("dir") or rec.get("reason") or ""
-                if ev == "failpoint":
-                    detail = f"{rec.get('name')}={rec.get('action')} at hit {rec.get('hit')}"
-                self.new_notes.append(f"{rec.get('process')} {ev} {detail}")
 
 
 def preflight(scenario: Scenario, run_dir: Path) -> None:
@@ -279,6 +240,8 @@ class Runner:
             "workload": as_dict(spec.workload), "failpoints": spec.failpoints or "",
             "synchronous": self.sc.store.get("synchronous", "NORMAL"),
             "undumpable": spec.undumpable, "ptrace_cap": spec.ptrace_cap,
+            # the longest a launched process waits for its clock (or a discard) once ready
+            "start_guard_s": self.sc.duration + READY_GUARD_S + STOP_GRACE_S,
         }
         fn = self.functions.get(spec.name)
         if fn is None:
@@ -303,9 +266,27 @@ class Runner:
             theirs.close()
         inst.gate = ours
 
+    def _await_ready(self, insts: list[RoleInstance]) -> None:
+        """Wait (bounded: :data:`chaos.roles.gate.READY_GUARD_S`) until every launched process
+        of ``insts`` reported ready on its gate, or died starting (its exit is recorded once
+        released).
+
+        Raises:
+            chaos.roles.gate.RoleStartError: some did neither in time (names them).
+        """
+        gates = {i.gate: i.process for i in insts if i.gate is not None and not i.said_ready}
+        ready = await_ready(gates) if gates else set()
+        for inst in insts:
+            if inst.gate in ready:
+                inst.said_ready = True
+
     def _release(self, inst: RoleInstance, writer: hist.HistoryWriter) -> None:
-        """Let ``inst`` run from now: send the run's ``t0`` and its deadline through its gate."""
+        """Let ``inst`` run from now: send the run's ``t0`` and its deadline through its gate,
+        after its ``ready`` (waited for here if it has not come yet: every launch path sends the
+        clock only to a process that said ready, issue 27)."""
         spec = inst.spec
+        if not inst.said_ready:
+            self._await_ready([inst])
         self.instances.append(inst)
         if self.tail is not None:
             self.tail.roles[inst.process] = spec.name
@@ -321,10 +302,10 @@ class Runner:
         self.say(f"spawn [bold]{inst.process}[/] ({spec.kind}) pid {inst.proc.pid}{again}")
 
     def _discard(self, launched: list[RoleInstance]) -> None:
-        """Close the gates of launched processes never released: they exit without running."""
+        """Discard launched processes never released: they exit (0) without running."""
         unreleased = [i for i in launched if i.gate is not None]
         for inst in unreleased:
-            inst.gate.close()
+            discard(inst.gate)
             inst.gate = None
         for inst in unreleased:
             inst.proc.join(STOP_GRACE_S)
@@ -343,23 +324,29 @@ class Runner:
         spares = self._standby.get(role, [])
         if spares and spares[0].process == f"{role}-{number}":
             inst = spares.pop(0)
-        else:  # more restarts than the scenario's steps can ask for: a toolkit defect, but run
-            inst = RoleInstance(spec, slot, f"{role}-{number}")
+        else:  # more restarts than the scenario's steps can ask for: launched now, released
+            inst = RoleInstance(spec, slot, f"{role}-{number}")  # once ready (_release waits)
             self._launch(inst)
+            self.launched.append(inst)
         inst.index, inst.generation = slot, len(same)
         inst.replaces = same[-1].process if same else None
         self._release(inst, self.writer)
         return inst
 
     def _launch_standby(self) -> list[RoleInstance]:
-        """Launch (not release) one process per instance the scenario's ``restart`` steps can
-        start (every slot of the role, or the step's ``index``), numbered as they will be."""
+        """Launch (not release) one process per instance the scenario's steps can start: a
+        ``restart`` step every slot of its role (or the step's ``index``), a ``power_cut`` or
+        ``torn_write`` that restarts every slot of every role (the machine reboots); numbered
+        as they will be."""
         wanted: dict[str, int] = {}
         for step in self.sc.nemesis:
             if step.fault == "restart":
                 role = step.params.role
                 n = 1 if step.params.index is not None else self.sc.role(role).count
                 wanted[role] = wanted.get(role, 0) + n
+            elif step.fault in ("power_cut", "torn_write") and step.params.restart:
+                for spec in self.sc.roles:
+                    wanted[spec.name] = wanted.get(spec.name, 0) + spec.count
         out = []
         for role, n in sorted(wanted.items()):
             count = self.sc.role(role).count
@@ -385,6 +372,8 @@ class Runner:
                           index=inst.index, exitcode=code, child=inst.process,
                           child_pid=inst.pid, process_of=inst.process)
             how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit {code}"
+            if code == GATE_LOST_EXIT:
+                how += " (its start gate broke before it ran: a toolkit defect, see its log)"
             self.say(f"exit  [bold]{inst.process}[/] pid {inst.pid}: {how}")
 
     def _fire(self, step: NemesisStep, env: NemesisEnv, writer: hist.HistoryWriter) -> bool:
@@ -428,7 +417,7 @@ class Runner:
         self.launched = list(pending_roles)
         for inst in pending_roles:
             self._launch(inst)
-        await_ready({i.gate: i.process for i in pending_roles + self._launch_standby()})
+        self._await_ready(pending_roles + self._launch_standby())
         self.t0 = time.monotonic()
         writer = self.writer = hist.HistoryWriter(self.dirs.process_history(store.RUNNER_PROCESS),
                                                   store.RUNNER_PROCESS)
