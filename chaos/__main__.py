@@ -1,8 +1,9 @@
 """``python -m chaos``: run, validate, list, report, replay, watch, gate, shrink, audit (SPEC §16.5).
 
 Exit codes: 0 every checker passed, 1 a checker failed (or was INCONCLUSIVE), 2 invalid
-scenario (nothing ran), 3 the toolkit itself failed. A SKIPPED checker (a stated requirement is
-unmet) is neutral (:func:`chaos.checkers.base.exit_code_of`).
+scenario (nothing ran), 3 the toolkit itself failed, 4 SKIPPED: every checker of the run was
+skipped (a stated requirement is unmet, e.g. no FUSE: nothing was tested, which is not a pass). A
+SKIPPED checker beside judged ones is neutral (:func:`chaos.checkers.base.exit_code_of`).
 """
 
 from __future__ import annotations
@@ -11,18 +12,33 @@ import argparse
 import json
 import signal
 import sys
+import time
 import traceback
 from pathlib import Path
 
 from rich.console import Console
 
-EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_SCENARIO, EXIT_TOOLKIT = 0, 1, 2, 3
+EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_SCENARIO, EXIT_TOOLKIT, EXIT_SKIPPED = 0, 1, 2, 3, 4
+#: The exit codes, as ``--help`` shows them (SPEC §16.5).
+EXIT_CODES_HELP = """exit codes:
+  0  PASS: every checker passed (a SKIPPED checker beside judged ones is neutral)
+  1  FAIL or INCONCLUSIVE: a checker failed, or the run did not test what it declares
+  2  invalid scenario or bad input: nothing ran
+  3  the toolkit itself failed, or the run was interrupted
+  4  SKIPPED: every checker was skipped (a requirement is unmet, the reason says which;
+     e.g. pip install -e '.[fs]' for the faulty filesystem): nothing was tested
+
+several runs (run FILE... or --repeat): the worst of 3, 2, 1, 4, 0 in that order."""
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m chaos", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m chaos", description=__doc__.splitlines()[0],
+                                epilog=EXIT_CODES_HELP,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
-    run = sub.add_parser("run", help="run scenario files and check their invariants")
+    run = sub.add_parser("run", help="run scenario files and check their invariants",
+                         epilog=EXIT_CODES_HELP,
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
     run.add_argument("files", nargs="+", type=Path, help="scenario YAML files")
     run.add_argument("--seed", type=_seed, default=None, help="override the scenario seed")
     run.add_argument("--repeat", type=_repeat, default=1,
@@ -101,7 +117,8 @@ def _on_sigterm(signum, frame):  # the runner's finally-clauses stop every role 
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m chaos``: returns 0 all passed, 1 a checker failed or was inconclusive,
-    2 invalid input, 3 the toolkit failed or was interrupted (SPEC §16.5).
+    2 invalid input, 3 the toolkit failed or was interrupted, 4 every checker SKIPPED
+    (:data:`EXIT_CODES_HELP`, SPEC §16.5).
     """
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["matrix"]:
@@ -176,7 +193,10 @@ def main(argv: list[str] | None = None) -> int:
         from .sweep import run as run_scenario
 
         console = Console(stderr=True) if args.json else Console()
-        worst = EXIT_OK
+        from .checkers.base import worst_exit_code
+        from .report import runs_table, total_line
+
+        started = time.monotonic()
         done = []
         for sc in scenarios:
             for k in range(max(1, args.repeat)):
@@ -184,16 +204,15 @@ def main(argv: list[str] | None = None) -> int:
                 result = run_scenario(sc.with_seed(seed), out_dir=args.out, console=console)
                 if args.json:
                     print(json.dumps(result.results, default=str))
-                worst = max(worst, result.exit_code)
                 done.append(result.results)
+        worst = worst_exit_code(r.get("exit_code", EXIT_TOOLKIT) for r in done)
         if len(done) > 1:
-            from .report import runs_table
-
             from rich.table import Table
 
             runs = runs_table(done, width=console.width)
             # The compact layout's lines are never cut (a run directory longer than the line).
             console.print(runs, crop=isinstance(runs, Table))
+        console.print(total_line(done, time.monotonic() - started, worst), soft_wrap=True)
         return worst
     except KeyboardInterrupt:
         err.print("[red]interrupted: every role process was stopped[/]")

@@ -60,7 +60,7 @@ class RunOutcome:
     """One scenario run against one copy of the store."""
 
     scenario: str
-    status: str                  # PASS | FAIL | INCONCLUSIVE | TOOLKIT | HANG | ERROR
+    status: str                  # PASS | FAIL | INCONCLUSIVE | SKIPPED | TOOLKIT | HANG | ERROR
     checkers: list[str] = field(default_factory=list)   # "name STATUS: summary" of non-PASS
     seconds: float = 0.0
     run_dir: str | None = None
@@ -434,6 +434,9 @@ def _outcome(name: str, code: int | None, stdout: str, seconds: float, log: Path
             "FAIL" if any(v.get("status") == "FAIL" for v in bad) or not bad else "INCONCLUSIVE")
         return RunOutcome(name, status, checkers, seconds, results.get("run_dir"), code,
                           str(log))
+    if code == 4 and results is not None:  # every checker SKIPPED: nothing tested, no kill
+        return RunOutcome(name, "SKIPPED", [str(results.get("skipped") or "")[:300]], seconds,
+                          results.get("run_dir"), code, str(log))
     if code == 3:
         return RunOutcome(name, "TOOLKIT", ["the run failed (exit 3): " + _tail(log)], seconds,
                           exit_code=code, log=str(log))

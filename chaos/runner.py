@@ -36,16 +36,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.console import Console
+from rich.text import Text
 
 from hermes_state import failpoints
 from hermes_state.testing import exposure_line, wal_reset_exposure
 
 from . import fixtures, store
 from .fs import FaultyMount, FsUnavailable, read_fs_log
+from .load import LOAD_RECORD, load_summary, measure
 from . import history as hist
 from .checkers import CheckContext, run_checkers
-from .checkers.base import SKIPPED, Verdict, exit_code_of
-from .checkers.observed import faults_fired, must_observe
+from .checkers.base import SKIPPED, Verdict, outcome_fields
+from .checkers.observed import run_verdicts
 from .nemesis import FAULTS, HEALS, NemesisEnv, NemesisError
 from .nemesis.commands import command_argv
 from .params import as_dict, build
@@ -214,16 +216,19 @@ class Runner:
             mount.unmount()
 
     def _skipped(self, reason: str) -> RunResult:
-        """Every checker SKIPPED with ``reason`` (SPEC §16.3): a requirement is unmet."""
+        """Every checker SKIPPED with ``reason`` (SPEC §16.3): a requirement is unmet. The
+        run is SKIPPED (exit 4, never a pass) and still writes ``report.html``."""
         verdicts = [Verdict(name, SKIPPED, reason, {"reason": reason}, [])
                     for name in self.sc.expect]
         results = {"scenario": self.sc.name, "seed": self.sc.seed, "run_dir": str(self.run_dir),
                    "duration_s": self.sc.duration, "sqlite": sqlite3.sqlite_version,
-                   "exit_code": 0, "skipped": reason,
+                   **outcome_fields(verdicts), "skipped": reason,
                    "verdicts": [v.to_dict() for v in verdicts], "processes": []}
+        hist.write_merged([], self.dirs.history)
         store.write_results(self.dirs.results, results)
-        self.console.print(f"[yellow]SKIPPED: {reason}[/]")
-        return RunResult(self.run_dir, verdicts, 0, results)
+        self.console.print(Text.assemble(("SKIPPED: ", "yellow"), (reason, "yellow")))
+        self._write_report()
+        return RunResult(self.run_dir, verdicts, results["exit_code"], results)
 
     def _launch(self, inst: RoleInstance) -> None:
         """Start ``inst``'s process behind its start gate: it sets itself up, reports ready and
@@ -418,6 +423,7 @@ class Runner:
         for inst in pending_roles:
             self._launch(inst)
         self._await_ready(pending_roles + self._launch_standby())
+        started_load = measure("start")  # every role launched and idle: the machine's own load
         self.t0 = time.monotonic()
         writer = self.writer = hist.HistoryWriter(self.dirs.process_history(store.RUNNER_PROCESS),
                                                   store.RUNNER_PROCESS)
@@ -425,6 +431,7 @@ class Runner:
         env = NemesisEnv(self.db_path, lambda: list(self.instances), restart=self._restart,
                          fs=self.fs)
         writer.record("phase", phase="warm-up", store=store_details)
+        writer.record(LOAD_RECORD, **started_load)
         self.sampler = Sampler(self.db_path, self.hist_dir,
                                self._sampled_processes)
         self.sampler.start()
@@ -476,6 +483,7 @@ class Runner:
         self._discard(self.launched)
         self._stop_roles(writer)
         self.sampler.stop()
+        writer.record(LOAD_RECORD, **measure("end"))
         tail.poll()
         self._import_fs_log(writer)
         writer.record("phase", phase="recover")
@@ -588,14 +596,14 @@ class Runner:
         ctx = CheckContext(history=records, store_path=final, home=self.home,
                            run_dir=self.run_dir, scenario=self.sc.to_dict())
         verdicts = run_checkers(ctx, self.sc.expect)
-        verdicts += must_observe(self.sc.must_observe, records)
-        verdicts += faults_fired(records)
-        code = exit_code_of(verdicts)  # INCONCLUSIVE is not green, SKIPPED is neutral
+        verdicts += run_verdicts(self.sc.must_observe, records)  # must_observe, liveness
+        outcome = outcome_fields(verdicts)  # INCONCLUSIVE is not green, all SKIPPED is not a pass
+        code = outcome["exit_code"]
         results = {
             "scenario": self.sc.name, "seed": self.sc.seed, "run_dir": str(self.run_dir),
             "duration_s": self.sc.duration, "sqlite": sqlite3.sqlite_version,
             "wal_reset_exposure": wal_reset_exposure(), "wal_reset": self.wal_reset(records),
-            "exit_code": code,
+            **outcome, "load": load_summary(records),
             "verdicts": [v.to_dict() for v in verdicts],
             "processes": [{"process": i.process, "pid": i.pid,
                            "exitcode": i.proc.exitcode if i.proc else None}

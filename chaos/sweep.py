@@ -26,7 +26,8 @@ from rich.console import Console
 
 from . import history as hist
 from . import store
-from .checkers.base import FAIL, INCONCLUSIVE, PASS, SKIPPED, Verdict
+from .checkers.base import (EXIT_SKIPPED, FAIL, INCONCLUSIVE, PASS, SKIPPED, Verdict,
+                           outcome_fields)
 from .report import print_verdicts
 from .runner import Runner, RunResult, run_scenario
 from .scenario import Scenario
@@ -146,7 +147,9 @@ def run_sweep(scenario: Scenario, *, out_dir: str | os.PathLike = store.DEFAULT_
         hit = reached(records, fp, procs)
         statuses = {v.checker: v.status for v in result.verdicts}
         runs.append({"n": n, "run_dir": str(run_dir), "reached": hit,
-                     "exit_code": result.exit_code, "verdicts": statuses})
+                     "exit_code": result.exit_code, "verdicts": statuses,
+                     **({"skipped": result.results["skipped"]}
+                        if result.results.get("skipped") else {})})
         per_run.append(result.verdicts)
         bad = [f"{k} {s}" for k, s in statuses.items() if s not in (PASS, SKIPPED)]
         console.print(f"[bold]sweep N={n}[/]: "
@@ -157,7 +160,9 @@ def run_sweep(scenario: Scenario, *, out_dir: str | os.PathLike = store.DEFAULT_
             break
     verdicts = _aggregate(runs, per_run)
     crashed = [r["n"] for r in runs if r["reached"]]
-    if not completed:
+    if all(r["exit_code"] == EXIT_SKIPPED for r in runs):
+        status, summary = SKIPPED, f"every run was SKIPPED: {runs[0].get('skipped') or '?'}"
+    elif not completed:
         status, summary = INCONCLUSIVE, (f"still crashing at N = {top} (max): the operation "
                                          "never completed; raise sweep.max")
     elif not crashed:
@@ -169,10 +174,11 @@ def run_sweep(scenario: Scenario, *, out_dir: str | os.PathLike = store.DEFAULT_
     verdicts.append(Verdict("sweep", status, summary,
                             {"failpoint": fp, "role": role, "max": top, "crashed": crashed,
                              "runs": len(runs)}))
-    code = 0 if all(v.status in (PASS, SKIPPED) for v in verdicts) else 1
+    outcome = outcome_fields(verdicts)
+    code = outcome["exit_code"]
     results = {
         "scenario": scenario.name, "seed": scenario.seed, "run_dir": str(sweep_dir),
-        "sweep": dict(spec), "exit_code": code, "runs": runs,
+        "sweep": dict(spec), **outcome, "runs": runs,
         "verdicts": [v.to_dict() for v in verdicts],
     }
     store.write_results(store.RunDir(sweep_dir).results, results)

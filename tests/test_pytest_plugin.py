@@ -190,5 +190,5 @@ def test_run_scenario_runs_text_with_a_seed_in_a_temporary_directory(run_scenari
     assert result.exit_code == 0, result.console_text
     assert result.results["seed"] == 77
     assert tmp_path in result.run_dir.parents
-    assert {v.checker for v in result.verdicts} == {"no_lost_writes", "integrity"}
+    assert {v.checker for v in result.verdicts} == {"no_lost_writes", "integrity", "liveness"}
     assert "tiny (seed 77)" in result.console_text

@@ -17,7 +17,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from ..checkers.base import exit_code_of
+from ..checkers.base import PASS, SKIPPED, run_status
 
 STATUS_STYLE = {"PASS": "bold green", "FAIL": "bold red", "INCONCLUSIVE": "bold yellow",
                 "SKIPPED": "dim"}
@@ -103,11 +103,41 @@ def comparison_table(left: list, right: list, left_title: str, right_title: str,
 
 
 def run_verdict(res: dict) -> tuple[str, list[str]]:
-    """``(PASS|FAIL, ["checker STATUS", ...] not passing)`` of one run's ``results.json``."""
+    """``(PASS|FAIL|INCONCLUSIVE|SKIPPED, ["checker STATUS", ...] not passing)`` of one run's
+    ``results.json`` (its ``verdict``, else :func:`chaos.checkers.base.run_status`)."""
     verdicts = res.get("verdicts") or []
     bad = [f"{_field(v, 'checker')} {_field(v, 'status')}" for v in verdicts
-           if _field(v, "status") not in ("PASS", "SKIPPED")]
-    return ("PASS" if exit_code_of(verdicts) == 0 else "FAIL"), bad
+           if _field(v, "status") not in (PASS, SKIPPED)]
+    return str(res.get("verdict") or run_status(verdicts)), bad
+
+
+def total_line(results: list[dict], seconds: float, exit_code: int) -> Text:
+    """The one line ``chaos run`` ends with (issue 27): how many runs, the overall verdict, the
+    exit code and the time; for one run its scenario, seed and what did not pass (or why it was
+    SKIPPED); for several, the count of each verdict. Plain text: nothing in it is markup."""
+    verdicts = [run_verdict(r) for r in results]
+    overall = {0: PASS, 4: SKIPPED, 1: "FAIL"}.get(exit_code, "ERROR")
+    if exit_code == 1 and all(v[0] != "FAIL" for v in verdicts):
+        overall = "INCONCLUSIVE"
+    line = Text(f"total: {len(results)} run{'s' if len(results) != 1 else ''}, ")
+    line.append(overall, style=STATUS_STYLE.get(overall, "bold red"))
+    line.append(f" (exit {exit_code}) in {seconds:.1f}s")
+    if len(results) == 1:
+        res, (status, bad) = results[0], verdicts[0]
+        n = len(res.get("verdicts") or [])
+        line.append(f": {res.get('scenario', '?')} seed {res.get('seed', '?')}, ")
+        if status == SKIPPED:
+            line.append(f"every checker SKIPPED: {res.get('skipped') or '?'}")
+        elif bad:
+            line.append(f"not passing: {', '.join(bad)}")
+        else:
+            line.append(f"{n} of {n} verdicts PASS")
+    else:
+        counts: dict[str, int] = {}
+        for status, _ in verdicts:
+            counts[status] = counts.get(status, 0) + 1
+        line.append(": " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
+    return line
 
 
 def runs_table(results: list[dict], title: str = "runs", width: int | None = None):
