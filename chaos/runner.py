@@ -318,11 +318,14 @@ class Runner:
                 inst.proc.kill()
                 inst.proc.join(STOP_GRACE_S)
 
-    def _restart(self, role: str, slot: int) -> RoleInstance:
+    def _restart(self, role: str, slot: int) -> RoleInstance | None:
         """Start the next instance of ``role``'s ``slot`` (the ``restart`` fault, SPEC §16.2):
         the role's next standby process (launched and imported before the run's clock started,
-        as a supervisor's warm spare) is released in the slot."""
+        as a supervisor's warm spare) is released in the slot. None when the role's ``stop_at``
+        has passed (a process released then would stop before its first operation)."""
         spec = self.sc.role(role)
+        if spec.stop_at is not None and self.elapsed() >= spec.stop_at:
+            return None
         number = self._numbers.get(role, spec.count)
         self._numbers[role] = number + 1
         same = [i for i in self.instances if i.role == role and i.index == slot]
