@@ -17,6 +17,7 @@ import traceback
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_SCENARIO, EXIT_TOOLKIT, EXIT_SKIPPED = 0, 1, 2, 3, 4
 #: The exit codes, as ``--help`` shows them (SPEC §16.5).
@@ -74,9 +75,9 @@ def _load_all(files: list[Path], err: Console):
             scenarios.append(load_scenario(f))
         except ScenarioError as exc:
             bad = True
-            err.print(f"[red]invalid scenario[/] {f}:", highlight=False)
+            err.print(f"[red]invalid scenario[/] {escape(str(f))}:", highlight=False)
             for problem in exc.problems:
-                err.print(f"  {problem}", highlight=False)
+                err.print(f"  {problem}", highlight=False, markup=False)
     return scenarios, bad
 
 
@@ -161,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
             from .scenario import ScenarioError, load_scenario
 
             if not args.directory.is_dir():
-                err.print(f"[red]no scenario directory[/] {args.directory}: give a directory "
+                err.print(f"[red]no scenario directory[/] {escape(str(args.directory))}: give a directory "
                           "of *.yaml files (default: scenarios)", highlight=False)
                 return EXIT_BAD_SCENARIO
             listed = []
@@ -188,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
             for source, name in callable_roles:
                 err.print(f"{source}: role {name!r} is kind callable: it runs a Python function "
                           "a test passes to run_scenario(..., roles={...}); `chaos run` has "
-                          "none", highlight=False)
+                          "none", highlight=False, markup=False)
             return EXIT_BAD_SCENARIO
         from .sweep import run as run_scenario
 
@@ -218,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
         err.print("[red]interrupted: every role process was stopped[/]")
         return EXIT_TOOLKIT
     except OSError as exc:
-        err.print(f"[red]chaos: {exc}[/]", highlight=False)
+        err.print(f"[red]chaos: {escape(str(exc))}[/]", highlight=False)
         return EXIT_TOOLKIT
     except Exception:  # noqa: BLE001 - exit 3 means the toolkit failed, with the traceback
         err.print("[red]chaos toolkit error[/]")

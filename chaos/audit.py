@@ -35,6 +35,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
+from rich.text import Text
 
 import hermes_state
 from hermes_state.testing import utc_stamp
@@ -356,7 +358,8 @@ class Audit:
                        else r.error.splitlines()[0] if r.error else
                        f"{len(r.runs)} scenario(s) passed")
                 self.console.print(f"[{self.done:3}/{self.total}] [{style}]{r.status:8}[/] "
-                                   f"{r.name} {how} {r.seconds:.0f}s", highlight=False)
+                                   f"{escape(f'{r.name} {how}')} {r.seconds:.0f}s",
+                                   highlight=False)
 
         run_parallel(catalogue, work, self.jobs, self.stop)
         order = {m.name: i for i, m in enumerate(catalogue)}
@@ -372,7 +375,7 @@ class Audit:
 
     def _say(self, text: str, dim: bool = False) -> None:
         with self.lock:
-            self.console.print(f"[dim]{text}[/]" if dim else text, highlight=False)
+            self.console.print(Text(text, style="dim" if dim else ""), highlight=False)
 
 
 def _terminate(proc: subprocess.Popen) -> None:
@@ -523,7 +526,7 @@ def run_audit(catalogue: list[mutants.Mutant], scenarios: list, *, jobs: int | N
                   unit_tests=unit_tests, own_only=own_only)
     console.print(f"chaos audit: {len(catalogue)} mutant(s) of {audit.source} x "
                   f"{len(scenarios)} scenario(s), {jobs} run(s) at once; output {out}",
-                  highlight=False)
+                  highlight=False, markup=False)
     t0 = time.monotonic()
     try:
         results = audit.run(catalogue)
@@ -536,18 +539,18 @@ def run_audit(catalogue: list[mutants.Mutant], scenarios: list, *, jobs: int | N
     console.print(kill_table(results, console.width, with_unit=unit_tests is not None))
     for name, ctl in sorted(controls.items()):
         if ctl["status"] != "PASS":
-            console.print(f"[yellow]control: {name} {ctl['status']} on the unmutated copy "
-                          f"({'; '.join(ctl['checkers'])[:300]}): its failures count as no "
-                          "kill[/]", highlight=False)
+            console.print(Text(f"control: {name} {ctl['status']} on the unmutated copy "
+                               f"({'; '.join(ctl['checkers'])[:300]}): its failures count as "
+                               "no kill", style="yellow"), highlight=False)
     counts = {s: sum(r.status == s for r in results) for s in (KILLED, SURVIVED, ERROR)}
     code = 0 if counts[KILLED] == len(results) and results else 1
     if audit.invalid:
         code = 3
         for text in audit.invalid:
-            console.print(f"[bold red]AUDIT INVALID[/] {text}", highlight=False)
+            console.print(f"[bold red]AUDIT INVALID[/] {escape(text)}", highlight=False)
     console.print(f"audit: {counts[KILLED]} killed, {counts[SURVIVED]} survived, "
                   f"{counts[ERROR]} error(s) of {len(results)} mutant(s) in {total:.1f}s "
-                  f"({jobs} at once, {os.cpu_count()} cores)", highlight=False)
+                  f"({jobs} at once, {os.cpu_count()} cores)", highlight=False, markup=False)
     if junit:
         write_junit(Path(junit), results, total)
     table = markdown_table(results, total, jobs, with_unit=unit_tests is not None)
@@ -555,7 +558,8 @@ def run_audit(catalogue: list[mutants.Mutant], scenarios: list, *, jobs: int | N
         Path(markdown).write_text(table)
     if readme and not write_readme(Path(readme), table, "python -m chaos audit "
                                    + " ".join(sys.argv[2:])):
-        console.print(f"[red]chaos audit: no kill-table markers in {readme}[/]", highlight=False)
+        console.print(f"[red]chaos audit: no kill-table markers in {escape(str(readme))}[/]",
+                      highlight=False)
     if as_json:
         print(json.dumps({"mutants": [asdict(r) for r in results], **{
             k.lower(): v for k, v in counts.items()}, "controls": controls,
@@ -608,18 +612,18 @@ def cmd_audit(args, load_all, err: Console, *, tags: list[str] | None = None,
     try:
         catalogue = mutants.load_dir(getattr(args, "mutants", None))
     except mutants.MutantError as exc:
-        err.print(f"[red]chaos audit: {exc}[/]", highlight=False)
+        err.print(f"[red]chaos audit: {escape(str(exc))}[/]", highlight=False)
         return 2
     only = getattr(args, "only", None)
     if only:
         catalogue = [m for m in catalogue if any(fnmatch.fnmatch(m.name, g) for g in only)]
         if not catalogue:
-            err.print(f"[red]chaos audit: no mutant matches {' '.join(only)}[/]",
+            err.print(f"[red]chaos audit: no mutant matches {escape(' '.join(only))}[/]",
                       highlight=False)
             return 2
     files = select_scenarios(pattern or args.scenarios)
     if not files:
-        err.print(f"[red]chaos audit: no scenario files match {pattern or args.scenarios}[/]",
+        err.print(f"[red]chaos audit: no scenario files match {escape(str(pattern or args.scenarios))}[/]",
                   highlight=False)
         return 2
     scenarios, bad = load_all(files, err)
@@ -629,7 +633,7 @@ def cmd_audit(args, load_all, err: Console, *, tags: list[str] | None = None,
     if want:
         scenarios = [sc for sc in scenarios if set(want) & set(sc.tags)]
         if not scenarios:
-            err.print(f"[red]chaos audit: no scenario tagged {', '.join(want)}[/]",
+            err.print(f"[red]chaos audit: no scenario tagged {escape(', '.join(want))}[/]",
                       highlight=False)
             return 2
     unit_arg = getattr(args, "unit_tests", None)

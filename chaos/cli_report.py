@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
 COMMANDS = ("report", "replay", "watch")
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_INPUT = 0, 1, 2
@@ -72,7 +73,8 @@ def _report(args, err: Console) -> int:
 
     run_dir = args.run_dir
     if not store.RunDir(run_dir).is_run():
-        err.print(f"[red]{run_dir}: not a chaos run directory (no history.jsonl, no history/)[/]",
+        err.print(f"[red]{escape(str(run_dir))}: not a chaos run directory (no history.jsonl, "
+                  "no history/)[/]",
                   highlight=False)
         return EXIT_BAD_INPUT
     console = Console(stderr=True, soft_wrap=True) if args.json else Console(soft_wrap=True)
@@ -80,16 +82,16 @@ def _report(args, err: Console) -> int:
         if args.recheck:
             results = recheck(run_dir)
             console.print(f"rechecked {run_dir} (previous verdicts in results.previous.json)",
-                          highlight=False)
+                          highlight=False, markup=False)
         else:
             results = store.read_json(store.RunDir(run_dir).results)
             if not results:
-                err.print(f"[yellow]{run_dir}/results.json missing or unreadable; the page has "
+                err.print(f"[yellow]{escape(str(run_dir))}/results.json missing or unreadable; the page has "
                           "no verdicts (use --recheck to judge the saved history)[/]",
                           highlight=False)
         page = write_report(run_dir)
     except (RunDirError, FileNotFoundError) as exc:
-        err.print(f"[red]{exc}[/]", highlight=False)
+        err.print(f"[red]{escape(str(exc))}[/]", highlight=False)
         return EXIT_BAD_INPUT
     verdicts = results.get("verdicts") or []
     if results.get("kind") == "watch":
@@ -99,7 +101,7 @@ def _report(args, err: Console) -> int:
     else:
         title = f"{results.get('scenario', run_dir.name)} (seed {results.get('seed', '?')})"
         print_verdicts(console, verdicts, title)
-    console.print(f"report {page}", highlight=False)
+    console.print(f"report {page}", highlight=False, markup=False)
     if args.json:
         print(json.dumps(results, default=str))
     if results.get("kind") == "watch":
@@ -115,7 +117,7 @@ def _replay(args, err: Console) -> int:
     try:
         original, result = replay(args.run_dir, out_dir=args.out, console=console)
     except RunDirError as exc:
-        err.print(f"[red]{exc}[/]", highlight=False)
+        err.print(f"[red]{escape(str(exc))}[/]", highlight=False)
         return EXIT_BAD_INPUT
     console.print(comparison_table(original.get("verdicts") or [], result.verdicts,
                                    "original", "replay",
@@ -140,7 +142,7 @@ def _summary_table(left: dict, right: dict):
     table.add_column("original", overflow="fold")
     table.add_column("replay", overflow="fold")
     for key in list(left) + [k for k in right if k not in left]:
-        table.add_row(key, left.get(key, "-"), right.get(key, "-"))
+        table.add_row(*(escape(str(x)) for x in (key, left.get(key, "-"), right.get(key, "-"))))
     return table
 
 
@@ -152,7 +154,7 @@ def _watch(args, err: Console) -> int:
                         interval_s=args.interval, out_dir=args.out,
                         console=Console(stderr=args.json))
     except WatchError as exc:
-        err.print(f"[red]{exc}[/]", highlight=False)
+        err.print(f"[red]{escape(str(exc))}[/]", highlight=False)
         return EXIT_BAD_INPUT
     if args.json:
         from . import store

@@ -455,7 +455,8 @@ def cmd_gate(args, load_all, err: Console) -> int:
         return 2
     files = sorted(args.scenarios.glob("*.yaml")) if args.with_scenarios else []
     if args.with_scenarios and not files:
-        err.print(f"[red]chaos gate: no scenario files in {args.scenarios}[/]", highlight=False)
+        err.print(f"[red]chaos gate: no scenario files in {escape(str(args.scenarios))}[/]",
+                  highlight=False)
         return 2
     scenarios, bad = load_all(files, err)
     if bad:
@@ -463,13 +464,13 @@ def cmd_gate(args, load_all, err: Console) -> int:
     needs_fn = [sc for sc in scenarios if any(r.kind == "callable" for r in sc.roles)]
     for sc in needs_fn:
         err.print(f"chaos gate: {sc.source} left out: it has callable roles (a test runs it "
-                  "with run_scenario(..., roles={...}))", highlight=False)
+                  "with run_scenario(..., roles={...}))", highlight=False, markup=False)
     scenarios = [sc for sc in scenarios if sc not in needs_fn]
     if args.matrix:
         try:
             matrix.real_stores_of(args)
         except Exception as exc:  # noqa: BLE001 - a bad --stores is a usage error
-            err.print(f"[red]chaos gate: {exc}[/]", highlight=False)
+            err.print(f"[red]chaos gate: {escape(str(exc))}[/]", highlight=False)
             return 2
     return run_gate(scenarios, seeds=args.seeds, quick=args.quick, with_matrix=args.matrix,
                     versions=args.versions if args.generated else [], modes=args.modes,

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.text import Text
 
 from hermes_state import failpoints
@@ -182,6 +183,8 @@ class Runner:
         return time.monotonic() - self.t0
 
     def say(self, text: str) -> None:
+        """One progress line; ``text`` is rich markup whose every value from the run was escaped
+        (``rich.markup.escape``) where the line was built."""
         self.console.print(f"[dim]{self.elapsed():7.2f}s[/] {text}", highlight=False)
 
     def _prepare_store(self) -> dict:
@@ -304,7 +307,8 @@ class Runner:
                       index=inst.index, child=inst.process, child_pid=inst.proc.pid,
                       process_of=inst.process, **extra)
         again = f" restart #{inst.generation} of slot {inst.index}" if inst.generation else ""
-        self.say(f"spawn [bold]{inst.process}[/] ({spec.kind}) pid {inst.proc.pid}{again}")
+        self.say(f"spawn [bold]{escape(inst.process)}[/] ({escape(spec.kind)}) pid "
+                 f"{inst.proc.pid}{again}")
 
     def _discard(self, launched: list[RoleInstance]) -> None:
         """Discard launched processes never released: they exit (0) without running."""
@@ -382,7 +386,7 @@ class Runner:
             how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit {code}"
             if code == GATE_LOST_EXIT:
                 how += " (its start gate broke before it ran: a toolkit defect, see its log)"
-            self.say(f"exit  [bold]{inst.process}[/] pid {inst.pid}: {how}")
+            self.say(f"exit  [bold]{escape(inst.process)}[/] pid {inst.pid}: {how}")
 
     def _fire(self, step: NemesisStep, env: NemesisEnv, writer: hist.HistoryWriter) -> bool:
         """Apply one step's fault; record ``start`` then ``done`` or ``error``. True if done."""
@@ -393,14 +397,14 @@ class Runner:
         except (NemesisError, OSError) as exc:
             writer.record("nemesis", fault=step.fault, phase="error", step=step.index,
                           error=str(exc), **params)
-            self.say(f"[yellow]nemesis {step.fault} failed: {exc}[/]")
+            self.say(f"[yellow]nemesis {step.fault} failed: {escape(str(exc))}[/]")
             return False
         merged = {**params, **details}
         writer.record("nemesis", fault=step.fault, phase="done", step=step.index, **merged)
         text = json.dumps(details, default=str)
         if len(text) > 400:  # e.g. plant_quarantine_copies' hundreds of names: in the history
             text = f"{text[:400]}... ({len(text)} characters; the whole record is in the history)"
-        self.say(f"[magenta]nemesis {step.fault}[/] {text}")
+        self.say(f"[magenta]nemesis {step.fault}[/] {escape(text)}")
         return True
 
     # ------------------------------------------------------------------ the run
@@ -409,10 +413,11 @@ class Runner:
         for d in (self.home, self.hist_dir, self.log_dir):
             d.mkdir(parents=True, exist_ok=True)
         store.write_json(self.dirs.scenario, self.sc.to_dict())
-        self.console.print(f"[bold]{self.sc.name}[/] seed {self.sc.seed}, {self.sc.duration:g}s: "
-                           f"{self.sc.description}")
+        self.console.print(f"[bold]{escape(self.sc.name)}[/] seed {self.sc.seed}, "
+                           f"{self.sc.duration:g}s: {escape(self.sc.description)}")
         self._say_exposure(self.wal_reset())
-        self.console.print(f"run directory {self.run_dir}", soft_wrap=True, highlight=False)
+        self.console.print(f"run directory {self.run_dir}", soft_wrap=True, highlight=False,
+                           markup=False)
         try:
             store_details = self._prepare_store()
         except fixtures.TmpfsUnavailable as exc:
@@ -466,7 +471,7 @@ class Runner:
                     os.kill(inst.pid, signal.SIGTERM)
             self._reap(writer)
             for note in tail.new_notes:
-                self.say(f"[cyan]{note}[/]")
+                self.say(f"[cyan]{escape(note)}[/]")
             tail.new_notes.clear()
             if now - last_status >= 1.0:
                 last_status = now
@@ -550,7 +555,7 @@ class Runner:
             except (NemesisError, OSError) as exc:
                 done[name] = {"error": str(exc)}
         writer.record("phase", phase="heal", heal=done, t=started, wall=started_wall)
-        self.say(f"[green]heal[/] {json.dumps(done, default=str)}")
+        self.say(f"[green]heal[/] {escape(json.dumps(done, default=str))}")
 
     def _stop_roles(self, writer: hist.HistoryWriter) -> None:
         """Stop every role at the end: SIGCONT, let them exit at their deadline, SIGTERM the
@@ -575,7 +580,8 @@ class Runner:
             time.sleep(TICK_S)
         for inst in self.instances:
             if inst.alive():
-                self.say(f"[yellow]{inst.process} did not stop within {STOP_GRACE_S:g}s: SIGKILL[/]")
+                self.say(f"[yellow]{escape(inst.process)} did not stop within {STOP_GRACE_S:g}s: "
+                         "SIGKILL[/]")
                 os.kill(inst.pid, signal.SIGKILL)
                 inst.proc.join(5)
         for inst in self.instances:
@@ -633,8 +639,9 @@ class Runner:
 
     def _say_exposure(self, info: dict) -> None:
         colour = "yellow" if info["reason"] else "green"
-        self.console.print(f"SQLite {sqlite3.sqlite_version}: [{colour}]{info['line']}[/]"
-                           + (f" [dim]({info['exposure']})[/]" if info["exposure"] else ""))
+        self.console.print(f"SQLite {sqlite3.sqlite_version}: [{colour}]{escape(info['line'])}[/]"
+                           + (f" [dim]({escape(str(info['exposure']))})[/]" if info["exposure"]
+                              else ""))
 
     def _write_report(self) -> None:
         """``report.html`` from the files just written (rebuildable: ``python -m chaos report``)."""
@@ -644,10 +651,10 @@ class Runner:
             path = write_report(self.run_dir)
         except Exception as exc:  # noqa: BLE001 - the verdicts stand; say how to rebuild the page
             self.console.print(f"[red]report.html could not be written: {type(exc).__name__}: "
-                               f"{exc}[/] (rebuild: python -m chaos report {self.run_dir})",
-                               highlight=False)
+                               f"{escape(str(exc))}[/] (rebuild: python -m chaos report "
+                               f"{escape(str(self.run_dir))})", highlight=False)
             return
-        self.console.print(f"report {path}", highlight=False, soft_wrap=True)
+        self.console.print(f"report {path}", highlight=False, soft_wrap=True, markup=False)
 
 
 def run_scenario(scenario: Scenario, *, out_dir: str | os.PathLike = store.DEFAULT_OUT,

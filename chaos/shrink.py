@@ -35,6 +35,7 @@ from pathlib import Path
 
 import yaml
 from rich.console import Console
+from rich.markup import escape
 
 from . import store
 from .scenario import ScenarioError, load_scenario_text
@@ -352,7 +353,8 @@ def shrink_run(run_dir: Path, *, max_runs: int = DEFAULT_MAX_RUNS,
     run_dir = Path(run_dir).absolute()
     doc, target = load_failure(run_dir, checker)
     console.print(f"shrinking {doc['name']} (seed {doc.get('seed', 0)}): preserving "
-                  f"{target.checker} {target.status}; at most {max_runs} runs", highlight=False)
+                  f"{target.checker} {target.status}; at most {max_runs} runs", highlight=False,
+                  markup=False)
     out = run_dir / store.SHRINK_DIR
 
     def run(candidate: dict):
@@ -363,7 +365,7 @@ def shrink_run(run_dir: Path, *, max_runs: int = DEFAULT_MAX_RUNS,
         return status, result.run_dir
 
     shrinker = Shrinker(doc, target, run, max_runs=max_runs, min_duration=min_duration,
-                        say=lambda t: console.print(t, highlight=False))
+                        say=lambda t: console.print(t, highlight=False, markup=False))
     result = shrinker.shrink()
     path = run_dir / store.SHRUNK_FILE
     path.write_text(render(result, doc, run_dir, target, max_runs), encoding="utf-8")
@@ -372,7 +374,7 @@ def shrink_run(run_dir: Path, *, max_runs: int = DEFAULT_MAX_RUNS,
         "confirmed_by": result.confirmed_by,
         "attempts": [a.__dict__ for a in result.attempts]})
     console.print(f"wrote {path}: {len(result.removed)} removal(s) in {result.runs} run(s)",
-                  highlight=False)
+                  highlight=False, markup=False)
     return path, result
 
 
@@ -401,6 +403,6 @@ def cmd_shrink(args, err: Console) -> int:
         shrink_run(args.run_dir, max_runs=args.max_runs, min_duration=args.min_duration,
                    checker=args.checker)
     except ShrinkError as exc:
-        err.print(f"[red]chaos shrink: {exc}[/]", highlight=False)
+        err.print(f"[red]chaos shrink: {escape(str(exc))}[/]", highlight=False)
         return 2
     return 0

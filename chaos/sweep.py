@@ -23,6 +23,7 @@ import os
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
 from . import history as hist
 from . import store
@@ -128,8 +129,8 @@ def run_sweep(scenario: Scenario, *, out_dir: str | os.PathLike = store.DEFAULT_
     fp, role, top = spec["failpoint"], spec["role"], int(spec.get("max", 50))
     sweep_dir = store.make_run_dir(Path(out_dir), scenario.name, scenario.seed)
     store.write_json(store.RunDir(sweep_dir).scenario, scenario.to_dict())  # replay: whole sweep
-    console.print(f"[bold]sweep[/] {fp}=crash@N in role {role}, N = 1..{top} "
-                  f"(until a run completes without reaching it): {sweep_dir}")
+    console.print(f"[bold]sweep[/] {escape(f'{fp}=crash@N in role {role}')}, N = 1..{top} "
+                  f"(until a run completes without reaching it): {escape(str(sweep_dir))}")
     runs: list[dict] = []
     per_run: list[list[Verdict]] = []
     completed = False
@@ -154,7 +155,8 @@ def run_sweep(scenario: Scenario, *, out_dir: str | os.PathLike = store.DEFAULT_
         bad = [f"{k} {s}" for k, s in statuses.items() if s not in (PASS, SKIPPED)]
         console.print(f"[bold]sweep N={n}[/]: "
                       + ("crashed at hit N" if hit else "completed without reaching hit N")
-                      + (f", [red]{'; '.join(bad)}[/]" if bad else ", every checker passed"))
+                      + (f", [red]{escape('; '.join(bad))}[/]" if bad
+                         else ", every checker passed"))
         if not hit:
             completed = True
             break

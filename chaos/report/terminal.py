@@ -4,7 +4,9 @@ The HTML page is :mod:`chaos.report.html`; this module is the terminal side. Ver
 :class:`chaos.checkers.base.Verdict` objects or their ``to_dict()`` form (as read back from
 ``results.json``), so a saved run prints exactly like a live one.
 
-Every table fits the console's width (issue 16 item 2): piped into a CI log (no TTY, 80
+Every text from a run (a checker's summary, a scenario's name, a reason with ``.[fs]`` in it) is
+escaped once, where it is put in a table (issue 27 item 10): rich would read ``[fs]`` as markup
+and drop it. Every table fits the console's width (issue 16 item 2): piped into a CI log (no TTY, 80
 columns) the layout turns compact -- lighter borders, the figures folded under their checker, the
 list of runs as lines -- and no column is ever squeezed to nothing: the texts that identify a
 run (its scenario, seed and run directory) are never cut.
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 from rich import box
 from rich.console import Console, Group
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -40,6 +43,7 @@ def styled_status(status: str) -> str:
 
 
 def _table(title: str, width: int | None) -> Table:
+    title = Text(title)  # a scenario's name is text, not markup
     if compact(width):
         return Table(title=title, box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False,
                      expand=False)
@@ -55,7 +59,8 @@ def verdict_table(verdicts: list, title: str = "checkers", width: int | None = N
     table.add_column("figures", overflow="fold", ratio=1, min_width=20)
     for v in verdicts:
         status = str(_field(v, "status", "?"))
-        table.add_row(str(_field(v, "checker")), styled_status(status), str(_field(v, "summary")))
+        table.add_row(escape(str(_field(v, "checker"))), styled_status(status),
+                      escape(str(_field(v, "summary"))))
     return table
 
 
@@ -79,7 +84,7 @@ def comparison_table(left: list, right: list, left_title: str, right_title: str,
         return styled_status(str(_field(v, "status"))) if v is not None else "-"
 
     def figures(v) -> str:
-        return str(_field(v, "summary")) if v is not None else ""
+        return escape(str(_field(v, "summary"))) if v is not None else ""
 
     table = _table(title, width)
     if compact(width):
@@ -88,8 +93,9 @@ def comparison_table(left: list, right: list, left_title: str, right_title: str,
         table.add_column("figures", overflow="fold", ratio=1, min_width=20)
         for name in names:
             lv, rv = lmap.get(name), rmap.get(name)
-            table.add_row(name, f"{status(lv)} → {status(rv)}",
-                          f"{left_title}: {figures(lv)}\n{right_title}: {figures(rv)}")
+            table.add_row(escape(name), f"{status(lv)} → {status(rv)}",
+                          f"{escape(left_title)}: {figures(lv)}\n{escape(right_title)}: "
+                          f"{figures(rv)}")
         return table
     table.add_column("checker", no_wrap=True)
     table.add_column(left_title, no_wrap=True)
@@ -98,7 +104,7 @@ def comparison_table(left: list, right: list, left_title: str, right_title: str,
     table.add_column(f"{right_title} figures", overflow="fold")
     for name in names:
         lv, rv = lmap.get(name), rmap.get(name)
-        table.add_row(name, status(lv), status(rv), figures(lv), figures(rv))
+        table.add_row(escape(name), status(lv), status(rv), figures(lv), figures(rv))
     return table
 
 
@@ -168,5 +174,6 @@ def runs_table(results: list[dict], title: str = "runs", width: int | None = Non
         table.add_column(col, no_wrap=col != "not passing",
                          min_width=12 if col == "not passing" else None)
     for scenario, seed, status, bad, run_dir in rows:
-        table.add_row(scenario, seed, styled_status(status), ", ".join(bad), run_dir)
+        table.add_row(escape(scenario), escape(seed), styled_status(status),
+                      escape(", ".join(bad)), escape(run_dir))
     return table
