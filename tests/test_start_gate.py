@@ -178,3 +178,33 @@ def test_after_a_power_cut_the_restarted_gateways_append_on_the_real_fuse_mount(
              and r.get("phase") == "exit"}
     assert all(exits[p] == 0 for p in restarts), exits
     assert result.exit_code == 0, result.console_text[-3000:]
+
+
+NAMED = """
+name: named-roles
+description: a lock holder and a gateway; the sampler names the write-lock owner.
+seed: 3
+duration: 60s
+store: {fixture: empty}
+roles:
+  - {name: gateway, kind: gateway, count: 1, workload: {appends_per_s: 20}}
+  - {name: locker, kind: lock_holder, count: 1, workload: {first_at: 0.2s, hold: 0.6s, every: 1s}}
+nemesis:
+  - {after: {role: locker, ok: 2, op: hold_lock}, fault: terminate, role: locker}
+  - {after: {step: 0}, fault: terminate, role: gateway}
+expect:
+  no_lost_writes: {}
+"""
+
+
+def test_role_processes_are_named_by_their_role_where_holders_are_named(run_scenario):
+    """Issue 27 item 12: a holder read as ``python -B -c from multiprocessing.spawn impor...``
+    in the banner and the console; the lock owner is now ``chaos role locker-0
+    (lock_holder)`` in every sample that names it (the store's own holder scan reads the same
+    /proc/<pid>/cmdline)."""
+    result = run_scenario(load_scenario_text(NAMED, "<named>"))
+    history = _history(result)
+    owners = {s["write_lock"]["command"] for s in history if s.get("type") == "sample"
+              and s.get("write_lock") and s["write_lock"].get("process") == "locker-0"}
+    assert owners == {"chaos role locker-0 (lock_holder)"}, owners
+    assert result.exit_code == 0, result.console_text[-3000:]

@@ -86,6 +86,7 @@ def role_main(cfg_dict: dict, fn: Callable[[RoleContext], None] | None = None,
     # SIGTERM = clean shutdown: finish the op, close, exit 0 (set before the gate says ready)
     term: list = []
     signal.signal(signal.SIGTERM, lambda signum, frame: term.append(signum))
+    procfs.set_title(procfs.role_title(cfg_dict.get("process", "?"), cfg_dict.get("kind", "?")))
     cfg_dict = dict(cfg_dict)
     guard_s = cfg_dict.pop("start_guard_s", None)
     if gate is not None:
