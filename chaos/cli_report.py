@@ -94,6 +94,10 @@ def _report(args, err: Console) -> int:
         err.print(f"[red]{escape(str(exc))}[/]", highlight=False)
         return EXIT_BAD_INPUT
     verdicts = results.get("verdicts") or []
+    if verdicts and "verdict" not in results:  # a run directory from before the field
+        from .checkers.base import run_status
+
+        results["verdict"] = run_status(verdicts)
     if results.get("kind") == "watch":
         from .watch import print_summary
 

@@ -198,6 +198,23 @@ def test_recheck_rejudges_the_saved_run_and_keeps_the_old_verdicts(tmp_path):
     assert strip(after["verdicts"]) == strip(before["verdicts"])
 
 
+def test_results_and_report_json_carry_the_runs_one_verdict(tmp_path):
+    """Issue 27 item 12: results.json and `report --json` had no top-level verdict (the exit
+    code was the only total); a run directory from before the field gets it computed."""
+    run_dir, _ = tiny_run(tmp_path)
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["verdict"] == "PASS" and results["exit_code"] == 0
+    assert results["load"]["factor"] >= 1.0 and len(results["load"]["measurements"]) == 2
+    proc = run_chaos("report", str(run_dir), "--json")
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["verdict"] == "PASS"
+    old = {k: v for k, v in results.items() if k != "verdict"}
+    old["verdicts"][0]["status"] = "FAIL"
+    (run_dir / "results.json").write_text(json.dumps(old))
+    proc = run_chaos("report", str(run_dir), "--json")
+    assert proc.returncode == 1
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["verdict"] == "FAIL"
+
+
 def test_replay_runs_the_same_scenario_and_seed_into_a_new_directory(tmp_path):
     run_dir, _ = tiny_run(tmp_path)
     proc = run_chaos("replay", str(run_dir), "--json")
