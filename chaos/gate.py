@@ -194,8 +194,9 @@ class Gate:
                 status = PASS if not bad else bad[0].status
                 extra = f" ({len(bad)} of {len(rows)} rows not PASS)" if len(rows) > 1 and bad \
                     else ""
-                self.console.print(f"[{done[0]:3}/{len(jobs)}] {styled(f'{status:12}')} "
-                                   f"{escape(job.label)}{extra}", highlight=False)
+                self.console.print(f"[{done[0]:3}/{len(jobs)}] {styled(status)}"
+                                   f"{' ' * max(1, 13 - len(status))}{escape(job.label)}{extra}",
+                                   highlight=False)
 
         run_parallel(jobs, work, self.jobs, self.stop)
         return self.rows
