@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .. import store
-from ..history import brief, moment, observed_states, of_type
+from ..history import brief, moment, observed_states
 from .base import INCONCLUSIVE, PASS, Verdict, stamp_evidence
 
 
