@@ -4,7 +4,7 @@ Runs every ``scenarios/*.yaml`` (``--seeds K``: seeds ``seed .. seed+K-1`` of ea
 schema-migration matrix (:mod:`chaos.matrix`), prints a verdict table, a short summary of the
 rows that did not pass (each with its one-line reason and run directory) and a final line with
 the counts and the total time, and optionally writes JUnit XML (one ``testcase`` per scenario ×
-seed and per matrix row; :mod:`chaos.gate_report`). A scenario row that was INCONCLUSIVE, or
+seed and per matrix row; :mod:`chaos.report.gate`). A scenario row that was INCONCLUSIVE, or
 FAILed only by a wall-clock bound (:data:`chaos.checkers.TIMING_BOUND`), runs once more: FLAKY
 when the rerun passes (both results shown), else the worse of the two; any other FAIL stands
 (:func:`rerun_reason`). A run whose checkers were all SKIPPED is a SKIPPED row, counted apart.
@@ -39,10 +39,10 @@ from hermes_state.testing import utc_stamp
 
 from . import matrix, store
 from .checkers import TIMING_BOUND
-from .gate_report import (ERROR, FAIL, INCONCLUSIVE, PASS, SKIPPED, GateRow, combine,
-                          final_line, gate_status, short_summary, styled, verdict_table,
-                          write_junit)
-from .load import measure
+from .report.gate import (ERROR, FAIL, INCONCLUSIVE, PASS, SKIPPED, GateRow, combine,
+                          final_line, gate_status, short_summary, styled, write_junit)
+from .report.gate import verdict_table as _table
+from .sampler import measure
 
 __all__ = ["GateRow", "Job", "rerun_reason", "run_gate", "verdict_table", "write_junit"]
 #: Hang guard for one job (s): a scenario run or a matrix chunk stuck this long is an ERROR.
@@ -220,7 +220,7 @@ class Gate:
 
     def _rerun(self, job: Job, row: GateRow) -> GateRow:
         """Run a scenario row's job once more (:func:`rerun_reason`) and combine both results
-        (:func:`chaos.gate_report.combine`: FLAKY if the rerun passed, else the worse)."""
+        (:func:`chaos.report.gate.combine`: FLAKY if the rerun passed, else the worse)."""
         with self.lock:
             self.console.print(f"      rerun {escape(row.label)}: {rerun_reason(row)} "
                                f"({escape(row.summary[:200])})", highlight=False, style="dim")
@@ -256,6 +256,12 @@ def _tail(path: Path, n: int = 30) -> str:
         return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
     except OSError:
         return ""
+
+
+def verdict_table(rows: list[GateRow], width: int | None = None):
+    """The gate's verdict table (:func:`chaos.report.gate.verdict_table`), matrix modes in the
+    matrix's order."""
+    return _table(rows, width, matrix.MODES)
 
 
 def rerun_reason(row: GateRow) -> str | None:

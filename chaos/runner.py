@@ -44,7 +44,6 @@ from hermes_state.testing import exposure_line, wal_reset_exposure
 
 from . import fixtures, store
 from .fs import FaultyMount, FsUnavailable, read_fs_log
-from .load import LOAD_RECORD, load_summary, measure
 from . import history as hist
 from .checkers import CheckContext, run_checkers
 from .checkers.base import SKIPPED, Verdict, outcome_fields
@@ -56,8 +55,7 @@ from .report import print_verdicts
 from .roles import ROLES, role_main
 from .roles.gate import GATE_LOST_EXIT, READY_GUARD_S, await_ready, discard, release
 from .roles.python_callable import check_bindings, spawn_context
-from .progress import HistoryTail
-from .sampler import Sampler
+from .sampler import Sampler, measure
 from .scenario import NemesisStep, RoleSpec, Scenario
 from .schedule import Counts, Schedule, reached
 
@@ -102,6 +100,47 @@ class RoleInstance:
             return bool(self.history_file) and os.path.getsize(self.history_file) > 0
         except OSError:
             return False
+
+
+class HistoryTail:
+    """Reads the role history files as they grow: counts for ``after:`` triggers and progress."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self._tail = hist.JsonlTail(directory, skip=(store.history_file(store.RUNNER_PROCESS),
+                                                     store.history_file(store.SAMPLER_PROCESS)))
+        self.ok_by_role_op: dict[tuple[str, str], int] = {}
+        self.roles: dict[str, str] = {}  # process -> role (filled by the runner at spawn)
+        self.seen = Counts()
+        self.counts = {"ok": 0, "fail": 0, "info": 0, "retry": 0, "refusal": 0, "capture": 0,
+                       "checkpoint": 0}
+        self.new_notes: list[str] = []
+
+    def poll(self) -> None:
+        for rec in self._tail.new_records():
+            self._count(rec)
+
+    def _count(self, rec: dict) -> None:
+        proc = rec.get("process", "")
+        self.seen.add_record(rec, self.roles.get(proc) or proc.rsplit("-", 1)[0])
+        typ = rec.get("type")
+        if typ in ("ok", "fail", "info"):
+            self.counts[typ] += 1
+            if typ == "ok":
+                role = rec.get("process", "").rsplit("-", 1)[0]
+                key = (role, rec.get("op", ""))
+                self.ok_by_role_op[key] = self.ok_by_role_op.get(key, 0) + 1
+            elif rec.get("op") == "open":
+                self.new_notes.append(f"{rec.get('process')} open refused: {rec.get('error')}")
+        elif typ == "event":
+            ev = rec.get("event")
+            if ev in self.counts:
+                self.counts[ev] += 1
+            if ev in ("refusal", "capture", "write_gave_up", "failpoint"):
+                detail = rec.get("dir") or rec.get("reason") or ""
+                if ev == "failpoint":
+                    detail = f"{rec.get('name')}={rec.get('action')} at hit {rec.get('hit')}"
+                self.new_notes.append(f"{rec.get('process')} {ev} {detail}")
 
 
 def preflight(scenario: Scenario, run_dir: Path) -> None:
@@ -439,7 +478,7 @@ class Runner:
         env = NemesisEnv(self.db_path, lambda: list(self.instances), restart=self._restart,
                          fs=self.fs)
         writer.record("phase", phase="warm-up", store=store_details)
-        writer.record(LOAD_RECORD, **started_load)
+        writer.record(hist.LOAD_RECORD, **started_load)
         self.sampler = Sampler(self.db_path, self.hist_dir,
                                self._sampled_processes)
         self.sampler.start()
@@ -491,7 +530,7 @@ class Runner:
         self._discard(self.launched)
         self._stop_roles(writer)
         self.sampler.stop()
-        writer.record(LOAD_RECORD, **measure("end"))
+        writer.record(hist.LOAD_RECORD, **measure("end"))
         tail.poll()
         self._import_fs_log(writer)
         writer.record("phase", phase="recover")
@@ -612,7 +651,7 @@ class Runner:
             "scenario": self.sc.name, "seed": self.sc.seed, "run_dir": str(self.run_dir),
             "duration_s": self.sc.duration, "sqlite": sqlite3.sqlite_version,
             "wal_reset_exposure": wal_reset_exposure(), "wal_reset": self.wal_reset(records),
-            **outcome, "load": load_summary(records),
+            **outcome, "load": hist.load_summary(records),
             "verdicts": [v.to_dict() for v in verdicts],
             "processes": [{"process": i.process, "pid": i.pid,
                            "exitcode": i.proc.exitcode if i.proc else None}

@@ -21,7 +21,7 @@ import pytest
 from rich.console import Console
 
 from chaos.gate import Gate, Job, rerun_reason, write_junit
-from chaos.gate_report import (FLAKY, GateRow, combine, final_line, gate_status,
+from chaos.report.gate import (FLAKY, GateRow, combine, final_line, gate_status,
                                short_summary)
 
 REPO = Path(__file__).resolve().parent.parent

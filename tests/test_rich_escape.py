@@ -12,7 +12,7 @@ import pytest
 from rich.console import Console
 
 from chaos.checkers.base import Verdict
-from chaos.gate_report import GateRow, short_summary, verdict_table as gate_table
+from chaos.report.gate import GateRow, short_summary, verdict_table as gate_table
 from chaos.report import comparison_table, runs_table, total_line, verdict_table
 from chaos.watch import print_summary
 

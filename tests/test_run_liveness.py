@@ -11,7 +11,8 @@ import pytest
 from chaos.checkers import CHECKERS, TIMING_BOUND
 from chaos.checkers.base import FAIL, INCONCLUSIVE, PASS, run_status
 from chaos.checkers.observed import liveness, run_verdicts
-from chaos.load import MAX_LOAD_FACTOR, calibrate, factor_of, history_load_factor
+from chaos.history import MAX_LOAD_FACTOR, factor_of, history_load_factor
+from chaos.sampler import calibrate
 from test_checkers import H, make_ctx
 from test_checkers_sampled import at, heal_history, lockup_history
 

@@ -15,8 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable
 
-from ..history import evidence_time, phase_time, run_start
-from ..load import MAX_LOAD_FACTOR, history_load_factor
+from ..history import MAX_LOAD_FACTOR, evidence_time, history_load_factor, phase_time, run_start
 from ..params import build, param
 
 PASS, FAIL, INCONCLUSIVE, SKIPPED = "PASS", "FAIL", "INCONCLUSIVE", "SKIPPED"
@@ -163,8 +162,8 @@ def stamp_evidence(verdict: Verdict, history: list) -> Verdict:
 
 #: The ``scale_with_load`` parameter of the checkers whose bounds are about the machine
 #: (``no_lockup``, ``latency``, ``liveness_after_heal``; issue 27 item 5).
-SCALE_WITH_LOAD_DOC = ("Multiply the time bound by the run's measured load factor (chaos.load: "
-                       f"wall time per CPU second of a calibration spin, 1 to {MAX_LOAD_FACTOR:g}): "
+SCALE_WITH_LOAD_DOC = ("Multiply the time bound by the run's measured load factor (wall time per "
+                       f"CPU second of a calibration spin, 1 to {MAX_LOAD_FACTOR:g}): "
                        "the bound is about the machine, not the store.")
 
 
@@ -175,7 +174,7 @@ def scale_with_load_param():
 
 def load_factor_for(history: list, scale: bool) -> float:
     """The factor a machine-time bound is multiplied by: the run's load factor
-    (:func:`chaos.load.history_load_factor`), or 1 when ``scale`` is false."""
+    (:func:`chaos.history.history_load_factor`), or 1 when ``scale`` is false."""
     return history_load_factor(history) if scale else 1.0
 
 

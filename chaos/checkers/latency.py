@@ -9,7 +9,7 @@ an ``info`` has no known end). Percentiles use the nearest-rank method (p-th per
 
 Params (seconds or a duration string): ``p99_bound``, ``max_bound`` (FAIL when an op kind's
 p99 / max exceeds it, each multiplied by the run's measured load factor unless
-``scale_with_load: false``, :mod:`chaos.load`; evidence: the slowest operations of that kind), ``ops`` (the op kinds the
+``scale_with_load: false``, :func:`chaos.history.history_load_factor`; evidence: the slowest operations of that kind), ``ops`` (the op kinds the
 bounds apply to; default every op kind except the adversaries' ``hold_lock``/``hold_read``/
 ``long_read``, which are long by design). Without a bound the verdict is PASS with the figures.
 INCONCLUSIVE when no operation completed.

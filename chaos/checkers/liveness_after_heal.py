@@ -18,7 +18,7 @@ default, had an ``ok`` write op (``WRITE_OPS``) before H. For each writer:
   reached its own end). Counted, not judged.
 
 Params: ``deadline`` (seconds or a duration string, default 3 s; multiplied by the run's
-measured load factor unless ``scale_with_load: false``, :mod:`chaos.load`), ``roles`` (writer
+measured load factor unless ``scale_with_load: false``, :func:`chaos.history.history_load_factor`), ``roles`` (writer
 roles).
 INCONCLUSIVE when there is no heal phase in the history, or no writer was tested.
 """

@@ -19,7 +19,7 @@ Excluded: the adversaries' bare transactions (``hold_lock``, ``hold_read``, ``lo
 every op of a ``lock_holder``/``long_reader`` role) and ``ignore_ops``.
 
 Params: ``bound`` (seconds or duration string, default 5 s; multiplied by the run's measured load
-factor unless ``scale_with_load: false``, :mod:`chaos.load`: it is about the machine: a lock
+factor unless ``scale_with_load: false``, :func:`chaos.history.history_load_factor`: it is about the machine: a lock
 owner waiting for a CPU stretches every wait behind it), ``ignore_ops`` (op names),
 ``after_retry_budget`` (the bound counts from the end of the longest retry budget a write spent in
 this run, the ``waited_s`` of its ``write_gave_up`` events: for scenarios whose writes wait out

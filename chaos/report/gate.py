@@ -1,6 +1,7 @@
 """The gate's rows and what it prints and writes about them (SPEC §16.5; issue 27): the verdict
 table, the short summary of the rows that did not pass (like pytest's ``-ra``), the final line
-and the JUnit XML. :mod:`chaos.gate` plans and runs the jobs; this module only presents rows.
+and the JUnit XML. :mod:`chaos.gate` plans and runs the jobs; this module presents rows (and
+combines a row with its rerun).
 
 Row statuses: PASS; FAIL, INCONCLUSIVE, ERROR (the gate is red); SKIPPED (every checker of the
 run was skipped: nothing was tested, counted apart, never as a pass); FLAKY (the row did not pass,
@@ -18,9 +19,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from . import matrix
-from .report import STATUS_STYLE
-from .report.terminal import compact
+from .terminal import STATUS_STYLE, compact
 
 PASS, FAIL, INCONCLUSIVE, ERROR = "PASS", "FAIL", "INCONCLUSIVE", "ERROR"
 SKIPPED, FLAKY = "SKIPPED", "FLAKY"
@@ -37,7 +36,8 @@ class GateRow:
 
     ``failed_checkers``: the checkers with a FAIL verdict (a rerun decision needs them);
     ``first``: for a row that was rerun, the first attempt (``{"status", "summary", "run_dir",
-    "seconds"}``); ``load_factor``: the run's measured load factor (:mod:`chaos.load`).
+    "seconds"}``); ``load_factor``: the run's measured load factor
+    (:func:`chaos.history.history_load_factor`).
     """
 
     kind: str            # "scenario" | "matrix"
@@ -88,8 +88,10 @@ def combine(first: GateRow, again: GateRow) -> GateRow:
     return row
 
 
-def verdict_table(rows: list[GateRow], width: int | None = None) -> Table:
-    """Scenario rows one by one; matrix rows summarised per mode, every non-PASS row listed.
+def verdict_table(rows: list[GateRow], width: int | None = None,
+                  modes: tuple[str, ...] | list[str] = ()) -> Table:
+    """Scenario rows one by one; matrix rows summarised per mode (in the order of ``modes``, then
+    of appearance), every non-PASS row listed.
     Narrower than :data:`chaos.report.terminal.COMPACT_BELOW` columns (a CI log): light borders,
     and the kind and the time go under the row's name, so the summary keeps its width. Every
     text from a run is escaped (a ``[fs]`` in a reason is shown, not read as markup)."""
@@ -119,7 +121,8 @@ def verdict_table(rows: list[GateRow], width: int | None = None) -> Table:
         if r.kind == "matrix":
             real = r.suite.startswith("matrix.real.")
             by_mode.setdefault((real, r.name.split("@")[0]), []).append(r)
-    for real, mode in [(False, m) for m in matrix.MODES] + [(True, m) for m in matrix.MODES]:
+    order = list(dict.fromkeys([*modes, *(mode for _, mode in by_mode)]))
+    for real, mode in [(False, m) for m in order] + [(True, m) for m in order]:
         group = by_mode.get((real, mode), [])
         if not group:
             continue
