@@ -5,7 +5,7 @@ Usage::
     python -m benchmarks                 # full sizes (1 GB store, 1 M messages, whole suites)
     python -m benchmarks --quick         # small sizes, every row, < 2 min on 2 cores
     python -m benchmarks --only search   # some rows (comma-separated)
-    python -m benchmarks --readme        # regenerate the README section from latest.json
+    python -m benchmarks --readme        # regenerate docs/BENCHMARKS.md from latest.json
 
 Rows (``--only`` names) are listed in :data:`benchmarks.rows.ROWS`. Each row runs its workload
 and its reference alternately in the same run, several times, and reports medians with min-max
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="print the tables of an earlier results file as markdown and exit")
     ap.add_argument("--readme", nargs="?", type=Path, const=RESULTS / "latest.json",
                     metavar="RESULTS_JSON", default=None,
-                    help="regenerate README.md's benchmark section from a results file "
+                    help="regenerate docs/BENCHMARKS.md's tables from a results file "
                          "(default benchmarks/results/latest.json) and exit")
     args = ap.parse_args(argv)
     if args.markdown is not None:
@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.readme is not None:
         changed = update_readme(args.readme)
-        print(f"README.md {'updated' if changed else 'unchanged'} from {args.readme}")
+        print(f"docs/BENCHMARKS.md {'updated' if changed else 'unchanged'} from {args.readme}")
         return 0
     wanted = list(ROWS) if not args.only else [x.strip() for x in args.only.split(",") if x]
     unknown = [w for w in wanted if w not in ROWS]

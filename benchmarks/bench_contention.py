@@ -90,7 +90,7 @@ CONFIGS = {
 }
 #: ``busy30-spinN``: ``busy30`` whose writers also burn N microseconds of CPU per append
 #: outside the write lock (as ``ours`` spends its Python work: building the row, the checks,
-#: events). An experiment for the p99 analysis (docs/decisions/performance-at-scale.md), not a
+#: events). An experiment for the p99 analysis (docs/decisions/0016-performance-at-scale.md), not a
 #: row: does the busy handler's p99 grow to ours when its writers cost what ours cost? (It
 #: does at N = 64, ours' extra CPU per append, but ours with the lock off has that cost too
 #: and a p99 like the busy handler's: a busy loop is not a faithful stand-in.)

@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = Path(__file__).resolve().parents[1] / "docs" / "BENCHMARKS.md"
 NOTES = RESULTS / "notes.md"
 BEGIN, END = "<!-- bench-table -->", "<!-- /bench-table -->"
 
@@ -174,7 +174,7 @@ def readme_section(result: dict, results_file: str) -> str:
     png = [r["extra"].get("png") for r in result["rows"] if r["id"] == "growth-append"]
     plot = ""
     if png and png[0]:
-        plot = f"\n\n![growth curves](benchmarks/results/{Path(png[0]).name})"
+        plot = f"\n\n![growth curves](../benchmarks/results/{Path(png[0]).name})"
     return "\n".join([BEGIN, head, "", markdown(result)]) + plot + \
         ("\n\n" + notes if notes else "") + "\n" + END
 
@@ -194,7 +194,7 @@ def update_readme(results: Path, readme: Path = README) -> bool:
     if not pattern.search(text):
         raise ValueError(f"{readme} has no {BEGIN} ... {END} section")
     try:
-        name = str(results.resolve().relative_to(readme.resolve().parent))
+        name = str(results.resolve().relative_to(Path(__file__).resolve().parents[1]))
     except ValueError:
         name = str(results)
     section = readme_section(json.loads(results.read_text()), name)

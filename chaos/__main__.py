@@ -32,7 +32,8 @@ EXIT_CODES_HELP = """exit codes:
 several runs (run FILE... or --repeat): the worst of 3, 2, 1, 4, 0 in that order."""
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
+    """The ``python -m chaos`` argument parser (every subcommand; docs/CLI.md is made from it)."""
     p = argparse.ArgumentParser(prog="python -m chaos", description=__doc__.splitlines()[0],
                                 epilog=EXIT_CODES_HELP,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -126,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         from .matrix import main as matrix_main
 
         return matrix_main(argv[1:])
-    args = _parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
     err = Console(stderr=True, soft_wrap=True)
     signal.signal(signal.SIGTERM, _on_sigterm)
     try:

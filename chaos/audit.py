@@ -603,7 +603,7 @@ def add_subcommand(sub) -> None:
     p.add_argument("--markdown", type=Path, default=None,
                    help="write the kill table as Markdown to this file")
     p.add_argument("--readme", type=Path, default=None,
-                   help="rewrite the kill-table block of this README (e.g. README.md)")
+                   help="rewrite the kill-table block of this file (docs/AUDIT.md)")
 
 
 def cmd_audit(args, load_all, err: Console, *, tags: list[str] | None = None,

@@ -17,7 +17,7 @@ reads ``/proc`` and reads the first bytes of ``-wal`` and ``-shm`` with plain ``
 holds no POSIX lock, so closing those descriptors cancels nothing).
 
 Limits: a process spinning in SQLite's busy handler is not a *blocked* request in
-``/proc/locks`` (``docs/decisions/chaos-faults-and-checks.md``); the page shows the owner and
+``/proc/locks`` (``docs/decisions/0012-chaos-faults-and-checks.md``); the page shows the owner and
 every holder, which is what names the culprit.
 
 Output: ``<out>/watch-<UTCSTAMP>/`` with ``watch.json`` (parameters), ``history/`` (``watch.jsonl``

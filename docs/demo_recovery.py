@@ -171,13 +171,21 @@ def section_a(demo: Demo, home: Path) -> None:
     demo.stop(writer)
     demo.say()
     code, out, _ = demo.cli(home, "doctor")
-    demo.expect(code == 0, "doctor exits 0 once the holder is gone")
-    demo.expect("retired-wal-" in out, "doctor lists the retired-WAL capture")
+    demo.expect(code == 1, "doctor exits 1 while messages exist only in the capture")
+    first = out.splitlines()[1] if len(out.splitlines()) > 1 else ""
+    demo.expect(first.startswith("[issue]") and "exist only in the capture" in first,
+                "doctor's first finding is the conversation that exists only in the capture")
     captures = sorted(home.glob("state.db.retired-wal-*"))
     if captures:
-        demo.say("# what the capture holds (changes no byte):")
-        demo.cli(None, "sessions", "recover", str(captures[0] / "state.db"),
-                 "--inspect-only")
+        demo.say("# step 3 of the guide, before starting anything: bring them back")
+        code, out, _ = demo.cli(home, "sessions", "salvage", str(captures[0]))
+        demo.expect(code == 0 and "--apply" in out, "salvage previews what it would bring back")
+        code, out, _ = demo.cli(home, "sessions", "salvage", str(captures[0]), "--apply")
+        demo.expect(code == 0, "salvage --apply brings the messages back")
+    code, out, _ = demo.cli(home, "doctor")
+    demo.expect(code == 0, "doctor exits 0 once the holder is gone and nothing is left behind")
+    demo.expect("retired-wal-" in out and "nothing to salvage" in out,
+                "doctor lists the capture, with nothing left to salvage")
 
 
 def section_b(demo: Demo, home: Path) -> None:

@@ -54,6 +54,19 @@ def test_phantom_cases_find_a_failed_append_in_the_store():
     assert nlw.phantom_cases(by_pid, nlw.Places(capture=Counter({"b": 1})), True)
 
 
+def test_replay_seen_reads_record_fields_never_words_in_their_text():
+    """A search for the word "replay" or a message about replays is not a spool replay (issue
+    26): only a ``replay_spool`` op or a ``replay-spool`` command is."""
+    h = appends_history() + op(6, 7, "ok", 4, op_="run", command="search",
+                               args=["sessions", "search", "replay"], output="no replay here")
+    h += op(8, 9, "ok", 5, op_="append", payload_id="d", content="please replay the spool")
+    assert nlw.replay_seen(h) is False
+    assert nlw.replay_seen(h + op(10, 11, "fail", 6, op_="run", command="replay-spool")) is True
+    assert nlw.replay_seen(h + op(10, 11, "ok", 6, op_="replay_spool")) is True
+    assert nlw.replay_seen(h + [rec(12, "nemesis", "nemesis", fault="run", phase="start",
+                                    step=0, command="replay-spool")]) is True
+
+
 def test_spooled_missing_cases_find_a_spooled_append_not_in_the_spool():
     by_pid = nlw.appends(appends_history())
     assert [c["payload_id"] for c in nlw.spooled_missing_cases(by_pid, nlw.Places())] == ["b"]

@@ -11,7 +11,7 @@ import argparse
 
 import pytest
 
-from chaos.__main__ import _parser as chaos_parser
+from chaos.__main__ import build_parser as chaos_parser
 from chaos.matrix import build_parser as matrix_parser
 from hermes_state import SessionDB
 from hermes_state.cli import build_parser, main

@@ -67,14 +67,23 @@ def test_three_steps_doctor_names_the_holder_until_it_is_stopped(retired, capsys
     assert tree_digest(path.parent) == before
 
     child.kill()  # step 1: stop it
-    assert cli(["--home", str(path.parent), "doctor"]) == 0  # step 2: the line is gone
+    child.wait()
+    # step 2: the holder line is gone; what only the capture holds needs action, first
+    assert cli(["--home", str(path.parent), "doctor"]) == 1
     out = capsys.readouterr().out
+    lines = out.splitlines()
     assert "retired WAL generation" not in out
+    assert lines[1].startswith("[issue] ") and f"exist only in the capture {capture.name}" in lines[1]
+    assert f"`sessions salvage {capture}`" in lines[2]
     assert f"[warn] evidence file {capture.name}" in out
     assert f"by PID {child.pid} (halt): WAL " in out and " frames, " in out
     assert "attach this directory to a bug report" in out
     assert f"`sessions recover {capture}/state.db --inspect-only`" in out
-    # step 3: one process starts again and writes
+    # step 3: bring them back, then doctor is clean, then one process starts again and writes
+    assert cli(["--home", str(path.parent), "sessions", "salvage", str(capture), "--apply"]) == 0
+    capsys.readouterr()
+    assert cli(["--home", str(path.parent), "doctor"]) == 0
+    assert "nothing to salvage" in capsys.readouterr().out
     with SessionDB(path) as db:
         db.create_session("again", source="gateway")
         db.append_message("again", "user", "works")
@@ -115,8 +124,10 @@ def test_recover_output_and_report_from_the_capture(retired, tmp_path, capsys):
 
 
 def test_spooled_messages_are_an_issue_until_replayed_exactly_once(retired, capsys):
-    path, child, _ = retired
+    path, child, capture = retired
     child.kill()
+    child.wait()
+    assert cli(["--home", str(path.parent), "sessions", "salvage", str(capture), "--apply"]) == 0
     with SessionDB(path) as db:
         db.divert_to_spool("s", [{"role": "user", "content": "kept aside"},
                                  {"role": "assistant", "content": "also kept"}])

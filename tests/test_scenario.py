@@ -852,10 +852,10 @@ def test_what_validate_accepts_the_run_can_execute(tmp_path_factory, doc):
     assert again.to_dict() == sc.to_dict()
 
 
-def test_readme_scenario_reference_is_generated_from_the_declarations():
-    from chaos.scenario.reference import README, readme_block, reference_markdown
+def test_the_scenario_reference_is_generated_from_the_declarations():
+    from chaos.scenario.reference import REFERENCE, reference_document
 
-    assert readme_block(README.read_text(encoding="utf-8")) == reference_markdown(), \
+    assert REFERENCE.read_text(encoding="utf-8") == reference_document(), \
         "run: python -m chaos.scenario --write-schema"
     for name, fault in FAULT_REGISTRY.items():  # every fault and checker documents each param
         assert all(d for _, _, d in __import__("chaos.params").params.reference_rows(

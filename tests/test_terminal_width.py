@@ -18,7 +18,7 @@ from pathlib import Path
 from rich.cells import cell_len
 from rich.console import Console
 
-from chaos.__main__ import _parser as chaos_parser
+from chaos.__main__ import build_parser as chaos_parser
 from chaos.gate import GateRow, verdict_table as gate_table
 from chaos.matrix import build_parser as matrix_parser
 from chaos.report.terminal import comparison_table, runs_table, verdict_table

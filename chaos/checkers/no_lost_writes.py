@@ -37,7 +37,6 @@ acknowledged (``ok``).
 
 from __future__ import annotations
 
-import json
 import re
 import sqlite3
 from collections import Counter
@@ -112,9 +111,15 @@ def appends(history: list[dict]) -> dict[str, Op]:
 
 
 def replay_seen(history: list[dict]) -> bool:
-    """True when the history shows a spool replay (op, command or args naming one)."""
-    return any("replay" in json.dumps(r.get(k, "")) for r in history
-               for k in ("op", "command", "args", "cmd") if r.get(k))
+    """True when the history shows a spool replay attempt, whatever its outcome: a role op
+    ``replay_spool``, or ``sessions replay-spool`` run by a role or a nemesis ``run`` step
+    (its ``command`` field). Judged by the records' fields, never by words in their text."""
+    for o in pair_ops(history):
+        rec = {**(o.invoke or {}), **(o.done or {})}
+        if o.op == "replay_spool" or rec.get("command") == "replay-spool":
+            return True
+    return any(start.get("command") == "replay-spool" or (done or {}).get("command") == "replay-spool"
+               for start, done in nemesis_steps(history))
 
 
 def _spooled(op: Op) -> bool:

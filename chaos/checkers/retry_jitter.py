@@ -11,7 +11,7 @@ From the ``retry`` store events (``attempt`` = the failed attempt, 1-based; ``sl
 * no ``write_gave_up`` event (cited as evidence);
 * spread, with at least 20 sleeps: a one-sample Kolmogorov–Smirnov test against
   Uniform(lo, hi), ``D = max |F_n - F|``, rejected when ``D > 1.95 / sqrt(n)`` (alpha 0.001,
-  ``docs/decisions/chaos-faults-and-checks.md``); and
+  ``docs/decisions/0012-chaos-faults-and-checks.md``); and
   no fixed back-off: FAIL when more than half of the sleeps lie within 1 ms of one another.
   Fewer than 20 sleeps: "too few to test the distribution", no verdict on spread;
 * no draw repeated: two retries (in any processes) reporting the very same ``sleep_s`` float

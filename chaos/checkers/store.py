@@ -3,7 +3,7 @@
 Checkers never open a run's files in place: ``state.db`` and ``state.db-wal`` are copied to a
 temporary directory first (opening a WAL database can write the ``-shm`` and checkpoint on close;
 SPEC §14 does the same for ``recover``). The ``-shm`` is not copied
-(``docs/decisions/chaos-faults-and-checks.md``).
+(``docs/decisions/0012-chaos-faults-and-checks.md``).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ numbers. A fault that cannot apply raises :class:`NemesisError` (recorded as ``e
 that lists the fault in ``must_observe`` is then INCONCLUSIVE, never green).
 
 Pages with a frame in the current WAL generation are never garbled and the WAL is never touched
-(why: ``docs/decisions/chaos-faults-and-checks.md``). ``replace_db`` sources:
+(why: ``docs/decisions/0012-chaos-faults-and-checks.md``). ``replace_db`` sources:
 
 * ``other`` (default): a small store of its own, built at fire time in ``<run>/sources/other.db``
   (another generation token, SPEC §10.1) — what ``cp other.db state.db`` / ``mv`` does;

@@ -1,12 +1,12 @@
 """``python -m chaos.scenario [--write-schema | FILE...]``: print or write the generated schema
-(and the README's scenario reference), or validate files (exit 2 on any problem)."""
+(and docs/SCENARIO_REFERENCE.md), or validate files (exit 2 on any problem)."""
 
 from __future__ import annotations
 
 import sys
 
 from .problems import ScenarioError
-from .reference import write_readme
+from .reference import REFERENCE, write_reference
 from .schema import SCHEMA_PATH, schema_json
 from .validate import load_scenario
 
@@ -16,8 +16,8 @@ def main(argv: list[str]) -> int:
     if argv == ["--write-schema"]:
         SCHEMA_PATH.write_text(schema_json(), encoding="utf-8")
         print(f"wrote {SCHEMA_PATH}")
-        if write_readme():
-            print("rewrote the scenario reference in README.md")
+        if write_reference():
+            print(f"rewrote {REFERENCE}")
         return 0
     if not argv:
         sys.stdout.write(schema_json())

@@ -2,7 +2,7 @@
 UPSTREAM_API §2.8, D7).
 
 The choices the SPEC leaves open (preview text, descendant order, export order and snapshots)
-are recorded in docs/decisions/session-api.md.
+are recorded in docs/decisions/0007-session-api.md.
 """
 
 from __future__ import annotations

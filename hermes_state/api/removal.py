@@ -2,7 +2,7 @@
 §2.8, D10).
 
 What "last activity" means for prune, what a clear keeps and which children a delete takes
-along are recorded in docs/decisions/session-api.md. The FTS tables are kept exact by the delete
+along are recorded in docs/decisions/0007-session-api.md. The FTS tables are kept exact by the delete
 triggers (SPEC §2.4); transcript files go too when a ``sessions_dir`` is given
 (:mod:`hermes_state.api.transcripts`).
 """

@@ -18,7 +18,7 @@ While an FTS rebuild is pending (``state_meta`` keys ``fts_rebuild_high_water`` 
 rows no index holds yet; those hits are ranked after the index hits.
 
 The decisions where SPEC §6 leaves room (trigram routing per term, substring semantics, ordering,
-filters, visibility, snippets, never raising) are recorded in docs/decisions/search.md.
+filters, visibility, snippets, never raising) are recorded in docs/decisions/0006-search.md.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Telegram DM topic mode: one forum topic per session in a private chat (UPSTREAM_API §2.9,
-§4.3; decision record docs/decisions/parity-upstream-api.md).
+§4.3; decision record docs/decisions/0015-parity-upstream-api.md).
 
 The two tables are opt-in, as upstream has them: a normal open never creates them;
 :meth:`TelegramMixin.apply_telegram_topic_migration` does (called by the enabling and binding

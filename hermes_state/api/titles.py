@@ -1,5 +1,8 @@
 """Titles and lineage numbering (SPEC §5, §7).
 
+The unique-title index and the repair of duplicate titles an open makes before creating it
+(SPEC §3) are schema work: :func:`hermes_state.schema.tables.ensure_title_index`.
+
 Decisions recorded here (the SPEC leaves them open):
 
 * **Hand-set vs automatic titles.** The schema has no column for it and schema changes are not

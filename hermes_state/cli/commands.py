@@ -456,7 +456,7 @@ def build_parser() -> argparse.ArgumentParser:
     bk.add_argument("--json", action="store_true", help=JSON_HELP)
     bk.set_defaults(fn=cmd_backup)
 
-    ses = sub.add_parser("sessions", help="list, show, search, export, prune, optimize, recover")
+    ses = sub.add_parser("sessions", help="list, show, search, export, import, archive, unarchive, prune, optimize, optimize-storage, recover, salvage, replay-spool")
     ss = _Subparsers(ses.add_subparsers(dest="sub", required=True), common)
     ls = ss.add_parser("list", help="sessions, newest first, with a preview")
     ls.add_argument("--source", help=SOURCE_HELP)

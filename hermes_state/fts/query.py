@@ -11,7 +11,7 @@ of :class:`Term` objects and operator strings; everything else renders that one 
   to a ``LIKE '%term%'`` scan (SPEC §6.3) and which :func:`positive_terms` walks for snippets.
 
 The decisions where SPEC §6.2 leaves room (order of work, term splitting, word characters,
-doubled operators, NEAR, prefix stars) are recorded in docs/decisions/search.md.
+doubled operators, NEAR, prefix stars) are recorded in docs/decisions/0006-search.md.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ never creates a store and never opens a writable connection, except ``--fix`` wh
 PASSIVE checkpoint of a large WAL or rebuild a corrupt FTS index, and only when no other process
 holds the store. It never deletes a WAL and never kills a process.
 
-Why doctor leaves the empty sidecars a ``mode=ro`` open creates: docs/decisions/doctor-and-holders.md.
+Why doctor leaves the empty sidecars a ``mode=ro`` open creates: docs/decisions/0003-doctor-and-holders.md.
 """
 
 from __future__ import annotations
@@ -82,8 +82,13 @@ class DoctorReport:
     def exit_code(self) -> int:
         return 1 if any(f.level == ISSUE for f in self.findings) else 0
 
-    def add(self, level: str, title: str, *detail: str) -> None:
-        self.findings.append(Finding(level, title, list(detail)))
+    def add(self, level: str, title: str, *detail: str, first: bool = False) -> None:
+        """Add a finding; ``first`` puts it at the top (what needs action before anything)."""
+        finding = Finding(level, title, list(detail))
+        if first:
+            self.findings.insert(0, finding)
+        else:
+            self.findings.append(finding)
 
     def resolve(self, title_prefix: str) -> None:
         """Mark the findings starting with ``title_prefix`` as fixed by ``--fix`` (level ok)."""
@@ -431,6 +436,13 @@ def _salvage_note(db: Path, capture: Path, report: DoctorReport) -> str:
     report.stats.setdefault("salvageable", []).append(
         {"capture": capture.name, "messages": plan.missing_messages,
          "sessions": len(plan.missing), "new_sessions": len(plan.new_sessions)})
+    # Conversations that exist only in a capture need action, before anything else (issue 26).
+    report.add(ISSUE, f"{plan.missing_messages} message(s) in {len(plan.missing)} session(s) "
+               f"exist only in the capture {capture.name}, not in the store",
+               "fix: with every process using the store stopped, preview them with "
+               f"`sessions salvage {capture}`, then bring them back with `--apply`; start the "
+               "gateway only after that (salvage refuses while a process holds the store)",
+               first=True)
     return (f"holds {plan.missing_messages} message(s) in {len(plan.missing)} session(s) that "
             f"the store lacks: bring them back with `sessions salvage {capture} --apply` after "
             "stopping every process using the store")

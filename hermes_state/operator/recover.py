@@ -17,7 +17,7 @@ index still records (a covering scan of an index of the table) give the number o
 ranges held.
 
 The choices the SPEC leaves open (report or raise, the rowid space, how the output is built and
-published, which ``state_meta`` keys are not copied) are recorded in docs/decisions/recover.md.
+published, which ``state_meta`` keys are not copied) are recorded in docs/decisions/0008-recover.md.
 Copying the source is :mod:`hermes_state.operator.recover_source`, reading its rows
 :mod:`hermes_state.operator.recover_scan`.
 """

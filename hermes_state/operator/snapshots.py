@@ -17,7 +17,7 @@ A snapshot is built in ``<name>.partial/`` and renamed into place when complete,
 leaves a directory that looks finished. ``<UTCSTAMP>`` gets ``-N`` on collision.
 
 Why a failed snapshot raises, what retention may delete, when a pre-update image is named
-``.bak``, why images are rollback-journal files and when restore refuses: docs/decisions/snapshots.md.
+``.bak``, why images are rollback-journal files and when restore refuses: docs/decisions/0009-snapshots.md.
 Image checks and the backup copy itself are :mod:`hermes_state.operator.snapshot_images`.
 """
 

@@ -4,7 +4,7 @@ On Linux the scan reads ``/proc/<pid>/fd`` links itself, because psutil hides un
 an unlinked ``-wal`` is exactly what we look for. A process whose descriptors cannot be read is
 reported in :attr:`HolderScan.unreadable` ("cannot prove the store is quiet"), never silently as
 "no holder" (fail closed). Processes of other users whose ``/proc`` entries are unreadable are
-skipped (docs/decisions/doctor-and-holders.md). On other platforms psutil ``open_files()`` is
+skipped (docs/decisions/0003-doctor-and-holders.md). On other platforms psutil ``open_files()`` is
 used (deleted files are invisible there: the scan says so in :attr:`HolderScan.platform_note`).
 
 Never opens a store file: it only reads links, ``stat``s ``/proc/<pid>/fd/<n>`` and reads

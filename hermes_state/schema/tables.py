@@ -263,6 +263,34 @@ def trigram_supported(conn: sqlite3.Connection) -> bool:
         return False
 
 
+def ensure_title_index(conn: sqlite3.Connection) -> int:
+    """Create ``idx_sessions_title_unique``; on duplicates repair first (SPEC §3).
+
+    The newest row of each duplicated title (by ``started_at``, then rowid) keeps it, the older
+    ones get NULL; the number cleared is logged. Never raises for duplicates.
+
+    Returns:
+        Titles cleared (0 when the index existed or was created directly).
+    """
+    if _exists(conn, "idx_sessions_title_unique"):
+        return 0
+    try:
+        conn.execute(TITLE_INDEX_SQL)
+        return 0
+    except sqlite3.IntegrityError:
+        pass
+    cur = conn.execute(
+        """UPDATE sessions SET title = NULL WHERE title IS NOT NULL AND rowid NOT IN (
+               SELECT rowid FROM (SELECT rowid, ROW_NUMBER() OVER (
+                   PARTITION BY title ORDER BY started_at DESC, rowid DESC) AS rn
+               FROM sessions WHERE title IS NOT NULL) WHERE rn = 1)""")
+    cleared = max(cur.rowcount, 0)
+    log.warning("cleared %d duplicate session title(s) (the newest session keeps each title) "
+                "to create the unique title index", cleared)
+    conn.execute(TITLE_INDEX_SQL)
+    return cleared
+
+
 def create_tables(conn: sqlite3.Connection) -> None:
     """Run the ``CREATE ... IF NOT EXISTS`` of every non-FTS table and index of v23 (SPEC §2).
 
@@ -270,7 +298,7 @@ def create_tables(conn: sqlite3.Connection) -> None:
     :func:`reconcile_columns`' job, SPEC §3). Must be called inside a write transaction
     (``executescript`` would commit the caller's transaction, so statements go one by one).
     The unique-title index is not here: creating it can fail on duplicates (SPEC §3), see
-    :func:`hermes_state.store.migrations.ensure_title_index`.
+    :func:`ensure_title_index`.
     """
     for stmt in _split(TABLES_SQL):
         m = _INDEX_RE.match(stmt)

@@ -27,7 +27,7 @@ alone (triggers that cannot fire here are dropped, :mod:`hermes_state.schema.sha
 open has anything to do at all is :func:`hermes_state.schema.shape.pending_work`.
 
 What each data step does (v4, v11, v16, v18, v20, v22, v23) and why a big store's FTS re-index
-is deferred to a background back-fill: docs/decisions/migrations.md.
+is deferred to a background back-fill: docs/decisions/0004-migrations.md.
 """
 
 from __future__ import annotations
@@ -53,10 +53,10 @@ from ..schema.fts_layout import OPTIMIZE_KEY, assess
 from ..schema.history import USAGE_V22, infer_version
 from ..schema.tables import (
     SCHEMA_VERSION,
-    TITLE_INDEX_SQL,
     create_fts,
     create_schema,
     create_tables,
+    ensure_title_index,
     reconcile_columns,
 )
 
@@ -132,34 +132,6 @@ def _set_version(conn: sqlite3.Connection, version: int) -> None:
         return
     conn.execute("DELETE FROM schema_version")
     conn.execute("INSERT INTO schema_version(version) VALUES (?)", (version,))
-
-
-def ensure_title_index(conn: sqlite3.Connection) -> int:
-    """Create ``idx_sessions_title_unique``; on duplicates repair first (SPEC §3).
-
-    The newest row of each duplicated title (by ``started_at``, then rowid) keeps it, the older
-    ones get NULL; the number cleared is logged. Never raises for duplicates.
-
-    Returns:
-        Titles cleared (0 when the index existed or was created directly).
-    """
-    if _exists(conn, "idx_sessions_title_unique"):
-        return 0
-    try:
-        conn.execute(TITLE_INDEX_SQL)
-        return 0
-    except sqlite3.IntegrityError:
-        pass
-    cur = conn.execute(
-        """UPDATE sessions SET title = NULL WHERE title IS NOT NULL AND rowid NOT IN (
-               SELECT rowid FROM (SELECT rowid, ROW_NUMBER() OVER (
-                   PARTITION BY title ORDER BY started_at DESC, rowid DESC) AS rn
-               FROM sessions WHERE title IS NOT NULL) WHERE rn = 1)""")
-    cleared = max(cur.rowcount, 0)
-    log.warning("cleared %d duplicate session title(s) (the newest session keeps each title) "
-                "to create the unique title index", cleared)
-    conn.execute(TITLE_INDEX_SQL)
-    return cleared
 
 
 def _stamp_generation(conn: sqlite3.Connection, newer: bool = False) -> None:
