@@ -30,6 +30,7 @@ from . import (
     bench_peer,
     bench_search,
     bench_suite,
+    bench_upstream,
     bigstore,
 )
 
@@ -400,6 +401,43 @@ def row_faultyfs(sz: Sizes, cache: Path) -> list[dict]:
 
 
 #: ``--only`` name -> (group, function); rows of one group are measured together.
+#: ``python -m benchmarks`` rows against upstream 0.19.0's own SessionDB (issue 23 item 5):
+#: (row id, figure key, what, unit, higher is better).
+UPSTREAM_ROWS = (
+    ("upstream-append", "append_same", "append_message, synchronous=NORMAL on both", "msg/s",
+     True),
+    ("upstream-append-default", "append_default", "append_message, each side's default "
+     "synchronous (ours NORMAL, upstream SQLite's FULL)", "msg/s", True),
+    ("upstream-writers4", "writers4", "4 writer processes appending, NORMAL", "msg/s", True),
+    ("upstream-writers8", "writers8", "8 writer processes appending, NORMAL", "msg/s", True),
+    ("upstream-search", "search", "search_messages (a word in every message)", "s", False),
+    ("upstream-get", "get_messages", "get_messages of one session", "s", False),
+    ("upstream-list", "list_sessions_rich", "list_sessions_rich(limit=50), 200 sessions", "s",
+     False),
+    ("upstream-open", "open", "SessionDB() of a settled store", "s", False),
+)
+
+
+def row_upstream(sz: Sizes, cache: Path) -> list[dict]:
+    """Ours beside upstream 0.19.0 on the same work (SKIPPED rows when it is not cached)."""
+    from hermes_state.testing import upstream_release as ur
+
+    try:
+        res = bench_upstream.measure(sz.peer_n, sz.per_writer, 1)
+    except ur.NotCached as exc:
+        nan = float("nan")
+        return [row(rid, what, f"upstream {ur.BASELINE}", unit, [nan], [nan], nan,
+                    "none (info)", None, skipped=str(exc))
+                for rid, _key, what, unit, _hi in UPSTREAM_ROWS]
+    out = []
+    for rid, key, what, unit, _higher in UPSTREAM_ROWS:
+        ours, up = res[f"{key}_ours"], res[f"{key}_up"]
+        out.append(row(rid, what, f"upstream {ur.BASELINE} SessionDB, same work", unit, ours,
+                       up, _med(ours) / _med(up), "none (info)", None,
+                       n=sz.peer_n, per_writer=sz.per_writer))
+    return out
+
+
 ROWS = {
     "append": ("append", row_append),
     "writers8": ("contention", row_contention), "writers8-p99": ("contention", row_contention),
@@ -412,6 +450,7 @@ ROWS = {
     "chaos": ("chaos", row_chaos), "gate": ("suites", row_suites),
     "pytest": ("suites", row_suites), "peer": ("peer", row_peer),
     "faultyfs": ("faultyfs", row_faultyfs),
+    **{rid: ("upstream", row_upstream) for rid, *_ in UPSTREAM_ROWS},
 }
 
 

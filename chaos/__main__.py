@@ -1,4 +1,5 @@
-"""``python -m chaos``: run, validate, list, report, replay, watch, gate, shrink, audit (SPEC §16.5).
+"""``python -m chaos``: run, validate, list, report, replay, watch, gate, shrink, audit, upstream
+(SPEC §16.5; ``upstream fetch VERSION``: issue 23).
 
 Exit codes: 0 every checker passed, 1 a checker failed (or was INCONCLUSIVE), 2 invalid
 scenario (nothing ran), 3 the toolkit itself failed, 4 SKIPPED: every checker of the run was
@@ -18,6 +19,8 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
+
+from hermes_state.testing import upstream_release as ur
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_SCENARIO, EXIT_TOOLKIT, EXIT_SKIPPED = 0, 1, 2, 3, 4
 #: The exit codes, as ``--help`` shows them (SPEC §16.5).
@@ -61,10 +64,73 @@ def build_parser() -> argparse.ArgumentParser:
     from . import audit, cli_report, gate, shrink
 
     cli_report.add_parsers(sub)  # report, replay, watch
+    _add_upstream(sub)
     gate.add_subcommand(sub)
     audit.add_subcommand(sub)
     shrink.add_subcommand(sub)
+    _add_repro(sub)
     return p
+
+
+# ``upstream fetch VERSION...`` / ``upstream list``: the release cache (issue 23): a release is
+# fetched once (pip, the package registry; hermes_state.testing.upstream_release.fetch), then
+# the upstream role kind, the older_release_opens checker and the benchmarks run it offline.
+def _add_upstream(sub) -> None:
+    """Register ``upstream fetch`` and ``upstream list`` on the ``python -m chaos`` parser."""
+    p = sub.add_parser("upstream", help="fetch real upstream releases into the cache (issue 23)")
+    cmds = p.add_subparsers(dest="upstream_cmd", required=True)
+    fetch = cmds.add_parser("fetch", help="fetch releases once (pip) into the cache")
+    fetch.add_argument("versions", nargs="+", type=_version,
+                       help=f"upstream release numbers, e.g. {ur.BASELINE} {ur.NEWER}")
+    fetch.add_argument("--json", action="store_true", help="one JSON array of release.json")
+    lst = cmds.add_parser("list", help="the cached releases")
+    lst.add_argument("--json", action="store_true", help="one JSON object: cache, releases")
+
+
+def _version(text: str) -> str:
+    try:
+        return ur.check_version(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def cmd_upstream(args, err) -> int:
+    """Run ``upstream fetch|list``; 0 on success, 3 when a fetch failed (with the reason)."""
+    if args.upstream_cmd == "list":
+        root = ur.cache_root()
+        found = sorted(p.name for p in root.iterdir() if (p / "release.json").is_file()) \
+            if root.is_dir() else []
+        if args.json:
+            print(json.dumps({"cache": str(root), "releases": [ur.cached(v) for v in found]}))
+            return 0
+        print(f"cache: {root}")
+        for v in found:
+            info = ur.cached(v) or {}
+            print(f"  {v:10} schema {info.get('schema_version')}  "
+                  f"{info.get('distribution')}=={info.get('distribution_version')}")
+        if not found:
+            print(f"  (none: python -m chaos upstream fetch {ur.BASELINE} {ur.NEWER})")
+        return 0
+    code, done = 0, []
+    say = (lambda text: err.print(text, highlight=False)) if args.json else print
+    for version in args.versions:
+        try:
+            done.append(ur.fetch(version, say=say))
+        except (RuntimeError, OSError) as exc:
+            err.print(f"[red]upstream {version}: {exc}[/]", highlight=False)
+            code = 3
+    if args.json:
+        print(json.dumps(done))
+    return code
+def _add_repro(sub) -> None:
+    """``repro BUNDLE [-o FILE]``: declared here so that the parser does not import the repro
+    driver (it is imported when the command runs)."""
+    p = sub.add_parser("repro", help="turn a user's bundle (hermes-state doctor --bundle) into "
+                       "a scenario that reproduces its lockup; exit 5 when the bundle shows a "
+                       "state the toolkit cannot reproduce yet")
+    p.add_argument("bundle", type=Path, help="the bundle file")
+    p.add_argument("-o", "--output", type=Path, default=None,
+                   help="write the scenario here (default: stdout)")
 
 
 def _load_all(files: list[Path], err: Console):
@@ -155,10 +221,16 @@ def main(argv: list[str] | None = None) -> int:
             from .gate import cmd_gate
 
             return cmd_gate(args, _load_all, err)
+        if args.cmd == "upstream":
+            return cmd_upstream(args, err)
         if args.cmd == "shrink":
             from .shrink import cmd_shrink
 
             return cmd_shrink(args, err)
+        if args.cmd == "repro":
+            from .repro import cmd_repro
+
+            return cmd_repro(args, err)
         if args.cmd == "list":
             from .scenario import ScenarioError, load_scenario
 

@@ -181,6 +181,17 @@ def preflight(scenario: Scenario, run_dir: Path) -> None:
     Schedule(scenario.nemesis).due(0.0, Counts())
 
 
+def upstream_missing(scenario: Scenario) -> str | None:
+    """Why the run cannot start its ``upstream`` roles (a release not in the cache, with the
+    command that fetches it), or None (issue 23: no network at run time)."""
+    from hermes_state.testing import upstream_release
+
+    for spec in scenario.roles:
+        if spec.upstream is not None and upstream_release.cached(spec.upstream.version) is None:
+            return str(upstream_release.NotCached(spec.upstream.version))
+    return None
+
+
 @dataclass
 class RunResult:
     """Outcome of one run: where it was written, the verdicts and the process exit code."""
@@ -289,6 +300,7 @@ class Runner:
             "undumpable": spec.undumpable, "ptrace_cap": spec.ptrace_cap,
             # the longest a launched process waits for its clock (or a discard) once ready
             "start_guard_s": self.sc.duration + READY_GUARD_S + STOP_GRACE_S,
+            "upstream": as_dict(spec.upstream) if spec.upstream is not None else None,
         }
         fn = self.functions.get(spec.name)
         if fn is None:
@@ -457,6 +469,9 @@ class Runner:
         self._say_exposure(self.wal_reset())
         self.console.print(f"run directory {self.run_dir}", soft_wrap=True, highlight=False,
                            markup=False)
+        missing = upstream_missing(self.sc)
+        if missing:
+            return self._skipped(missing)
         try:
             store_details = self._prepare_store()
         except fixtures.TmpfsUnavailable as exc:

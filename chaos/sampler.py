@@ -38,7 +38,7 @@ The machine's load (issue 27 item 5): :func:`measure` spins this thread for 80 m
 records wall/CPU time (1 on an idle core, about the runnable processes per core when loaded); the
 runner writes one before its clock and one after the roles stopped as ``load`` records, and the
 checkers whose bounds are about the machine scale them by :func:`chaos.history.history_load_factor`
-(``docs/decisions/0018-honest-verdicts.md``).
+(``docs/decisions/0020-honest-verdicts.md``).
 
 Linux only (``/proc``); elsewhere the sampler records nothing and says so once in a ``sample``
 record with ``unavailable`` set. The sampler never opens a store file: it reads links, ``stat``s

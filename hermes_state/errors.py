@@ -166,6 +166,12 @@ class WriteContentionError(HermesStateError, sqlite3.OperationalError):
         super().__init__(user_message, operator_detail)
 
 
+class OpenContentionError(WriteContentionError):
+    """A writable open gave up: another process kept the store locked through the open's
+    retries (its pragmas, or the reads that decide what the open has to do; issue 23). Names
+    the lock owner and the holders like :class:`WriteContentionError`; nothing was changed."""
+
+
 class StorePermissionError(HermesStateError, PermissionError):
     """A store file or its directory cannot be written (SPEC §4): names the path and the fix."""
 

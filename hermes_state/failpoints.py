@@ -42,6 +42,10 @@ FILE_ENV_VAR = "HERMES_STATE_FAILPOINTS_FILE"
 #: Every failpoint name and where it sits. Patterns with ``<N>`` match a schema version.
 NAMES: dict[str, str] = {
     "open.before_connect": "SessionDB open: after the stale-generation scan, before sqlite3.connect",
+    "open.journal_probed": "SessionDB open: PRAGMA journal_mode read, the stored schema "
+                           "version (which decides whether the mode is kept) not yet read",
+    "open.before_shape": "SessionDB open: pragmas set, what the open still has to do "
+                         "(pending_work) not yet read",
     "open.after_schema": "SessionDB open: schema created/migrated, identities not yet recorded",
     "write.before_lock": "write path: BEGIN IMMEDIATE succeeded, the checkpoint lock not yet "
                          "tried (issue 12)",
@@ -65,6 +69,10 @@ NAMES: dict[str, str] = {
                               "directory (and the output's .partial made), nothing inspected",
     "cmd.export.before_publish": "sessions export -o FILE: everything written to FILE.partial, "
                                  "not yet renamed onto FILE",
+    "cmd.maintenance.locked": "a gated maintenance command (optimize, optimize-storage, prune, "
+                              "salvage, ...) holds the store's write lock and was allowed to "
+                              "run, its action not yet begun (issue 25: a maintenance beside a "
+                              "writer, held as long as a sleep says)",
 }
 
 _ERROR_CODES = {"ioerr": 10, "busy": 5, "locked": 6, "full": 13, "corrupt": 11}

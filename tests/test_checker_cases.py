@@ -369,7 +369,7 @@ def test_lock_error_cases_skip_adversaries_and_justified_waits():
 # ------------------------------------------------------------------------------ write_exclusion
 def test_write_exclusion_finds_a_transaction_begun_inside_another():
     """Deferred BEGIN: gateway-1's transaction started while gateway-0 held the write lock."""
-    from chaos.checkers import write_exclusion as we
+    from chaos.checkers import isolation as we
 
     def write(t0, t1, process):
         return rec(t1 + 0.001, "event", process, event="write", t_begin=t0, t_precommit=t1,
@@ -378,17 +378,17 @@ def test_write_exclusion_finds_a_transaction_begun_inside_another():
     h = [write(1.0, 1.5, "gateway-0"), write(1.2, 1.8, "gateway-1"), write(2.0, 2.1, "gateway-0"),
          write(2.2, 2.3, "gateway-1"), rec(3, "invoke", op="append", op_id="gateway-0:9")]
     assert len(h) == 5
-    (case,) = we.overlap_cases(we.locked_intervals(h))
+    (case,) = we.write_overlap_cases(we.locked_intervals(h))
     assert (case["first"]["process"], case["second"]["process"]) == ("gateway-0", "gateway-1")
     assert case["overlap_s"] == 0.3
     # the same history with gateway-1 beginning after gateway-0's COMMIT: no case
     h[1] = write(1.6, 1.8, "gateway-1")
-    assert we.overlap_cases(we.locked_intervals(h)) == []
+    assert we.write_overlap_cases(we.locked_intervals(h)) == []
     h[1] = write(1.2, 1.8, "gateway-1")
-    assert we.check(_ctx(h), {}).status == FAIL
+    assert we.check_writes(_ctx(h), {}).status == FAIL
     h[1] = write(1.6, 1.8, "gateway-1")
-    assert we.check(_ctx(h), {}).status == PASS
-    assert we.check(_ctx([write(1.0, 1.5, "gateway-0")]), {}).status == INCONCLUSIVE
+    assert we.check_writes(_ctx(h), {}).status == PASS
+    assert we.check_writes(_ctx([write(1.0, 1.5, "gateway-0")]), {}).status == INCONCLUSIVE
 
 
 def _ctx(history):

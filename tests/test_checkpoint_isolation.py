@@ -10,7 +10,7 @@ from collections import Counter
 from pathlib import Path
 
 from chaos.checkers import CHECKERS
-from chaos.checkers import checkpoint_isolation as ci
+from chaos.checkers import isolation as ci
 from chaos.checkers import no_lost_writes as nlw
 from chaos.checkers.base import FAIL, INCONCLUSIVE, PASS, CheckContext
 
@@ -43,9 +43,9 @@ def ctx(tmp_path: Path, h: list[dict]) -> CheckContext:
 def test_a_write_committed_inside_a_checkpoint_is_an_overlap(tmp_path):
     h = history(2.5, 2.6)  # what the lock forbids: begun and committed mid-checkpoint
     assert len(h) == 5
-    (case,) = ci.overlap_cases(ci.write_intervals(h), ci.checkpoint_intervals(h))
+    (case,) = ci.checkpoint_overlap_cases(ci.write_intervals(h), ci.checkpoint_intervals(h))
     assert case["overlap_s"] == 0.1 and "gateway-1 committed" in case["why"]
-    v = CHECKERS[ci.NAME](ctx(tmp_path, h), {})
+    v = CHECKERS[ci.CHECKPOINT_NAME](ctx(tmp_path, h), {})
     assert v.status == FAIL and v.figures["violations"] == {"overlap": 1}
     assert v.evidence[0]["checkpoint"]["process"] == "gateway-0"
 
@@ -53,13 +53,13 @@ def test_a_write_committed_inside_a_checkpoint_is_an_overlap(tmp_path):
 def test_a_write_straddling_either_end_overlaps_too(tmp_path):
     for begin, commit in ((1.9, 2.1), (2.9, 3.1), (1.0, 4.0)):
         h = history(begin, commit)
-        assert len(ci.overlap_cases(ci.write_intervals(h), ci.checkpoint_intervals(h))) == 1
+        assert len(ci.checkpoint_overlap_cases(ci.write_intervals(h), ci.checkpoint_intervals(h))) == 1
 
 
 def test_the_same_write_after_the_checkpoint_passes(tmp_path):
     h = history(3.0, 3.1)  # waited for the lock: begins when the checkpoint ends
-    assert ci.overlap_cases(ci.write_intervals(h), ci.checkpoint_intervals(h)) == []
-    v = CHECKERS[ci.NAME](ctx(tmp_path, h), {})
+    assert ci.checkpoint_overlap_cases(ci.write_intervals(h), ci.checkpoint_intervals(h)) == []
+    v = CHECKERS[ci.CHECKPOINT_NAME](ctx(tmp_path, h), {})
     assert v.status == PASS, v.to_dict()
     assert v.figures["contended"] == 1 and v.figures["write_locks"] == {"shared": 1}
     assert v.figures["exclusive_holders"] == {"gateway-0 (stopped)": 1}
@@ -67,9 +67,9 @@ def test_the_same_write_after_the_checkpoint_passes(tmp_path):
 
 def test_no_writer_beside_any_checkpoint_is_inconclusive(tmp_path):
     h = [r for r in history(3.0, 3.1) if r["type"] not in ("invoke", "ok")]
-    v = CHECKERS[ci.NAME](ctx(tmp_path, h), {})
+    v = CHECKERS[ci.CHECKPOINT_NAME](ctx(tmp_path, h), {})
     assert v.status == INCONCLUSIVE and v.figures["contended"] == 0
-    assert CHECKERS[ci.NAME](ctx(tmp_path, h), {"min_contended": 0}).status == PASS
+    assert CHECKERS[ci.CHECKPOINT_NAME](ctx(tmp_path, h), {"min_contended": 0}).status == PASS
 
 
 def test_skipped_checkpoints_have_no_interval():

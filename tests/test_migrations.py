@@ -205,6 +205,64 @@ def test_v18_fills_nulls_only(tmp_path):
         assert db.get_session("no-such-session") is None
 
 
+def test_v18_fills_the_routing_columns_as_upstream_so_the_gateway_finds_its_session(tmp_path):
+    """Issue 23.2 (UPSTREAM_API.md §4.1 row 18): besides display_name, origin_json and
+    expiry_finalized, v18 fills session_key (the entry's, else its key in the file), chat_id
+    and thread_id (from origin) and chat_type, NULLs only; a migrated gateway session is then
+    found by its session key instead of the gateway starting a new one for the same chat."""
+    m = h.build_fixture(tmp_path / "state.db", 16, write_sessions_json=False)
+    tg, dc, dc2 = m["gateway_sessions"]  # telegram live, discord compression-ended, discord live
+    data = {
+        "agent:main:telegram:dm:42": {  # upstream's shape: the key is the session key
+            "session_id": tg, "chat_type": "dm", "display_name": "Alice",
+            "origin": {"platform": "telegram", "chat_id": 42, "chat_type": "dm",
+                       "user_id": "u1", "thread_id": None}, "memory_flushed": True},
+        "agent:main:discord:group:7:t9": {
+            "session_id": dc2, "session_key": "agent:main:discord:group:7:t9",
+            "chat_type": "group", "origin": {"platform": "discord", "chat_id": "7",
+                                              "thread_id": "t9"}},
+        "_meta": {"session_id": dc, "session_key": "never-used"},  # upstream skips "_" keys
+    }
+    path = h.sessions_json_path(m["path"])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data), encoding="utf-8")
+    with SessionDB(m["path"]) as db:
+        row = db.get_session(tg)
+        assert (row["session_key"], row["chat_id"], row["chat_type"], row["thread_id"]) == (
+            "agent:main:telegram:dm:42", "42", "dm", None)
+        assert row["display_name"] == "Alice" and row["expiry_finalized"] == 1
+        assert json.loads(row["origin_json"])["user_id"] == "u1"
+        row = db.get_session(dc2)
+        assert (row["session_key"], row["chat_id"], row["chat_type"], row["thread_id"]) == (
+            "agent:main:discord:group:7:t9", "7", "group", "t9")
+        assert db.get_session(dc)["session_key"] is None
+        found = db.find_latest_gateway_session_for_peer(
+            source="telegram", session_key="agent:main:telegram:dm:42")
+        assert found is not None and found["id"] == tg
+        assert db.find_session_by_origin(platform="discord", chat_id="7", thread_id="t9") == dc2
+        keys = {r["session_key"] for r in db.list_gateway_sessions()}
+        assert {"agent:main:telegram:dm:42", "agent:main:discord:group:7:t9"} <= keys
+
+
+def test_v18_never_replaces_routing_columns_already_set(tmp_path):
+    m = h.build_fixture(tmp_path / "state.db", 17, write_sessions_json=False)
+    sid = m["gateway_sessions"][0]
+    conn = raw(m["path"])
+    before = conn.execute("SELECT session_key, chat_id, chat_type, thread_id FROM sessions "
+                          "WHERE id = ?", (sid,)).fetchone()
+    conn.close()
+    assert before[0] is not None
+    path = h.sessions_json_path(m["path"])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"other:key": {
+        "session_id": sid, "chat_type": "group",
+        "origin": {"chat_id": "999", "thread_id": "x"}}}), encoding="utf-8")
+    with SessionDB(m["path"]) as db:
+        row = db.get_session(sid)
+        assert (row["session_key"], row["chat_id"], row["chat_type"]) == tuple(before[:3])
+        assert row["thread_id"] == (before[3] if before[3] is not None else "x")
+
+
 def test_v22_rebuild_keeps_every_usage_row_with_task_in_the_key(tmp_path):
     m = h.build_fixture(tmp_path / "state.db", 21)
     SessionDB(m["path"]).close()

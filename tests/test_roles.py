@@ -338,7 +338,8 @@ def test_scenario_run_step_needs_a_command_and_resolves_defaults():
     assert [p.field for p in problems] == ["nemesis[0].force"]
     s = sc.load_scenario_text(base % ", command: optimize, force: true, timeout: 30s")
     assert as_dict(s.nemesis[0].params) == {"command": "optimize", "force": True,
-                                            "dry_run": False, "args": [], "timeout": 30.0}
+                                            "dry_run": False, "args": [], "timeout": 30.0,
+                                            "failpoints": ""}
 
 
 def test_command_records_keep_the_writer_pid(tmp_path, live_gateway):

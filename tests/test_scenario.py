@@ -267,7 +267,7 @@ def test_unknown_role_key(tmp_path):
     assert p.line == line_of(text, "workloads:")
     assert p.message.startswith(
         "unknown key 'workloads' (allowed: name, kind, count, start_at, stop_at, workload, "
-        "failpoints, undumpable, ptrace_cap)"
+        "failpoints, undumpable, upstream, ptrace_cap)"
     )
     assert "did you mean 'workload'" in p.message
 

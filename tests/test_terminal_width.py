@@ -159,6 +159,7 @@ def _leaves(parser: argparse.ArgumentParser, prog: str):
 NO_TABLE = {"hermes-state sessions export": "--format json|jsonl|md",
             "hermes-state sessions recover": "its report is JSON",
             "python -m chaos shrink": "writes a scenario file",
+            "python -m chaos repro": "writes a scenario file (YAML, to stdout or -o FILE)",
             "python -m chaos matrix": "parsed by chaos.matrix (checked below)"}
 
 

@@ -20,12 +20,12 @@ from typing import Callable
 
 from . import (
     checkpoint_cadence,
-    checkpoint_isolation,
-    sticky_refusal,
     durability,
     error_taxonomy,
     fixture_preserved,
+    fleet,
     integrity,
+    isolation,
     latency,
     liveness_after_heal,
     maintenance_refusal,
@@ -38,10 +38,19 @@ from . import (
     single_wal_generation,
     snapshot_complete,
     stale_wal_refusal,
-    write_exclusion,
+    sticky_refusal,
+    wal_growth,
 )
-from .base import FAIL, INCONCLUSIVE, PASS, SKIPPED, CheckContext, Verdict, params_of, \
-    stamp_evidence
+from .base import (
+    FAIL,
+    INCONCLUSIVE,
+    PASS,
+    SKIPPED,
+    CheckContext,
+    Verdict,
+    params_of,
+    stamp_evidence,
+)
 
 
 @dataclass(frozen=True)
@@ -73,8 +82,10 @@ CHECKERS: dict[str, Checker] = {m.NAME: Checker(m.NAME, m.Params, m.check,
     no_lost_writes, stale_wal_refusal, integrity, retry_jitter, checkpoint_cadence, recovery,
     maintenance_refusal, no_lockup, latency, single_wal_generation, liveness_after_heal,
     error_taxonomy, fixture_preserved, durability,
-    checkpoint_isolation, write_exclusion, prune_respects_turns, snapshot_complete,
-    sticky_refusal, quarantine_evidence)}
+    isolation.CHECKPOINT_ISOLATION, isolation.WRITE_EXCLUSION, prune_respects_turns,
+    snapshot_complete,
+    sticky_refusal, quarantine_evidence, wal_growth, fleet.FTS_EXACT,
+    fleet.OLDER_RELEASE_OPENS)}
 
 
 #: The checkers whose FAIL may be the machine's load, not the store (see :class:`Checker`).

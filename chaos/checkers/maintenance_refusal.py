@@ -170,13 +170,17 @@ def collect(history: list[dict], role: str | None) -> list[Command]:
     return out
 
 
-def _live_writers(cmd: Command, samples: Samples, ops) -> tuple[dict[str, int], str]:
-    """``({process: pid}, how)`` of the role processes holding the store across ``cmd``."""
+def _live_writers(cmd: Command, samples: Samples, ops,
+                  kinds: dict | None = None) -> tuple[dict[str, int], str]:
+    """``({process: pid}, how)`` of the role processes holding the store across ``cmd``; an
+    ``upstream`` role holds it through its child (the release's own process, issue 23)."""
     before, after = samples.at_or_before(cmd.t0), samples.at_or_after(cmd.t1)
     if before is not None and after is not None:
         def holders(sample):
             return {p["process"]: p["pid"] for p in sample.get("procs") or []
-                    if p.get("parent") is None and holding(p) and p["process"] != cmd.process}
+                    if (p.get("parent") is None
+                        or (kinds or {}).get(role_of(p["process"])) == "upstream")
+                    and holding(p) and p["process"] != cmd.process}
         a, b = holders(before), holders(after)
         # A process seen holding after the command that had opened the store before it began
         # held it across the command, although the last sample before it (up to one sampler
@@ -254,7 +258,7 @@ def check(ctx: CheckContext, params: dict) -> Verdict:
         if cmd.force:
             fig["forced"] += 1
             continue
-        live, how = _live_writers(cmd, samples, ops)
+        live, how = _live_writers(cmd, samples, ops, kinds)
         row["live_writers"] = live
         row["live_writers_from"] = how
         rewritten = _rewritten(cmd, samples, ops, hist)

@@ -116,6 +116,10 @@ class CommandParams:
                             "a path they name must stay inside the run directory.")
     timeout: Duration = param(60, "The command is killed after this long (the runner records "
                               "the exit as null).")
+    failpoints: str = param("", "HERMES_STATE_FAILPOINTS of the command process, e.g. "
+                            "`cmd.maintenance.locked=sleep(3000)`: a gated command that holds "
+                            "the store's write lock 3 s (a slow maintenance beside a writer); "
+                            "empty: none.")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -228,11 +232,12 @@ def _excerpt(text: str) -> str:
 
 def run_command(command: str, home: str | os.PathLike, db_path: str | os.PathLike, *,
                 force: bool = False, dry_run: bool = False, args: list[str] | None = None,
-                timeout: float = DEFAULT_TIMEOUT_S) -> CommandResult:
+                timeout: float = DEFAULT_TIMEOUT_S, failpoint_spec: str = "") -> CommandResult:
     """Run one maintenance command in a child process and wait for it.
 
     The child gets the caller's environment without ``HERMES_STATE_FAILPOINTS`` (a role's
-    failpoints are its own) and a new session (a SIGINT meant for the runner does not reach it).
+    failpoints are its own; ``failpoint_spec`` gives the command its own) and a new session (a
+    SIGINT meant for the runner does not reach it).
     Past ``timeout`` seconds it is SIGKILLed and the result says ``timed_out``.
 
     Args:
@@ -247,6 +252,9 @@ def run_command(command: str, home: str | os.PathLike, db_path: str | os.PathLik
     """
     argv = command_argv(command, home, db_path, force=force, dry_run=dry_run, args=args)
     env = {k: v for k, v in os.environ.items() if k != failpoints.ENV_VAR}
+    if failpoint_spec:
+        failpoints.parse(failpoint_spec)  # ValueError: a bad spec runs nothing
+        env[failpoints.ENV_VAR] = failpoint_spec
     start = time.monotonic()
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=env, cwd=str(Path(home)), start_new_session=True,
@@ -279,7 +287,8 @@ def run(env: NemesisEnv, params: RunParams) -> dict:
     try:
         result = run_command(params.command, env.db_path.parent, env.db_path,
                              force=params.force, dry_run=params.dry_run,
-                             args=list(params.args or []), timeout=params.timeout)
+                             args=list(params.args or []), timeout=params.timeout,
+                             failpoint_spec=params.failpoints)
     except (ValueError, OSError, KeyError) as exc:
         raise NemesisError(f"run {params.command!r}: {exc}") from exc
     return result.fields()

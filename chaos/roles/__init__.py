@@ -20,7 +20,7 @@ from hermes_state import events, failpoints
 from ..nemesis.files import install_foreign_open_close
 from ..params import build
 from . import (cli, foreign_writer, gateway, lock_holder, long_reader, maintenance, procfs,
-               python_callable, worktree)
+               python_callable, upstream, worktree)
 from .base import RoleConfig, RoleContext
 from .gate import GATE_LOST_EXIT, GateLost, wait_for_start
 
@@ -50,7 +50,7 @@ ROLES: dict[str, Role] = {m.KIND: Role(m.KIND, m.Params, m.run, m.SUMMARY,
                                         getattr(m, "ADVERSARY", False),
                                         getattr(m, "WRITER", not getattr(m, "ADVERSARY", False)))
                           for m in (gateway, cli, lock_holder, worktree, maintenance, long_reader,
-                                    python_callable, foreign_writer)}
+                                    python_callable, foreign_writer, upstream)}
 KINDS: dict[str, Callable[[RoleContext], None]] = {k: r.run for k, r in ROLES.items()}
 ADVERSARY_KINDS = frozenset(k for k, r in ROLES.items() if r.adversary)
 NOT_WRITER_KINDS = frozenset(k for k, r in ROLES.items() if not r.writer)

@@ -53,6 +53,7 @@ class RoleConfig:
             checker.
         undumpable: the process makes itself not dumpable before its workload starts.
         ptrace_cap: False: the process drops CAP_SYS_PTRACE from its bounding set first.
+        upstream: ``{"version"}`` of an ``upstream`` role (the release it runs), else None.
     """
 
     role: str
@@ -71,6 +72,7 @@ class RoleConfig:
     synchronous: str = "NORMAL"
     undumpable: bool = False
     ptrace_cap: bool = True
+    upstream: dict | None = None
 
 
 class RoleContext:

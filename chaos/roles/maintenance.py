@@ -55,20 +55,21 @@ def run(ctx: RoleContext) -> None:
             break
         started = time.monotonic()
         run_once(ctx, command, force=w.force, dry_run=w.dry_run, args=list(w.args),
-                 timeout=w.timeout)
+                 timeout=w.timeout, failpoint_spec=w.failpoints)
         if every > 0:
             ctx.sleep(every - (time.monotonic() - started))
 
 
 def run_once(ctx: RoleContext, command: str, *, force: bool, dry_run: bool, args: list[str],
-             timeout: float) -> None:
+             timeout: float, failpoint_spec: str = "") -> None:
     """Run ``command`` once and record ``invoke`` then ``ok``/``fail``/``info`` (op ``run``)."""
     op_id = ctx.history.next_op_id()
     fields = {"command": command, "force": force, "dry_run": dry_run, "args": args}
     ctx.history.record("invoke", op="run", op_id=op_id, **fields)
     try:
         result = run_command(command, ctx.cfg.home, ctx.cfg.db_path, force=force,
-                             dry_run=dry_run, args=args, timeout=timeout)
+                             dry_run=dry_run, args=args, timeout=timeout,
+                             failpoint_spec=failpoint_spec)
     except (ValueError, OSError) as exc:
         ctx.history.record("fail", op="run", op_id=op_id, error=type(exc).__name__,
                            message=str(exc)[:800], **fields)

@@ -20,6 +20,7 @@ from ..nemesis import FAULTS
 from ..params import as_dict, parse_duration
 from ..params import build as build_params
 from ..roles import ROLES
+from ..roles.upstream import Release
 from .loading import line_of
 from .schema import AFTER_OUTCOMES, SCHEMA
 
@@ -41,6 +42,8 @@ class RoleSpec:
             a same-user process without CAP_SYS_PTRACE).
         ptrace_cap: False: the instances drop CAP_SYS_PTRACE from their bounding set (the
             commands they run see ``/proc`` like an ordinary user).
+        upstream: the release an ``upstream`` role runs
+            (:class:`chaos.roles.upstream.Release`), else None.
     """
 
     name: str
@@ -53,6 +56,7 @@ class RoleSpec:
     line: int | None
     undumpable: bool = False
     ptrace_cap: bool = True
+    upstream: Any = None
 
 
 @dataclass
@@ -158,6 +162,8 @@ class Scenario:
                 d["undumpable"] = True
             if not r.ptrace_cap:
                 d["ptrace_cap"] = False
+            if r.upstream is not None:
+                d["upstream"] = as_dict(r.upstream)
             roles.append(d)
         steps = []
         for s in self.nemesis:
@@ -219,7 +225,8 @@ def build(data: dict, root: yaml.Node, source: str) -> Scenario:
             workload=build_params(ROLES[r["kind"]].Params, r.get("workload", {})),
             failpoints=r.get("failpoints", ""), line=line_of(root, ["roles", i]),
             undumpable=bool(r.get("undumpable", False)),
-            ptrace_cap=bool(r.get("ptrace_cap", True))))
+            ptrace_cap=bool(r.get("ptrace_cap", True)),
+            upstream=build_params(Release, r["upstream"]) if "upstream" in r else None))
     steps = []
     for i, s in enumerate(data.get("nemesis", [])):
         given = {k: v for k, v in s.items() if k not in ("at", "after", "fault")}

@@ -44,6 +44,12 @@ def command_flags(params: dict, path: list, emit_at) -> None:
     if params.get("dry_run") is True and command not in DRY_RUN:
         emit_at(path + ["dry_run"], f"dry_run applies only to {', '.join(DRY_RUN)}, "
                 f"not {command!r}")
+    fp = params.get("failpoints")
+    if isinstance(fp, str) and fp:
+        try:
+            failpoints.parse(fp)
+        except ValueError as e:
+            emit_at(path + ["failpoints"], f"bad failpoint spec: {e}")
     t = params.get("timeout")
     if t is not None and not isinstance(t, bool):
         d = duration_of(t)
@@ -113,6 +119,12 @@ def role_rules(data: Any, emit_at) -> None:
             except ValueError as e:
                 emit_at(["roles", i, "failpoints"], f"bad failpoint spec: {e}")
         wl, kind = role.get("workload"), role.get("kind")
+        if kind == "upstream" and "upstream" not in role:
+            emit_at(["roles", i], "an upstream role names its release: upstream: {version: "
+                    "\"0.19.0\"}")
+        elif kind != "upstream" and "upstream" in role and isinstance(kind, str):
+            emit_at(["roles", i, "upstream"], f"upstream: applies only to kind upstream, not "
+                    f"{kind!r}", key=True)
         if kind == "maintenance" and isinstance(wl, dict):
             command_flags({k: v for k, v in wl.items() if k != "timeout"},
                           ["roles", i, "workload"], emit_at)

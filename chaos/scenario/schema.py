@@ -19,6 +19,7 @@ from ..nemesis import FAULTS
 from ..nemesis.process import FAILPOINT_DOC
 from ..params import DURATION_PATTERN, DURATION_REF, object_schema
 from ..roles import ROLES
+from ..roles.upstream import Release
 
 #: Role kinds, faults and checkers, from their registries.
 ROLE_KINDS = tuple(ROLES)
@@ -126,6 +127,11 @@ def _role() -> dict:
                            "description": "The instances mark themselves not dumpable "
                            "(PR_SET_DUMPABLE 0, as after a setuid): a process of the same user "
                            "without CAP_SYS_PTRACE cannot read their /proc/<pid>/fd (SPEC §10.2)."},
+            "upstream": {**object_schema(Release, title="upstream release"),
+                         "description": "The upstream release an `upstream` role runs (required "
+                         "by that kind, refused on others), e.g. {version: \"0.19.0\"}: fetched "
+                         "once with `python -m chaos upstream fetch VERSION`; a run whose release "
+                         "is not cached is SKIPPED with that command."},
             "ptrace_cap": {"type": "boolean", "default": True,
                            "description": "false: the instances drop CAP_SYS_PTRACE from their "
                            "bounding set, so the commands they run read /proc like an ordinary "

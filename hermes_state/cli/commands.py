@@ -38,6 +38,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     """``doctor [--fix] [--json]`` (SPEC §9); returns 1 when something needs action."""
     from ..operator.doctor import run_doctor
 
+    if getattr(args, "bundle", None) is not None:
+        return cmd_bundle(args)
     with progress_display(args, "checking the store (holders, quick_check)"):
         report = run_doctor(store_path(args), fix=args.fix)
     if args.json:
@@ -45,6 +47,27 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     else:
         print(report.render())
     return report.exit_code
+
+
+def cmd_bundle(args: argparse.Namespace) -> int:
+    """``doctor --bundle FILE`` (SPEC §9.4): one JSON file describing the store for a bug
+    report, collected read-only; ``-`` writes it to stdout. Returns 0 once written."""
+    from ..operator import bundle
+
+    if args.fix:
+        raise CliError("--bundle only reads: it cannot be combined with --fix",
+                       "run `doctor --bundle FILE` first, then `doctor --fix` on its own")
+    with progress_display(args, "collecting the bundle (files, processes, locks)"):
+        found = bundle.make_bundle(store_path(args))
+    try:
+        path = bundle.write_bundle(found, args.bundle)
+    except OSError as exc:
+        raise CliError(f"cannot write the bundle to {args.bundle}: {exc.strerror or exc}",
+                       "give a path on another disk (the store's may be full), or `--bundle -` "
+                       "to print it") from None
+    for line in bundle.summary_lines(found, path):
+        print(line, file=sys.stderr)
+    return EXIT_OK
 
 
 def cmd_backup(args: argparse.Namespace) -> int:
@@ -446,6 +469,9 @@ def build_parser() -> argparse.ArgumentParser:
     doc = sub.add_parser("doctor", help="check the store; exit 1 when something needs action")
     doc.add_argument("--fix", action="store_true", help="do the safe repairs when nothing holds it")
     doc.add_argument("--json", action="store_true", help=JSON_HELP)
+    doc.add_argument("--bundle", metavar="FILE", default=None,
+                     help="write one JSON file describing the store for a bug report (no "
+                          "message text; read-only; `-` prints it) instead of the checks")
     doc.set_defaults(fn=cmd_doctor)
 
     bk = sub.add_parser("backup", help="snapshot the store (or list / restore snapshots)")

@@ -161,3 +161,143 @@ PENDING_BYTE = 0x40000000
 RESERVED_BYTE = PENDING_BYTE + 1
 SHARED_FIRST = PENDING_BYTE + 2
 SHARED_SIZE = 510
+#: A lock byte range read from ``/proc/locks`` ends at end-of-file when its end is None.
+_LOCK_BYTES_SHM = range(SHM_WRITE_LOCK, SHM_DMS_LOCK + 1)
+
+
+def _covers(start: int, end: int | None, byte: int) -> bool:
+    return start <= byte and (end is None or byte <= end)
+
+
+def shm_lock_names(start: int, end: int | None) -> list[str]:
+    """SQLite's names of the ``-shm`` lock bytes a POSIX lock on ``[start, end]`` covers.
+
+    Args:
+        start: first byte (``/proc/locks`` column 7); ``end``: last byte, None for EOF.
+    Returns:
+        e.g. ``["WAL write lock"]``, ``["read mark 1", "read mark 2", ...]``; ``[]`` when the
+        range covers none of bytes 120..128 (not a lock SQLite takes).
+    """
+    return [SHM_LOCK_NAMES[b] for b in _LOCK_BYTES_SHM if _covers(start, end, b)]
+
+
+def db_lock_names(start: int, end: int | None, write: bool) -> list[str]:
+    """SQLite's names of the main-file locks a POSIX lock on ``[start, end]`` stands for
+    (``os_unix.c``): ``PENDING``, ``RESERVED``, and over the shared range ``SHARED`` (a read
+    lock) or ``EXCLUSIVE`` (a write lock: the last connection closing a WAL store, or
+    ``locking_mode=EXCLUSIVE``). ``[]`` for a range SQLite does not use."""
+    names = []
+    if _covers(start, end, PENDING_BYTE):
+        names.append("PENDING")
+    if _covers(start, end, RESERVED_BYTE):
+        names.append("RESERVED")
+    last = SHARED_FIRST + SHARED_SIZE - 1
+    if start <= last and (end is None or end >= SHARED_FIRST):
+        names.append("EXCLUSIVE" if write else "SHARED")
+    return names
+
+
+def read_mark_index(name: str) -> int | None:
+    """``3`` for ``"read mark 3"`` (:data:`SHM_LOCK_NAMES`), None for any other lock name."""
+    prefix = "read mark "
+    if name.startswith(prefix) and name[len(prefix):].isdigit():
+        return int(name[len(prefix):])
+    return None
+
+
+# -- WAL checksums and the committed image -------------------------------------------------------
+def wal_checksum(data: bytes, big_endian: bool, s1: int = 0, s2: int = 0) -> tuple[int, int]:
+    """SQLite's WAL checksum (``walChecksumBytes``) of ``data`` (a multiple of 8 bytes), going
+    on from ``(s1, s2)``; 32-bit words read big-endian when the WAL magic's low bit is set."""
+    n = len(data) // 4
+    words = struct.unpack_from(f"{'>' if big_endian else '<'}{n}I", data)
+    mask = 0xFFFFFFFF
+    for a, b in zip(words[0::2], words[1::2]):
+        s1 = (s1 + a + s2) & mask
+        s2 = (s2 + b + s1) & mask
+    return s1, s2
+
+
+def wal_committed_frames(data: bytes, *, verify_checksums: bool = True) -> dict | None:
+    """How many frames of a WAL image a new reader would use, as SQLite's WAL recovery decides
+    (``walIndexRecover``): frames in order while their salts match the header (and, with
+    ``verify_checksums``, while the header's and each frame's cumulative checksum are right);
+    the last commit frame among them ends the usable part.
+
+    Returns:
+        ``{"frames" (whole frames in the file), "valid" (frames passing the checks before the
+        first that fails), "committed" (1-based index of the last commit frame, 0 = none),
+        "db_pages" (database size in pages after that commit), "checksums_verified",
+        "header_checksum_ok"}``, or None when ``data`` is not a WAL.
+    """
+    head = wal_header(data)
+    if head is None or head["page_size"] <= 0:
+        return None
+    big = bool(head["magic"] & 1)
+    total = wal_frame_count(len(data), head["page_size"])
+    header_ok = None
+    s1 = s2 = 0
+    if verify_checksums:
+        s1, s2 = wal_checksum(data[:24], big)
+        header_ok = (s1, s2) == struct.unpack_from(">2I", data, 24)
+    valid = committed = db_pages = 0
+    step = head["page_size"] + WAL_FRAME_HEADER_SIZE
+    if header_ok is not False:
+        for frame in wal_frames(data):
+            if not frame["salt_ok"]:
+                break
+            if verify_checksums:
+                off = frame["offset"]
+                s1, s2 = wal_checksum(data[off:off + 8], big, s1, s2)
+                s1, s2 = wal_checksum(data[off + WAL_FRAME_HEADER_SIZE:off + step], big, s1, s2)
+                if (s1, s2) != struct.unpack_from(">2I", data, off + 16):
+                    break
+            valid += 1
+            if frame["commit_size"]:
+                committed, db_pages = valid, frame["commit_size"]
+    return {"frames": total, "valid": valid, "committed": committed, "db_pages": db_pages,
+            "checksums_verified": verify_checksums, "header_checksum_ok": header_ok}
+
+
+def wal_image(db: bytes, wal: bytes, frames: int) -> bytes | None:
+    """The database as a reader sees it: ``db`` with the first ``frames`` frames of ``wal``
+    written over its pages (later frames win), cut or extended to the size the last of them
+    commits; then marked as a rollback-journal database (header bytes 18-19 set to 1) so that
+    it can be loaded into memory (``sqlite3.Connection.deserialize``) without a ``-shm``.
+
+    Args:
+        db: the bytes of ``state.db`` (may be empty: a store whose pages are all in the WAL).
+        wal: the bytes of ``state.db-wal``; ``frames``: how many to apply (see
+            :func:`wal_committed_frames` or the wal-index's ``mx_frame``); 0 applies none.
+    Returns:
+        The image, or None when ``wal`` is needed (``frames`` > 0) but is not a WAL, the last
+        applied frame is not a commit frame, or its page size differs from ``db``'s.
+    """
+    image = bytearray(db)
+    if frames > 0:
+        head = wal_header(wal)
+        if head is None:
+            return None
+        size = head["page_size"]
+        own = db_header(bytes(image[:DB_HEADER_SIZE]))
+        if own is not None and own["page_size"] != size:
+            return None
+        last = None
+        newest: dict[int, int] = {}  # page -> offset of its last frame (the one that counts)
+        for frame in wal_frames(wal):
+            if frame["index"] >= frames:
+                break
+            newest[frame["page"]] = frame["offset"] + WAL_FRAME_HEADER_SIZE
+            last = frame
+        if last is None or last["index"] != frames - 1 or not last["commit_size"]:
+            return None
+        pages = last["commit_size"]
+        if len(image) < pages * size:
+            image.extend(b"\x00" * (pages * size - len(image)))
+        del image[pages * size:]
+        for page, body in newest.items():
+            if page <= pages:
+                image[(page - 1) * size:page * size] = wal[body:body + size]
+    if len(image) >= DB_HEADER_SIZE and is_sqlite(bytes(image[:16])):
+        image[18] = image[19] = 1
+    return bytes(image)

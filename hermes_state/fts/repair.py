@@ -57,7 +57,7 @@ def rebuild_fts(sc: StoreConnection) -> int:
         if inv.kind != EXTERNAL_V23:
             replace_layout(conn, backfill=True)
             return conn.execute("SELECT count(*) FROM messages").fetchone()[0]
-        conn.execute("DELETE FROM state_meta WHERE key IN ('fts_stale', "
+        conn.execute("DELETE FROM state_meta WHERE key IN ('fts_stale', 'fts_no_fts5', "
                      "'fts_rebuild_high_water', 'fts_rebuild_progress')")
         for table in present:
             extra = "AND role <> 'tool'" if table == "messages_fts_trigram" else ""

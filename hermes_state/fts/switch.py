@@ -53,6 +53,7 @@ from ..schema.fts_layout import (
     status,
 )
 from ..schema.tables import (
+    FTS_OFF_KEY,
     FTS_TABLE_SQL,
     FTS_TRIGGERS_SQL,
     TRIGRAM_TABLE_SQL,
@@ -118,7 +119,8 @@ def replace_layout(conn: sqlite3.Connection, *, retire: bool = False,
     ``messages_fts`` / ``messages_fts_trigram`` tables and their views go (renamed to
     ``retired_*`` when ``retire``), the v23 tables, view and triggers are created, and either
     every row is indexed now (``backfill``) or the SPEC §2.4 markers P = 0, H = MAX(id) are set
-    for the chunked back-fill. ``fts_stale`` and ``fts_optimize_available`` are cleared.
+    for the chunked back-fill. ``fts_stale``, ``fts_no_fts5`` and ``fts_optimize_available``
+    are cleared.
 
     Returns:
         ``{"switched": True, "layout": the kind before, "markers": (0, H) | None,
@@ -146,8 +148,8 @@ def replace_layout(conn: sqlite3.Connection, *, retire: bool = False,
         conn.execute(table_sql)
         for stmt in split_triggers(triggers_sql):
             conn.execute(stmt)
-    conn.execute("DELETE FROM state_meta WHERE key IN (?, ?, ?, ?)",
-                 (STALE_KEY, HIGH_WATER_KEY, PROGRESS_KEY, OPTIMIZE_KEY))
+    conn.execute("DELETE FROM state_meta WHERE key IN (?, ?, ?, ?, ?)",
+                 (STALE_KEY, FTS_OFF_KEY, HIGH_WATER_KEY, PROGRESS_KEY, OPTIMIZE_KEY))
     high = conn.execute("SELECT COALESCE(MAX(id), 0) FROM messages").fetchone()[0]
     markers, indexed = None, 0
     if backfill:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from .. import failpoints
 from ..errors import HermesStateError
 from ..files.paths import sqlite_uri
 from . import checkpoint_lock, holders
@@ -166,7 +167,9 @@ def gate_held(db_path: str | os.PathLike, command: str, *, force: bool = False,
                 + "Retry in a moment; if it keeps happening run `doctor` to see who holds the "
                 "store.", []) from None
         # The decision that counts: taken with the lock held, kept until the action ends.
-        yield check_gate(db, command, force=force, gateway_owner_pid=gateway_owner_pid)
+        decision = check_gate(db, command, force=force, gateway_owner_pid=gateway_owner_pid)
+        failpoints.hit("cmd.maintenance.locked")
+        yield decision
 
 
 # ---------------------------------------------------------------------------- gateway hand-off

@@ -25,12 +25,14 @@ from .fts_inventory import (
 )
 from .history import INLINE_TEXT
 from .tables import (
+    FTS_OFF_KEY,
     FTS_TABLE_SQL,
     FTS_TRIGGERS_SQL,
     TRIGRAM_TABLE_SQL,
     TRIGRAM_TRIGGERS_SQL,
     TRIGRAM_VIEW,
     TRIGRAM_VIEW_SQL,
+    fts5_available,
     split_triggers,
     trigram_supported,
 )
@@ -130,6 +132,8 @@ def assess(conn: sqlite3.Connection, inv: Inventory | None = None) -> str:
     inv = inv or inventory(conn)
     stale = stale_tables(conn)
     if stale:
+        if fts_off(conn) and fts5_available(conn):
+            return "replace"  # switched off for want of FTS5, which is back (issue 23.3)
         return "ok"  # switched off after corruption (SPEC §12): rebuild_fts()/optimize-storage
     if inv.kind == NONE:
         if any(set(t.targets) - {"messages_fts_cjk"} or t.missing_targets
@@ -158,6 +162,16 @@ def status(conn: sqlite3.Connection) -> dict:
     return {"layout": inv.kind, "legacy": inv.kind in LEGACY_KINDS or inv.kind == NONE,
             "pending": rebuild_markers(conn), "stale": stale_tables(conn),
             "plan": assess(conn, inv), "foreign": inv.foreign, "problems": list(inv.problems)}
+
+
+def fts_off(conn: sqlite3.Connection) -> bool:
+    """``state_meta['fts_no_fts5']``: the index was switched off because an SQLite without FTS5
+    opened the store (issue 23.3)."""
+    try:
+        return conn.execute("SELECT 1 FROM state_meta WHERE key = ?",
+                            (FTS_OFF_KEY,)).fetchone() is not None
+    except sqlite3.OperationalError:
+        return False
 
 
 def stale_tables(conn: sqlite3.Connection) -> bool:

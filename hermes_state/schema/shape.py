@@ -34,7 +34,14 @@ from ..processes.generation import application_id_for
 from .fts_inventory import inventory
 from .fts_layout import OPTIMIZE_KEY, assess
 from .history import VERSIONS
-from .tables import SCHEMA_VERSION, declared_columns, equivalent_index, index_shape
+from .tables import (
+    SCHEMA_VERSION,
+    declared_columns,
+    equivalent_index,
+    fts5_available,
+    fts_triggers,
+    index_shape,
+)
 
 log = logging.getLogger("hermes_state.schema.shape")
 
@@ -54,7 +61,7 @@ def keeps_journal_mode(conn: sqlite3.Connection, mode: str, db_path: os.PathLike
     """
     if mode.lower() not in ("delete", "truncate", "persist") or wal_reset_exposure() is None:
         return False
-    version, _rows = stored_version(conn)
+    version, _rows = stored_version(conn)  # a lock error propagates: the caller retries it
     if version is None or version <= SCHEMA_VERSION:
         return False
     key = os.path.realpath(os.fspath(db_path))
@@ -66,15 +73,23 @@ def keeps_journal_mode(conn: sqlite3.Connection, mode: str, db_path: os.PathLike
 
 
 def stored_version(conn: sqlite3.Connection) -> tuple[int | None, int]:
-    """``(version, rows)`` of ``schema_version`` (version None when unreadable or empty).
+    """``(version, rows)`` of ``schema_version`` (version None when the table is absent or
+    holds no version).
 
     Rows that are not numbers (a damaged or foreign row) are ignored for the version but
     counted, so the open normalises the table. Values below 1 are not a version either: a
     migration would otherwise step up from a version that never existed (issue 11.10).
+
+    Raises:
+        sqlite3.OperationalError: the table could not be read (a lock held by another process,
+            an I/O error): an unreadable version is never taken as "no version" (issue 23),
+            the caller retries or names it.
     """
     try:
         rows = conn.execute("SELECT version FROM schema_version").fetchall()
-    except sqlite3.OperationalError:
+    except sqlite3.OperationalError as exc:
+        if "no such table" not in str(exc):
+            raise
         return None, 0
     values = [int(r[0]) for r in rows if isinstance(r[0], (int, float))
               and not isinstance(r[0], bool) and r[0] >= 1 and r[0] == r[0]]
@@ -165,7 +180,12 @@ def pending_work(conn: sqlite3.Connection) -> list[str]:
         out += [f"add column {table}.{c}" for c, _ in cols if c not in live]
     if out:
         return out
-    if version == SCHEMA_VERSION:
+    if not fts5_available(conn):
+        # No FTS5 here (issue 23.3): the only FTS work is dropping triggers that cannot fire.
+        names = fts_triggers(conn)
+        if names:
+            out.append(f"switch FTS off: this SQLite has no FTS5 (drop {', '.join(names)})")
+    elif version == SCHEMA_VERSION:
         plan = assess(conn)
         if plan in ("create", "replace"):
             out.append(f"FTS layout: {plan} ({inventory(conn).kind})")

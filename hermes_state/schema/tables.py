@@ -253,6 +253,56 @@ TRIGRAM_TRIGGERS_SQL = _fts_triggers(
 FTS_TABLES = ("messages_fts", "messages_fts_trigram", "messages_fts_cjk")
 
 
+#: ``state_meta`` key: the FTS triggers were dropped because this SQLite had no FTS5 (set with
+#: ``fts_stale``; issue 23.3). The next open on an SQLite with FTS5 replaces the layout and
+#: re-indexes every row, as upstream restores its triggers and rebuilds (UPSTREAM_API.md §2.13).
+FTS_OFF_KEY = "fts_no_fts5"
+#: Keys of a pending back-fill: moot once the triggers are gone (the restore re-indexes all).
+_BACKFILL_KEYS = ("fts_backfill", "fts_rebuild_high_water", "fts_rebuild_progress")
+
+
+def fts5_available(conn: sqlite3.Connection) -> bool:
+    """True when this connection's SQLite has the FTS5 module (``PRAGMA module_list``, read
+    only; a build without that pragma is probed on a ``temp`` table)."""
+    try:
+        return conn.execute("SELECT 1 FROM pragma_module_list WHERE name = 'fts5'"
+                            ).fetchone() is not None
+    except sqlite3.OperationalError:
+        pass
+    try:
+        conn.execute("CREATE VIRTUAL TABLE temp._probe_fts5 USING fts5(x)")
+        conn.execute("DROP TABLE temp._probe_fts5")
+        return True
+    except sqlite3.OperationalError:
+        return False
+
+
+def fts_triggers(conn: sqlite3.Connection) -> list[str]:
+    """Names of the triggers on ``messages`` that write into an FTS table (any name, any
+    layout, the optional CJK index included)."""
+    return [t.name for t in inventory(conn).fts_triggers]
+
+
+def switch_fts_off(conn: sqlite3.Connection) -> list[str]:
+    """Without FTS5 (issue 23.3): drop every trigger on ``messages`` that writes into an FTS
+    table (else every INSERT/UPDATE/DELETE of a message fails with "no such module: fts5"),
+    mark ``fts_stale`` (search takes the LIKE route, SPEC §6) and :data:`FTS_OFF_KEY`, and
+    forget a pending back-fill. The FTS tables stay (they cannot be dropped without the
+    module). Caller's transaction; ``state_meta`` must exist. Returns the dropped names."""
+    names = fts_triggers(conn)
+    for name in names:
+        conn.execute(f'DROP TRIGGER IF EXISTS "{name}"')
+    conn.execute("INSERT OR REPLACE INTO state_meta(key, value) VALUES ('fts_stale', '1'), "
+                 "(?, '1')", (FTS_OFF_KEY,))
+    conn.execute(f"DELETE FROM state_meta WHERE key IN ({', '.join('?' * len(_BACKFILL_KEYS))})",
+                 _BACKFILL_KEYS)
+    if names:
+        log.warning("this SQLite has no FTS5: dropped the FTS triggers %s; messages are still "
+                    "written and found by substring search; the index is rebuilt at the first "
+                    "open on an SQLite with FTS5", ", ".join(names))
+    return names
+
+
 def trigram_supported(conn: sqlite3.Connection) -> bool:
     """True when this SQLite has the FTS5 trigram tokenizer (3.34+)."""
     try:
@@ -355,6 +405,10 @@ def create_fts(conn: sqlite3.Connection) -> list[str]:
         Names of the FTS tables created by this call (``[]`` when everything existed).
     """
     if inventory(conn).kind not in (NONE, EXTERNAL_V23):
+        return []
+    if not fts5_available(conn):
+        if _exists(conn, "state_meta"):
+            switch_fts_off(conn)
         return []
     if _exists(conn, "state_meta") and conn.execute(
             "SELECT 1 FROM state_meta WHERE key = 'fts_stale'").fetchone():

@@ -66,23 +66,36 @@ def exposed_to_wal_reset() -> bool:
     return wal_reset_exposure() is not None
 
 
-def retry_lock_errors(fn: Callable[[], T], rng: random.Random) -> T:
+def retry_lock_errors(fn: Callable[[], T], rng: random.Random, *, op: str = "open",
+                      stage: str = "pragmas") -> T:
     """``fn()``, again after a uniform 20-150 ms sleep on each lock error (SQLITE_BUSY/LOCKED
     by code), at most :data:`_WRITE_MAX_RETRIES` attempts in total (SPEC §4).
 
-    The open's statements outside a write transaction (its pragmas) use this;
-    :meth:`StoreConnection.execute_write` is the same rule inside ``BEGIN IMMEDIATE``.
+    The open's statements outside a write transaction (its pragmas, the reads that decide what
+    it has to do) use this; :meth:`StoreConnection.execute_write` is the same rule inside
+    ``BEGIN IMMEDIATE``. Each retry emits a ``retry`` event (``op``, ``stage``, ``attempt``,
+    ``sleep_s``, ``error``).
 
     Raises:
-        sqlite3.OperationalError: the last lock error, or any other error at once.
+        sqlite3.OperationalError: the last lock error (``attempts`` and ``waited_s`` set on it),
+            or any other error at once.
     """
+    t0 = time.monotonic()
     for attempt in range(1, _WRITE_MAX_RETRIES + 1):
         try:
             return fn()
         except sqlite3.OperationalError as exc:
-            if not is_lock_error(exc) or attempt == _WRITE_MAX_RETRIES:
+            if not is_lock_error(exc):
                 raise
-            time.sleep(rng.uniform(RETRY_SLEEP_MIN_S, RETRY_SLEEP_MAX_S))
+            if attempt == _WRITE_MAX_RETRIES:
+                exc.attempts = attempt  # type: ignore[attr-defined]
+                exc.waited_s = time.monotonic() - t0  # type: ignore[attr-defined]
+                raise
+            pause = rng.uniform(RETRY_SLEEP_MIN_S, RETRY_SLEEP_MAX_S)
+            events.enabled() and events.emit("retry", attempt=attempt, sleep_s=pause,
+                                             error=str(exc), op=op, stage=stage,
+                                             code=getattr(exc, "sqlite_errorname", None))
+            time.sleep(pause)
     raise AssertionError("unreachable")
 
 

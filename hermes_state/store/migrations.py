@@ -57,7 +57,10 @@ from ..schema.tables import (
     create_schema,
     create_tables,
     ensure_title_index,
+    fts5_available,
+    fts_triggers,
     reconcile_columns,
+    switch_fts_off,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -220,6 +223,8 @@ def _step_v11(ctx: _Ctx, conn: sqlite3.Connection) -> dict:
     every trigger feeding an FTS table is dropped and the v23 layout created in this step's
     transaction, so no legacy trigger fires beside the new ones (UPSTREAM_API.md §4.2, D1).
     """
+    if not fts5_available(conn):
+        return {"fts_switched_off": len(switch_fts_off(conn))}  # issue 23.3
     if assess(conn) == "ok":
         return {}
     return switch_fts(conn)
@@ -281,11 +286,12 @@ def _has_column(conn: sqlite3.Connection, table: str, column: str) -> bool:
 
 
 def load_sessions_json(path: Path) -> list[dict]:
-    """The entries of the gateway's ``sessions.json`` (shapes in the module docstring).
+    """The entries of the gateway's ``sessions.json`` (shapes in docs/decisions/0004-migrations.md).
 
     Never raises: a missing file gives ``[]``; an unreadable/garbled/oversized file or an
     unexpected shape is logged as a warning and gives ``[]``; entries that are not objects with
-    a string ``session_id`` are dropped.
+    a string ``session_id`` are dropped, and so are keys starting with ``_`` (upstream skips
+    them). An entry of the ``{session_key: entry}`` shape carries its key as ``"_key"``.
     """
     try:
         size = path.stat().st_size
@@ -307,7 +313,8 @@ def load_sessions_json(path: Path) -> list[dict]:
     if isinstance(data, dict) and isinstance(data.get("sessions"), (list, dict)):
         data = data["sessions"]
     if isinstance(data, dict):
-        items = list(data.values())
+        items = [{**e, "_key": k} for k, e in data.items()
+                 if isinstance(e, dict) and not str(k).startswith("_")]
     elif isinstance(data, list):
         items = data
     else:
@@ -317,47 +324,76 @@ def load_sessions_json(path: Path) -> list[dict]:
     return [e for e in items if isinstance(e, dict) and isinstance(e.get("session_id"), str)]
 
 
-def _entry_values(entry: dict) -> tuple[str | None, str | None, int | None]:
-    name = entry.get("display_name")
-    name = name if isinstance(name, str) and name.strip() else None
-    origin = entry.get("origin_json")
-    if not isinstance(origin, str) or not origin.strip():
-        raw = entry.get("origin")
-        origin = (json.dumps(raw, ensure_ascii=False, separators=(",", ":"))
-                  if isinstance(raw, (dict, list)) else None)
-    exp = entry.get("expiry_finalized")
-    if isinstance(exp, bool):
-        exp_val: int | None = int(exp)
-    elif isinstance(exp, int) and exp in (0, 1):
-        exp_val = exp
+def _text_value(value: Any) -> str | None:
+    """A routing id as text: a non-empty string or an integer; anything else is unknown."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return str(value)
+    return value if isinstance(value, str) and value.strip() else None
+
+
+def entry_values(entry: dict) -> dict[str, Any]:
+    """The columns one ``sessions.json`` entry fills (UPSTREAM_API.md §4.1 row 18), as upstream
+    reads them: ``session_key`` (the entry's own, else its key in the file), ``chat_id`` and
+    ``thread_id`` from ``origin``, ``chat_type``, ``display_name``, ``origin_json`` (``origin``
+    as compact JSON, or an ``origin_json`` string) and ``expiry_finalized`` (1 when
+    ``expiry_finalized`` or ``memory_flushed`` is set, 0 when given false, else None).
+    Values a column cannot hold are None (not filled)."""
+    origin = entry.get("origin")
+    origin_json = entry.get("origin_json")
+    if isinstance(origin, (dict, list)):
+        origin_json = json.dumps(origin, ensure_ascii=False, separators=(",", ":"))
+    elif isinstance(origin_json, str) and origin_json.strip():
+        try:
+            origin = json.loads(origin_json)
+        except ValueError:
+            origin = None
     else:
-        exp_val = None
-    return name, origin, exp_val
+        origin_json = None
+    where = origin if isinstance(origin, dict) else {}
+    name = entry.get("display_name")
+    flags = [entry.get(k) for k in ("expiry_finalized", "memory_flushed")]
+    if any(f is True or (isinstance(f, int) and f == 1) for f in flags):
+        exp: int | None = 1
+    elif any(f is False or (isinstance(f, int) and not isinstance(f, bool) and f == 0)
+             for f in flags):
+        exp = 0
+    else:
+        exp = None
+    return {"session_key": _text_value(entry.get("session_key")) or _text_value(entry.get("_key")),
+            "chat_id": _text_value(where.get("chat_id")),
+            "chat_type": _text_value(entry.get("chat_type")),
+            "thread_id": _text_value(where.get("thread_id")),
+            "display_name": name if isinstance(name, str) and name.strip() else None,
+            "origin_json": origin_json, "expiry_finalized": exp}
+
+
+#: The text columns v18 fills where NULL, in upstream's order.
+V18_COLUMNS = ("session_key", "chat_id", "chat_type", "thread_id", "display_name", "origin_json")
 
 
 def _step_v18(ctx: _Ctx, conn: sqlite3.Connection) -> dict:
     path = sessions_json_path(ctx.db_path)
     entries = load_sessions_json(path)
+    sets = ", ".join(f"{c} = COALESCE({c}, :{c})" for c in V18_COLUMNS)
+    fills = " OR ".join(f"({c} IS NULL AND :{c} IS NOT NULL)" for c in V18_COLUMNS)
+    sql = (f"""UPDATE sessions SET {sets},
+                   expiry_finalized = CASE
+                       WHEN :exp IS NULL THEN expiry_finalized
+                       WHEN expiry_finalized IS NULL OR expiry_finalized = 0 THEN :exp
+                       ELSE expiry_finalized END
+               WHERE id = :id AND ({fills}
+                   OR (:exp IS NOT NULL AND expiry_finalized IS NOT :exp
+                       AND (expiry_finalized IS NULL OR expiry_finalized = 0)))""")
     applied = 0
     for entry in entries:
-        name, origin, exp = _entry_values(entry)
-        if name is None and origin is None and exp is None:
+        values = entry_values(entry)
+        if all(values[c] is None for c in V18_COLUMNS) and values["expiry_finalized"] is None:
             continue
-        cur = conn.execute(
-            """UPDATE sessions SET
-                   display_name = COALESCE(display_name, ?1),
-                   origin_json = COALESCE(origin_json, ?2),
-                   expiry_finalized = CASE
-                       WHEN ?3 IS NULL THEN expiry_finalized
-                       WHEN expiry_finalized IS NULL OR expiry_finalized = 0 THEN ?3
-                       ELSE expiry_finalized END
-               WHERE id = ?4 AND (
-                   (display_name IS NULL AND ?1 IS NOT NULL)
-                   OR (origin_json IS NULL AND ?2 IS NOT NULL)
-                   OR (?3 IS NOT NULL AND expiry_finalized IS NOT ?3
-                       AND (expiry_finalized IS NULL OR expiry_finalized = 0)))""",
-            (name, origin, exp, entry["session_id"]))
-        applied += max(cur.rowcount, 0)
+        params = {c: values[c] for c in V18_COLUMNS}
+        params.update(exp=values["expiry_finalized"], id=entry["session_id"])
+        applied += max(conn.execute(sql, params).rowcount, 0)
     return {"gateway_entries": len(entries), "gateway_sessions_filled": applied}
 
 
@@ -499,8 +535,11 @@ def _finish(conn: sqlite3.Connection, version: int, report: MigrationReport) -> 
     for col in reconcile_columns(conn):
         if col not in report.added_columns:
             report.added_columns.append(col)
+    no_fts5 = not fts5_available(conn)
+    if no_fts5 and fts_triggers(conn):  # issue 23.3: writes must not need the module
+        _add_stats(report, {"fts_switched_off": len(switch_fts_off(conn))})
     if version <= SCHEMA_VERSION:
-        plan = assess(conn)
+        plan = "ok" if no_fts5 else assess(conn)
         if plan == "replace":
             _add_stats(report, switch_fts(conn))
         elif plan == "create":
@@ -513,7 +552,7 @@ def _finish(conn: sqlite3.Connection, version: int, report: MigrationReport) -> 
         rekeyed = store_shape.fix_routing_key(conn)
         if rekeyed:
             _add_stats(report, {"routing_rekeyed": rekeyed})
-    else:
+    elif not no_fts5:
         dropped = store_shape.drop_unusable_cjk(conn)
         if dropped:
             _add_stats(report, {"cjk_triggers_dropped": dropped})

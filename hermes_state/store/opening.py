@@ -28,6 +28,9 @@ from ..errors import (
     HOLDER_SELF,
     HOLDER_SELF_AND_OTHERS,
     DeletedWalGenerationError,
+    HermesStateError,
+    OpenContentionError,
+    is_lock_error,
 )
 from ..files import atomic
 from ..files.paths import access_problem, ensure_home, sqlite_uri
@@ -101,6 +104,7 @@ def _connect_and_prepare(db_path: Path, guard: CheckpointLock, synchronous: str,
     try:
         conn, journal_mode = _connect_rw(db_path, synchronous)
     except sqlite3.DatabaseError as exc:
+        _raise_named_lock(db_path, exc, "set up the connection")
         raise_named(db_path, exc)
     sc = StoreConnection(db_path, conn, guard=guard, journal_mode=journal_mode,
                          quarantined_to=quarantined_to)
@@ -110,6 +114,7 @@ def _connect_and_prepare(db_path: Path, guard: CheckpointLock, synchronous: str,
         sc.record_generation()
     except sqlite3.DatabaseError as exc:
         conn.close()
+        _raise_named_lock(db_path, exc, "read what the open has to do")
         raise_named(db_path, exc)
     except BaseException:
         conn.close()
@@ -233,11 +238,40 @@ def _prepare_schema(sc: StoreConnection) -> None:
     The outcome is kept in ``sc.migration_report`` (None when settled).
     """
     sc.migration_report = None
-    is_settled, version = settled(sc.conn)
+    failpoints.hit("open.before_shape")
+    # Catalogue reads: on a rollback-journal store another process's commit locks them out;
+    # retried like the pragmas, then named (issue 23), never a raw "database is locked".
+    is_settled, version = retry_lock_errors(lambda: settled(sc.conn), random.Random(),
+                                            stage="shape")
     if is_settled:
         migrations.warn_if_newer(sc.db_path, version)
         return
     sc.migration_report = migrations.prepare_store(sc)
+
+
+def _raise_named_lock(db_path: Path, exc: BaseException, what: str) -> None:
+    """A lock error that outlasted the open's retries becomes :class:`OpenContentionError`,
+    naming the process holding the lock and every holder (SPEC §4, §10.2); else returns."""
+    if not isinstance(exc, sqlite3.OperationalError) or isinstance(exc, HermesStateError) \
+            or not is_lock_error(exc):
+        return
+    attempts = int(getattr(exc, "attempts", 1))
+    waited = float(getattr(exc, "waited_s", 0.0))
+    owner = holders.write_lock_owner(db_path)
+    owner_line = (f"state.db locked by PID {owner[0]} ({owner[1]}) as this open gave up"
+                  if owner else None)
+    seen = holders.scan(db_path).holders
+    lines = "\n".join("  " + h.line() for h in seen) or "  (no other holder visible)"
+    who = f"PID {owner[0]} ({owner[1]})" if owner else "another process"
+    events.enabled() and events.emit("write_gave_up", attempts=attempts, waited_s=waited,
+                                     lock_owner=owner_line, op="open")
+    raise OpenContentionError(
+        f"session storage could not open {db_path}: {who} kept the store locked through "
+        f"{attempts} attempts over {waited:.1f}s, so this open could not {what}. Nothing was "
+        "changed; retry, and if it keeps happening run `doctor` to see who holds the store.",
+        (owner_line + "\n" if owner_line else "") + f"holders:\n{lines}\nlast error: {exc}",
+        attempts=attempts, waited_s=waited, holders=[h.as_tuple() for h in seen],
+        lock_owner=owner_line) from exc
 
 
 def _log_exposure_once() -> None:

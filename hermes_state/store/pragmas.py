@@ -11,8 +11,9 @@ import logging
 import os
 import sqlite3
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
+from .. import failpoints
 from ..schema.shape import keeps_journal_mode
 
 log = logging.getLogger("hermes_state")
@@ -22,15 +23,25 @@ SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE = 1006
 
 
 def apply_pragmas(conn: sqlite3.Connection, synchronous: str, db_path: Path, *, exposed: bool,
-                  retry: Callable[[Callable[[], str]], str]) -> str:
+                  retry: Callable[[Callable[[], Any]], Any]) -> str:
     """journal_mode=WAL (unless a newer release chose otherwise), foreign keys, synchronous,
     journal_size_limit; no automatic checkpoint on an SQLite exposed to the WAL-reset race
     (SPEC §4, issue 12). ``retry`` runs a statement again on lock errors. Returns the journal
-    mode in lower case. Raises ValueError for a ``synchronous`` other than NORMAL/FULL."""
+    mode in lower case. Raises ValueError for a ``synchronous`` other than NORMAL/FULL, and the
+    last lock error when the store stayed locked through every retry (the caller names it)."""
     if synchronous.upper() not in ("NORMAL", "FULL"):
         raise ValueError(f"synchronous must be NORMAL or FULL, not {synchronous!r}")
-    mode = retry(lambda: conn.execute("PRAGMA journal_mode").fetchone()[0])
-    if mode.lower() != "wal" and not keeps_journal_mode(conn, mode, db_path):
+
+    def decide() -> tuple[str, bool]:
+        # The probe and the stored version are read as one retried unit: a lock error on
+        # either is retried, never read as "no version" (issue 23: that switched a newer
+        # release's rollback-journal store to WAL under the WAL-reset race).
+        found = conn.execute("PRAGMA journal_mode").fetchone()[0]
+        failpoints.hit("open.journal_probed")
+        return found, found.lower() == "wal" or keeps_journal_mode(conn, found, db_path)
+
+    mode, keep = retry(decide)
+    if not keep:
         mode = retry(lambda: conn.execute("PRAGMA journal_mode=WAL").fetchone()[0])
         if mode.lower() != "wal":
             log.warning("this filesystem refused WAL mode for %s; using journal_mode=%s "

@@ -129,6 +129,7 @@ def build_fixture(db_path: str | Path, version: int, *, seed: int = 0, sessions:
         manifest["counts"] = {t: len(r) for t, r in manifest["rows"].items()}
     finally:
         conn.close()
+    manifest["expected_routing"] = _expected_routing(manifest, version)
     manifest["sessions_json"] = None
     if write_sessions_json:
         manifest["sessions_json"] = str(_write_sessions_json(db_path, manifest, version))
@@ -453,6 +454,39 @@ def _write_sessions_json(db_path: Path, manifest: dict, version: int) -> Path:
     """
     path = sessions_json_path(db_path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    data = _sessions_json_data(manifest, version)
+    path.write_text(json.dumps(data, ensure_ascii=False, indent=2), encoding="utf-8")
+    return path
+
+
+_ROUTING = ("session_key", "chat_id", "chat_type", "thread_id")
+
+
+def _expected_routing(manifest: dict, version: int) -> dict[str, dict]:
+    """``{sid: {column: value}}`` of the routing columns after a migration from ``version``
+    (issue 23.2; UPSTREAM_API.md §4.1 row 18): below 18 a NULL (or absent) column takes, from
+    the first ``sessions.json`` entry naming the session, ``session_key`` (the entry's, else its
+    key in the file), ``chat_id``/``thread_id`` (from ``origin``) and ``chat_type``."""
+    rows = {r["id"]: r for r in manifest["rows"].get("sessions", [])}
+    out = {sid: {c: r.get(c) for c in _ROUTING} for sid, r in rows.items()}
+    if version >= 18:
+        return out
+    for key, entry in _sessions_json_data(manifest, version).items():
+        if not isinstance(entry, dict) or entry.get("session_id") not in out:
+            continue
+        origin = entry.get("origin") if isinstance(entry.get("origin"), dict) else {}
+        found = {"session_key": entry.get("session_key") or key,
+                 "chat_id": origin.get("chat_id"), "chat_type": entry.get("chat_type"),
+                 "thread_id": origin.get("thread_id")}
+        cur = out[entry["session_id"]]
+        for col, val in found.items():
+            if cur[col] is None:
+                cur[col] = val
+    return out
+
+
+def _sessions_json_data(manifest: dict, version: int) -> dict[str, Any]:
+    """The content of :func:`_write_sessions_json`'s file."""
     data: dict[str, Any] = {}
     for sid, meta in manifest["gateway_meta"].items():
         data[f"agent:main:{sid}"] = {
@@ -465,8 +499,7 @@ def _write_sessions_json(db_path: Path, manifest: dict, version: int) -> Path:
         data["agent:main:handset"] = {"session_id": sids[1], "display_name": "From JSON"}
     data["agent:main:ghost"] = {"session_id": "no-such-session", "display_name": "Ghost"}
     data["agent:main:broken"] = "not an object"
-    path.write_text(json.dumps(data, ensure_ascii=False, indent=2), encoding="utf-8")
-    return path
+    return data
 
 
 # ---------------------------------------------------------------------------------------------
@@ -569,6 +602,7 @@ def check_migrated(conn: sqlite3.Connection, manifest: dict, *,
         if live_n != expected_n and not (extra_messages and table in ("messages", "sessions")):
             problems.append(f"{table}: {live_n} rows, expected {expected_n}")
     problems.extend(_check_new_columns(conn, manifest))
+    problems.extend(_check_routing(conn, manifest))
     problems.extend(_check_usage(conn, manifest))
     problems.extend(_check_search(conn, manifest))
     for table, verdict in verify_fts(conn).items():
@@ -604,6 +638,20 @@ def _compare_cell(table: str, k: tuple, col: str, val: Any, new: dict, manifest:
     if got != val or type(got) is not type(val):
         return [f"{table} {k}.{col} = {got!r}, expected {val!r}"]
     return []
+
+
+def _check_routing(conn: sqlite3.Connection, manifest: dict) -> list[str]:
+    """The routing columns v18 fills (``expected_routing``; absent in older manifests)."""
+    out = []
+    for sid, want in (manifest.get("expected_routing") or {}).items():
+        row = conn.execute("SELECT session_key, chat_id, chat_type, thread_id FROM sessions "
+                           "WHERE id = ?", (sid,)).fetchone()
+        if row is None:
+            continue  # a lost row is reported by the row comparison
+        got = dict(zip(_ROUTING, row))
+        if got != want:
+            out.append(f"sessions {sid} routing {got!r}, expected {want!r}")
+    return out
 
 
 #: Columns added after v1 whose value for an old row is the declared default.
