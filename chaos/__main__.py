@@ -2,8 +2,9 @@
 (SPEC §16.5; ``upstream fetch VERSION``: issue 23).
 
 Exit codes: 0 every checker passed, 1 a checker failed (or was INCONCLUSIVE), 2 invalid
-scenario (nothing ran), 3 the toolkit itself failed. A SKIPPED checker (a stated requirement is
-unmet) is neutral (:func:`chaos.checkers.base.exit_code_of`).
+scenario (nothing ran), 3 the toolkit itself failed, 4 SKIPPED: every checker of the run was
+skipped (a stated requirement is unmet, e.g. no FUSE: nothing was tested, which is not a pass). A
+SKIPPED checker beside judged ones is neutral (:func:`chaos.checkers.base.exit_code_of`).
 """
 
 from __future__ import annotations
@@ -12,21 +13,37 @@ import argparse
 import json
 import signal
 import sys
+import time
 import traceback
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
 from hermes_state.testing import upstream_release as ur
 
-EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_SCENARIO, EXIT_TOOLKIT = 0, 1, 2, 3
+EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_SCENARIO, EXIT_TOOLKIT, EXIT_SKIPPED = 0, 1, 2, 3, 4
+#: The exit codes, as ``--help`` shows them (SPEC §16.5).
+EXIT_CODES_HELP = """exit codes:
+  0  PASS: every checker passed (a SKIPPED checker beside judged ones is neutral)
+  1  FAIL or INCONCLUSIVE: a checker failed, or the run did not test what it declares
+  2  invalid scenario or bad input: nothing ran
+  3  the toolkit itself failed, or the run was interrupted
+  4  SKIPPED: every checker was skipped (a requirement is unmet, the reason says which;
+     e.g. pip install -e '.[fs]' for the faulty filesystem): nothing was tested
+
+several runs (run FILE... or --repeat): the worst of 3, 2, 1, 4, 0 in that order."""
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``python -m chaos`` argument parser (every subcommand; docs/CLI.md is made from it)."""
-    p = argparse.ArgumentParser(prog="python -m chaos", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m chaos", description=__doc__.splitlines()[0],
+                                epilog=EXIT_CODES_HELP,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
-    run = sub.add_parser("run", help="run scenario files and check their invariants")
+    run = sub.add_parser("run", help="run scenario files and check their invariants",
+                         epilog=EXIT_CODES_HELP,
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
     run.add_argument("files", nargs="+", type=Path, help="scenario YAML files")
     run.add_argument("--seed", type=_seed, default=None, help="override the scenario seed")
     run.add_argument("--repeat", type=_repeat, default=1,
@@ -170,7 +187,8 @@ def _on_sigterm(signum, frame):  # the runner's finally-clauses stop every role 
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m chaos``: returns 0 all passed, 1 a checker failed or was inconclusive,
-    2 invalid input, 3 the toolkit failed or was interrupted (SPEC §16.5).
+    2 invalid input, 3 the toolkit failed or was interrupted, 4 every checker SKIPPED
+    (:data:`EXIT_CODES_HELP`, SPEC §16.5).
     """
     argv = sys.argv[1:] if argv is None else list(argv)
     for stream in (sys.stdout, sys.stderr):  # a text of any content prints, never raises
@@ -224,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
             from .scenario import ScenarioError, load_scenario
 
             if not args.directory.is_dir():
-                err.print(f"[red]no scenario directory[/] {args.directory}: give a directory "
+                err.print(f"[red]no scenario directory[/] {escape(str(args.directory))}: give a directory "
                           "of *.yaml files (default: scenarios)", highlight=False)
                 return EXIT_BAD_SCENARIO
             listed = []
@@ -253,12 +271,15 @@ def main(argv: list[str] | None = None) -> int:
             for source, name in callable_roles:
                 err.print(f"{source}: role {name!r} is kind callable: it runs a Python function "
                           "a test passes to run_scenario(..., roles={...}); `chaos run` has "
-                          "none", highlight=False)
+                          "none", highlight=False, markup=False)
             return EXIT_BAD_SCENARIO
         from .sweep import run as run_scenario
 
         console = Console(stderr=True) if args.json else Console()
-        worst = EXIT_OK
+        from .checkers.base import worst_exit_code
+        from .report import runs_table, total_line
+
+        started = time.monotonic()
         done = []
         for sc in scenarios:
             for k in range(max(1, args.repeat)):
@@ -266,22 +287,21 @@ def main(argv: list[str] | None = None) -> int:
                 result = run_scenario(sc.with_seed(seed), out_dir=args.out, console=console)
                 if args.json:
                     print(json.dumps(result.results, default=str))
-                worst = max(worst, result.exit_code)
                 done.append(result.results)
+        worst = worst_exit_code(r.get("exit_code", EXIT_TOOLKIT) for r in done)
         if len(done) > 1:
-            from .report import runs_table
-
             from rich.table import Table
 
             runs = runs_table(done, width=console.width)
             # The compact layout's lines are never cut (a run directory longer than the line).
             console.print(runs, crop=isinstance(runs, Table))
+        console.print(total_line(done, time.monotonic() - started, worst), soft_wrap=True)
         return worst
     except KeyboardInterrupt:
         err.print("[red]interrupted: every role process was stopped[/]")
         return EXIT_TOOLKIT
     except OSError as exc:
-        err.print(f"[red]chaos: {exc}[/]", highlight=False)
+        err.print(f"[red]chaos: {escape(str(exc))}[/]", highlight=False)
         return EXIT_TOOLKIT
     except Exception:  # noqa: BLE001 - exit 3 means the toolkit failed, with the traceback
         err.print("[red]chaos toolkit error[/]")

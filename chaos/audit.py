@@ -36,6 +36,7 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
+from rich.text import Text
 
 import hermes_state
 from hermes_state.testing import utc_stamp
@@ -63,7 +64,7 @@ class RunOutcome:
     """One scenario run against one copy of the store."""
 
     scenario: str
-    status: str                  # PASS | FAIL | INCONCLUSIVE | TOOLKIT | HANG | ERROR
+    status: str                  # PASS | FAIL | INCONCLUSIVE | SKIPPED | TOOLKIT | HANG | ERROR
     checkers: list[str] = field(default_factory=list)   # "name STATUS: summary" of non-PASS
     seconds: float = 0.0
     run_dir: str | None = None
@@ -366,7 +367,8 @@ class Audit:
                        else r.error.splitlines()[0] if r.error else
                        f"{len(r.runs)} scenario(s) passed")
                 self.console.print(f"[{self.done:3}/{self.total}] [{style}]{r.status:8}[/] "
-                                   f"{r.name} {how} {r.seconds:.0f}s", highlight=False)
+                                   f"{escape(f'{r.name} {how}')} {r.seconds:.0f}s",
+                                   highlight=False)
 
         run_parallel(catalogue, work, self.jobs, self.stop)
         order = {m.name: i for i, m in enumerate(catalogue)}
@@ -382,7 +384,7 @@ class Audit:
 
     def _say(self, text: str, dim: bool = False) -> None:
         with self.lock:
-            self.console.print(f"[dim]{text}[/]" if dim else text, highlight=False)
+            self.console.print(Text(text, style="dim" if dim else ""), highlight=False)
 
 
 def _terminate(proc: subprocess.Popen) -> None:
@@ -444,6 +446,9 @@ def _outcome(name: str, code: int | None, stdout: str, seconds: float, log: Path
             "FAIL" if any(v.get("status") == "FAIL" for v in bad) or not bad else "INCONCLUSIVE")
         return RunOutcome(name, status, checkers, seconds, results.get("run_dir"), code,
                           str(log))
+    if code == 4 and results is not None:  # every checker SKIPPED: nothing tested, no kill
+        return RunOutcome(name, "SKIPPED", [str(results.get("skipped") or "")[:300]], seconds,
+                          results.get("run_dir"), code, str(log))
     if code == 3:
         return RunOutcome(name, "TOOLKIT", ["the run failed (exit 3): " + _tail(log)], seconds,
                           exit_code=code, log=str(log))
@@ -536,7 +541,7 @@ def run_audit(catalogue: list[mutants.Mutant], scenarios: list, *, jobs: int | N
             return 2
     console.print(f"chaos audit: {len(catalogue)} mutant(s) of {audit.source} x "
                   f"{len(scenarios)} scenario(s), {jobs} run(s) at once; output {out}",
-                  highlight=False)
+                  highlight=False, markup=False)
     t0 = time.monotonic()
     try:
         results = audit.run(catalogue)
@@ -549,18 +554,18 @@ def run_audit(catalogue: list[mutants.Mutant], scenarios: list, *, jobs: int | N
     console.print(kill_table(results, console.width, with_unit=unit_tests is not None))
     for name, ctl in sorted(controls.items()):
         if ctl["status"] != "PASS":
-            console.print(f"[yellow]control: {name} {ctl['status']} on the unmutated copy "
-                          f"({'; '.join(ctl['checkers'])[:300]}): its failures count as no "
-                          "kill[/]", highlight=False)
+            console.print(Text(f"control: {name} {ctl['status']} on the unmutated copy "
+                               f"({'; '.join(ctl['checkers'])[:300]}): its failures count as "
+                               "no kill", style="yellow"), highlight=False)
     counts = {s: sum(r.status == s for r in results) for s in (KILLED, SURVIVED, ERROR)}
     code = 0 if counts[KILLED] == len(results) and results else 1
     if audit.invalid:
         code = 3
         for text in audit.invalid:
-            console.print(f"[bold red]AUDIT INVALID[/] {text}", highlight=False)
+            console.print(f"[bold red]AUDIT INVALID[/] {escape(text)}", highlight=False)
     console.print(f"audit: {counts[KILLED]} killed, {counts[SURVIVED]} survived, "
                   f"{counts[ERROR]} error(s) of {len(results)} mutant(s) in {total:.1f}s "
-                  f"({jobs} at once, {os.cpu_count()} cores)", highlight=False)
+                  f"({jobs} at once, {os.cpu_count()} cores)", highlight=False, markup=False)
     if junit:
         write_junit(Path(junit), results, total)
     table = markdown_table(results, total, jobs, with_unit=unit_tests is not None)
@@ -568,7 +573,8 @@ def run_audit(catalogue: list[mutants.Mutant], scenarios: list, *, jobs: int | N
         Path(markdown).write_text(table)
     if readme and not write_readme(Path(readme), table, "python -m chaos audit "
                                    + " ".join(sys.argv[2:])):
-        console.print(f"[red]chaos audit: no kill-table markers in {readme}[/]", highlight=False)
+        console.print(f"[red]chaos audit: no kill-table markers in {escape(str(readme))}[/]",
+                      highlight=False)
     if as_json:
         print(json.dumps({"mutants": [asdict(r) for r in results], **{
             k.lower(): v for k, v in counts.items()}, "controls": controls,
@@ -627,12 +633,12 @@ def cmd_audit(args, load_all, err: Console, *, tags: list[str] | None = None,
     if only:
         catalogue = [m for m in catalogue if any(fnmatch.fnmatch(m.name, g) for g in only)]
         if not catalogue:
-            err.print(f"[red]chaos audit: no mutant matches {' '.join(only)}[/]",
+            err.print(f"[red]chaos audit: no mutant matches {escape(' '.join(only))}[/]",
                       highlight=False)
             return 2
     files = select_scenarios(pattern or args.scenarios)
     if not files:
-        err.print(f"[red]chaos audit: no scenario files match {pattern or args.scenarios}[/]",
+        err.print(f"[red]chaos audit: no scenario files match {escape(str(pattern or args.scenarios))}[/]",
                   highlight=False)
         return 2
     scenarios, bad = load_all(files, err)
@@ -642,7 +648,7 @@ def cmd_audit(args, load_all, err: Console, *, tags: list[str] | None = None,
     if want:
         scenarios = [sc for sc in scenarios if set(want) & set(sc.tags)]
         if not scenarios:
-            err.print(f"[red]chaos audit: no scenario tagged {', '.join(want)}[/]",
+            err.print(f"[red]chaos audit: no scenario tagged {escape(', '.join(want))}[/]",
                       highlight=False)
             return 2
     unit_arg = getattr(args, "unit_tests", None)

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 from rich import box
+from rich.markup import escape
 from rich.table import Table
 
 from .report.terminal import compact
@@ -42,10 +43,12 @@ def kill_table(results: list, width: int | None = None, *, with_unit: bool = Fal
         status = f"[{_STYLE.get(r.status, 'bold red')}]{r.status}[/]"
         by = _by(r)[:160]
         unit = [r.unit_tests or "-"] if with_unit else []
+        by, unit = escape(by), [escape(u) for u in unit]
         if narrow:
-            t.add_row(f"{r.name}\n[dim]{r.spec} {r.rule[:80]}[/]", status, by, *unit)
+            t.add_row(f"{escape(r.name)}\n[dim]{escape(f'{r.spec} {r.rule[:80]}')}[/]", status, by,
+                      *unit)
         else:
-            t.add_row(r.name, r.spec, status, by, *unit, r.rule)
+            t.add_row(escape(r.name), escape(r.spec), status, by, *unit, escape(r.rule))
     return t
 
 

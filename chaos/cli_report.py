@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
 from .files.inputs import InputError
 from .report.terminal import markup_safe
@@ -95,6 +96,10 @@ def _report(args, err: Console) -> int:
         err.print(f"[red]{markup_safe(exc, one_line=False)}[/]", highlight=False)
         return EXIT_BAD_INPUT
     verdicts = results.get("verdicts") or []
+    if verdicts and "verdict" not in results:  # a run directory from before the field
+        from .checkers.base import run_status
+
+        results["verdict"] = run_status(verdicts)
     if results.get("kind") == "watch":
         from .watch import print_summary
 
@@ -102,7 +107,7 @@ def _report(args, err: Console) -> int:
     else:
         title = f"{results.get('scenario', run_dir.name)} (seed {results.get('seed', '?')})"
         print_verdicts(console, verdicts, title)
-    console.print(f"report {page}", highlight=False)
+    console.print(f"report {page}", highlight=False, markup=False)
     if args.json:
         print(json.dumps(results, default=str))
     if results.get("kind") == "watch":
@@ -143,7 +148,7 @@ def _summary_table(left: dict, right: dict):
     table.add_column("original", overflow="fold")
     table.add_column("replay", overflow="fold")
     for key in list(left) + [k for k in right if k not in left]:
-        table.add_row(key, left.get(key, "-"), right.get(key, "-"))
+        table.add_row(*(escape(str(x)) for x in (key, left.get(key, "-"), right.get(key, "-"))))
     return table
 
 

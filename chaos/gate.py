@@ -1,10 +1,16 @@
 """``python -m chaos gate``: the regression gate before a schema bump (SPEC §16.5, §16.6).
 
 Runs every ``scenarios/*.yaml`` (``--seeds K``: seeds ``seed .. seed+K-1`` of each) and the
-schema-migration matrix (:mod:`chaos.matrix`), prints a verdict table and the total time, and
-optionally writes JUnit XML (one ``testcase`` per scenario × seed and per matrix row). Exit 0
-only when every row passed; 1 when any failed, was INCONCLUSIVE or errored; 2 when a scenario
-file is invalid (nothing runs); 3 when the toolkit itself failed.
+schema-migration matrix (:mod:`chaos.matrix`), prints a verdict table, a short summary of the
+rows that did not pass (each with its one-line reason and run directory) and a final line with
+the counts and the total time, and optionally writes JUnit XML (one ``testcase`` per scenario ×
+seed and per matrix row; :mod:`chaos.report.gate`). A scenario row that was INCONCLUSIVE, or
+FAILed only by a wall-clock bound (:data:`chaos.checkers.TIMING_BOUND`), runs once more: FLAKY
+when the rerun passes (both results shown), else the worse of the two; any other FAIL stands
+(:func:`rerun_reason`). A run whose checkers were all SKIPPED is a SKIPPED row, counted apart.
+Exit 0 when no row failed (flaky and skipped rows included) and something was tested; 1 when any
+row failed, was INCONCLUSIVE or errored; 4 when every row was SKIPPED; 2 when a scenario file is
+invalid (nothing runs); 3 when the toolkit itself failed.
 
 Every job is a child process (``python -m chaos run FILE --seed N --json`` for a scenario run,
 ``python -m chaos.matrix --versions ... --jsonl`` for a chunk of the matrix), up to ``--jobs``
@@ -22,39 +28,26 @@ import subprocess
 import sys
 import threading
 import time
-import xml.etree.ElementTree as ET
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from rich import box
 from rich.console import Console
-from rich.table import Table
+from rich.markup import escape
 
 from hermes_state.testing import utc_stamp
 
 from . import matrix, store
 from .files import names
-from .report import STATUS_STYLE
-from .report.terminal import compact, markup_safe
+from .checkers import TIMING_BOUND
+from .report.gate import (ERROR, FAIL, FLAKY, INCONCLUSIVE, PASS, SKIPPED, GateRow, combine,
+                          final_line, gate_status, short_summary, styled, write_junit)
+from .report.gate import verdict_table as _table
+from .sampler import measure
 
-PASS, FAIL, INCONCLUSIVE, ERROR, SKIPPED = "PASS", "FAIL", "INCONCLUSIVE", "ERROR", "SKIPPED"
+__all__ = ["GateRow", "Job", "rerun_reason", "run_gate", "verdict_table", "write_junit"]
 #: Hang guard for one job (s): a scenario run or a matrix chunk stuck this long is an ERROR.
 JOB_TIMEOUT_S = 1800.0
-
-
-@dataclass
-class GateRow:
-    """One verdict row: a scenario × seed run, or one matrix cell."""
-
-    kind: str            # "scenario" | "matrix"
-    suite: str           # scenario file name, or "matrix.v<N>"
-    name: str            # "seed42", or the cell ("plain", "writer", "crash@v11")
-    status: str          # PASS | FAIL | INCONCLUSIVE | ERROR
-    summary: str = ""
-    details: str = ""
-    seconds: float = 0.0
-    run_dir: str | None = None
 
 
 @dataclass
@@ -190,6 +183,8 @@ class Gate:
                 if self.stopping:
                     return
                 rows = self._run_job(job)
+                rows = [self._rerun(job, r) if rerun_reason(r) and not self.stopping else r
+                        for r in rows]
             finally:
                 slots.release(job.exclusive)
             with self.lock:
@@ -197,11 +192,11 @@ class Gate:
                 done[0] += 1
                 bad = [r for r in rows if r.status != PASS]
                 status = PASS if not bad else bad[0].status
-                style = STATUS_STYLE.get(status, "bold red")
                 extra = f" ({len(bad)} of {len(rows)} rows not PASS)" if len(rows) > 1 and bad \
                     else ""
-                self.console.print(f"[{done[0]:3}/{len(jobs)}] [{style}]{status:12}[/] "
-                                   f"{job.label}{extra}", highlight=False)
+                self.console.print(f"[{done[0]:3}/{len(jobs)}] {styled(status)}"
+                                   f"{' ' * max(1, 13 - len(status))}{escape(job.label)}{extra}",
+                                   highlight=False)
 
         run_parallel(jobs, work, self.jobs, self.stop)
         return self.rows
@@ -224,8 +219,18 @@ class Gate:
                 p.kill()
                 p.wait()
 
-    def _run_job(self, job: Job) -> list[GateRow]:
-        log = self.out / "logs" / f"{names.derive(job.label)}.log"  # any label: one component
+    def _rerun(self, job: Job, row: GateRow) -> GateRow:
+        """Run a scenario row's job once more (:func:`rerun_reason`) and combine both results
+        (:func:`chaos.report.gate.combine`: FLAKY if the rerun passed, else the worse)."""
+        with self.lock:
+            self.console.print(f"      rerun {escape(row.label)}: {rerun_reason(row)} "
+                               f"({escape(row.summary[:200])})", highlight=False, style="dim")
+        again = self._run_job(job, attempt=2)
+        return combine(row, again[0]) if again else row
+
+    def _run_job(self, job: Job, attempt: int = 1) -> list[GateRow]:
+        rerun = "" if attempt == 1 else f".rerun{attempt}"
+        log = self.out / "logs" / f"{names.derive(job.label)}{rerun}.log"  # any label: one name
         t0 = time.monotonic()
         with open(log, "w") as err:
             proc = subprocess.Popen(job.argv, stdout=subprocess.PIPE, stderr=err, text=True,
@@ -254,6 +259,26 @@ def _tail(path: Path, n: int = 30) -> str:
         return ""
 
 
+def verdict_table(rows: list[GateRow], width: int | None = None):
+    """The gate's verdict table (:func:`chaos.report.gate.verdict_table`), matrix modes in the
+    matrix's order."""
+    return _table(rows, width, matrix.MODES)
+
+
+def rerun_reason(row: GateRow) -> str | None:
+    """Why a row is run once more (issue 27 item 5), or None: a scenario row that was
+    INCONCLUSIVE (the run may not have reached its state on a loaded machine), or FAILed only
+    by checkers whose bound is wall-clock time (:data:`chaos.checkers.TIMING_BOUND`). A FAIL of
+    any other checker (lost writes, integrity, ...) is never rerun: it stands."""
+    if row.kind != "scenario":
+        return None
+    if row.status == INCONCLUSIVE:
+        return "INCONCLUSIVE: run once more"
+    if row.status == FAIL and row.failed_checkers and set(row.failed_checkers) <= TIMING_BOUND:
+        return f"timing-bound FAIL ({', '.join(row.failed_checkers)}): run once more"
+    return None
+
+
 def _scenario_row(job: Job, code: int, stdout: str, seconds: float, log: Path) -> GateRow:
     row = GateRow("scenario", job.meta["file"], f"seed{job.meta['seed']}", ERROR,
                   seconds=seconds)
@@ -264,11 +289,18 @@ def _scenario_row(job: Job, code: int, stdout: str, seconds: float, log: Path) -
             break
         except ValueError:
             continue
-    if code in (0, 1) and isinstance(results, dict):
+    if code in (0, 1, 4) and isinstance(results, dict):
         row.run_dir = results.get("run_dir")
+        row.load_factor = (results.get("load") or {}).get("factor")
         verdicts = results.get("verdicts", [])
         bad = [v for v in verdicts if v.get("status") not in ("PASS", "SKIPPED")]
-        if code == 0 and not bad:
+        row.failed_checkers = sorted({str(v.get("checker")) for v in bad
+                                      if v.get("status") == FAIL})
+        if code == 4 and not bad:
+            row.status = SKIPPED
+            row.summary = f"every checker SKIPPED: {results.get('skipped') or '?'}"
+            row.details = f"{row.summary}\nrun directory: {row.run_dir}"
+        elif code == 0 and not bad:
             row.status = PASS
             row.summary = f"{len(verdicts)} checkers passed"
         else:
@@ -315,98 +347,6 @@ def _modes_of(argv: list[str]) -> list[str]:
     return argv[argv.index("--modes") + 1].split(",")
 
 
-# ---------------------------------------------------------------------- reporting
-
-def verdict_table(rows: list[GateRow], width: int | None = None) -> Table:
-    """Scenario rows one by one; matrix rows summarised per mode, every non-PASS row listed.
-    Narrower than :data:`chaos.report.terminal.COMPACT_BELOW` columns (a CI log): light borders,
-    and the kind and the time go under the row's name, so the summary keeps its width."""
-    narrow = compact(width)
-    t = Table(title="chaos gate", show_lines=False,
-              **({"box": box.SIMPLE_HEAD, "padding": (0, 1), "pad_edge": False} if narrow
-                 else {}))
-    cols = ("what", "status", "summary") if narrow else ("kind", "what", "status", "time",
-                                                          "summary")
-    for col in cols:
-        t.add_column(col, overflow="fold", no_wrap=col == "status",
-                     ratio=1 if col == "summary" else None, min_width=16 if col == "summary"
-                     else None)
-
-    def t_add(kind: str, what: str, status: str, secs: str, summary: str) -> None:
-        what, summary = markup_safe(what), markup_safe(summary)  # texts of any content
-        if narrow:
-            t.add_row(f"{what}\n[dim]{kind}, {secs}[/]", status, summary)
-        else:
-            t.add_row(kind, what, status, secs, summary)
-
-    def styled(status: str) -> str:
-        return f"[{STATUS_STYLE.get(status, 'bold red')}]{status}[/]"
-
-    for r in sorted((r for r in rows if r.kind == "scenario"), key=lambda r: (r.suite, r.name)):
-        t_add("scenario", f"{r.suite} {r.name}", styled(r.status), f"{r.seconds:.1f}s",
-              r.summary)
-    by_mode: dict[tuple[bool, str], list[GateRow]] = {}
-    for r in rows:
-        if r.kind == "matrix":
-            real = r.suite.startswith("matrix.real.")
-            by_mode.setdefault((real, r.name.split("@")[0]), []).append(r)
-    for real, mode in [(False, m) for m in matrix.MODES] + [
-            (True, m) for m in (*matrix.MODES, matrix.SKIP_MODE)]:
-        group = by_mode.get((real, mode), [])
-        if not group:
-            continue
-        ok = sum(1 for r in group if r.status == PASS)
-        status = PASS if ok == len(group) else FAIL
-        if mode == matrix.SKIP_MODE:  # stores that could not be tested: counted apart
-            status = SKIPPED
-        if real:
-            what = f"real stores {mode} ({len(group)} cells, {len({r.suite for r in group})} stores)"
-        else:
-            versions = sorted({int(r.suite.split(".v")[1]) for r in group})
-            what = f"{mode} ({len(group)} cells, v{versions[0]}-v{versions[-1]})"
-        t_add("matrix", what, styled(status), f"{sum(r.seconds for r in group):.1f}s",
-              f"{ok}/{len(group)} PASS")
-        for r in group:
-            if r.status != PASS:
-                t_add("matrix", f"{r.suite[7:]}/{r.name}", styled(r.status),
-                      f"{r.seconds:.1f}s", r.summary)
-    return t
-
-
-def write_junit(path: Path, rows: list[GateRow], total_s: float) -> None:
-    """JUnit XML: one ``testsuite`` per scenario file / matrix version, one ``testcase`` per row.
-
-    FAIL and INCONCLUSIVE rows carry a ``failure`` (``type`` = the status), ERROR rows an
-    ``error``; the element's ``message`` is the one-line summary, its text the details.
-    """
-    root = ET.Element("testsuites", name="chaos gate", tests=str(len(rows)),
-                      failures=str(sum(r.status in (FAIL, INCONCLUSIVE) for r in rows)),
-                      errors=str(sum(r.status == ERROR for r in rows)), time=f"{total_s:.3f}")
-    suites: dict[str, list[GateRow]] = {}
-    for r in rows:
-        suites.setdefault(r.suite, []).append(r)
-    for name, group in suites.items():
-        s = ET.SubElement(root, "testsuite", name=name, tests=str(len(group)),
-                          failures=str(sum(r.status in (FAIL, INCONCLUSIVE) for r in group)),
-                          errors=str(sum(r.status == ERROR for r in group)),
-                          time=f"{sum(r.seconds for r in group):.3f}")
-        for r in group:
-            prefix = "chaos.scenarios." if r.kind == "scenario" else "chaos."
-            case = ET.SubElement(s, "testcase", classname=prefix + name, name=r.name,
-                                 time=f"{r.seconds:.3f}")
-            if r.status in (FAIL, INCONCLUSIVE):
-                el = ET.SubElement(case, "failure", message=r.summary[:1000], type=r.status)
-                el.text = r.details or r.summary
-            elif r.status == ERROR:
-                el = ET.SubElement(case, "error", message=r.summary[:1000], type=ERROR)
-                el.text = r.details or r.summary
-            if r.run_dir:
-                ET.SubElement(case, "system-out").text = f"run directory: {r.run_dir}"
-    ET.indent(root)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    ET.ElementTree(root).write(path, encoding="utf-8", xml_declaration=True)
-
-
 def run_gate(scenarios: list, *, seeds: int = 1, quick: bool = False, with_matrix: bool = True,
              versions: list[int] | None = None, modes: list[str] | None = None,
              jobs: int | None = None, out: Path | None = None, junit: Path | None = None,
@@ -430,7 +370,8 @@ def run_gate(scenarios: list, *, seeds: int = 1, quick: bool = False, with_matri
         as_json: print the rows as one JSON object on stdout (``{"rows": [...], "passed",
             "not_passed", "seconds", "exit_code", "out"}``) after the table.
     Returns:
-        0 when every row passed, else 1.
+        0 when no row failed and something was tested (FLAKY and SKIPPED rows are listed, not
+        red), 4 when every row was SKIPPED, else 1.
     """
     console = console or Console(stderr=as_json)
     jobs = jobs or os.cpu_count() or 1
@@ -448,28 +389,31 @@ def run_gate(scenarios: list, *, seeds: int = 1, quick: bool = False, with_matri
         for root in stores or ():
             found += rs.discover(root, f"stores/{Path(root).name}/")
         plan += gate.real_jobs(found, modes, quick, real, list(stores or ()))
+    load = measure("gate start")
     console.print(f"chaos gate: {len(scenarios)} scenario(s) × {seeds} seed(s)"
                   + (f" + schema-migration matrix{' (quick)' if quick else ''}" if with_matrix
-                     else "") + f", {len(plan)} jobs, {jobs} at once; output {out}",
-                  highlight=False)
+                     else "") + f", {len(plan)} jobs, {jobs} at once; output {out}; machine "
+                  f"load: {load['ratio']:g} s wall per CPU second, loadavg/cpu "
+                  f"{load['loadavg_per_cpu']}", highlight=False, markup=False)
     rows = gate.run(plan)
     total = time.monotonic() - t0
     console.print(verdict_table(rows, console.width))
     if junit:
         write_junit(Path(junit), rows, total)
-        console.print(f"JUnit XML: {junit}", highlight=False)
-    n_pass = sum(r.status == PASS for r in rows)
-    n_skip = sum(r.status == SKIPPED for r in rows)  # a store that is not one: counted apart
-    n_bad = len(rows) - n_pass - n_skip
-    console.print(f"gate: {n_pass} rows passed, {n_bad} not"
-                  + (f", {n_skip} skipped" if n_skip else "")
-                  + f", in {total:.1f}s total ({'PASS' if not n_bad else 'FAIL'})",
-                  highlight=False)
-    code = 0 if n_bad == 0 and rows else 1
+        console.print(f"JUnit XML: {junit}", highlight=False, markup=False)
+    for line in short_summary(rows):
+        console.print(line, soft_wrap=True)
+    console.print(final_line(rows, total), soft_wrap=True)
+    status = gate_status(rows)
+    code = {PASS: 0, SKIPPED: 4}.get(status, 1)
     if as_json:
+        n_pass = sum(r.status in (PASS, FLAKY) for r in rows)
+        n_skip = sum(r.status == SKIPPED for r in rows)  # counted apart, never as passed
         print(json.dumps({"rows": [asdict(r) for r in rows], "passed": n_pass,
-                          "not_passed": n_bad, "seconds": round(total, 3), "exit_code": code,
-                          "out": str(out)}, default=str))
+                          "skipped": n_skip, "not_passed": len(rows) - n_pass - n_skip,
+                          "verdict": status,
+                          "seconds": round(total, 3), "exit_code": code, "out": str(out),
+                          "load_at_start": load}, default=str))
     return code
 
 
@@ -478,7 +422,7 @@ def run_gate(scenarios: list, *, seeds: int = 1, quick: bool = False, with_matri
 def add_subcommand(sub) -> None:
     """Register ``gate`` on the ``python -m chaos`` subparsers."""
     p = sub.add_parser("gate", help="every scenario (K seeds) plus the schema-migration matrix; "
-                       "exit 0 only if all pass")
+                       "exit 0 only if no row failed (4: every row SKIPPED)")
     p.add_argument("--junit", type=Path, default=None, help="write JUnit XML to this file")
     p.add_argument("--seeds", type=_positive, default=1, help="seeds per scenario (default 1)")
     p.add_argument("--jobs", type=_positive, default=None,
@@ -520,7 +464,8 @@ def cmd_gate(args, load_all, err: Console) -> int:
         return 2
     files = sorted(args.scenarios.glob("*.yaml")) if args.with_scenarios else []
     if args.with_scenarios and not files:
-        err.print(f"[red]chaos gate: no scenario files in {args.scenarios}[/]", highlight=False)
+        err.print(f"[red]chaos gate: no scenario files in {escape(str(args.scenarios))}[/]",
+                  highlight=False)
         return 2
     scenarios, bad = load_all(files, err)
     if bad:
@@ -528,13 +473,13 @@ def cmd_gate(args, load_all, err: Console) -> int:
     needs_fn = [sc for sc in scenarios if any(r.kind == "callable" for r in sc.roles)]
     for sc in needs_fn:
         err.print(f"chaos gate: {sc.source} left out: it has callable roles (a test runs it "
-                  "with run_scenario(..., roles={...}))", highlight=False)
+                  "with run_scenario(..., roles={...}))", highlight=False, markup=False)
     scenarios = [sc for sc in scenarios if sc not in needs_fn]
     if args.matrix:
         try:
             matrix.real_stores_of(args)
         except Exception as exc:  # noqa: BLE001 - a bad --stores is a usage error
-            err.print(f"[red]chaos gate: {exc}[/]", highlight=False)
+            err.print(f"[red]chaos gate: {escape(str(exc))}[/]", highlight=False)
             return 2
     return run_gate(scenarios, seeds=args.seeds, quick=args.quick, with_matrix=args.matrix,
                     versions=args.versions if args.generated else [], modes=args.modes,

@@ -37,6 +37,10 @@ Record types:
              write-lock owner, the waiters (fields in :mod:`chaos.sampler`)
 ``observed`` what ``chaos watch`` saw change: holders, write-lock owner, checkpoints
              (``history/watch.jsonl``, :mod:`chaos.watch`)
+``load``     the machine's load measured by the runner before the clock and after the roles
+             stopped (:func:`chaos.sampler.measure`): ``when``, ``ratio`` (wall seconds per CPU
+             second of a calibration spin), ``cpu_s``, ``wall_s``, ``loadavg_per_cpu``, ``cpus``;
+             :func:`history_load_factor` turns them into the factor machine-time bounds scale by
 """
 
 from __future__ import annotations
@@ -668,3 +672,35 @@ def sample_waiters(rec: dict) -> list:
         elif pid_of(w) is not None:
             out.append(pid_of(w))
     return out
+
+
+# ------------------------------------------------------------------------------ load
+#: The factor never exceeds this: a bound may stretch 3x on a loaded machine, no more.
+MAX_LOAD_FACTOR = 3.0
+#: The ``type`` of the history records the runner writes with each measurement.
+LOAD_RECORD = "load"
+
+
+def factor_of(measurements: list[dict]) -> float:
+    """The load factor of ``measurements`` (:func:`measure` dicts): the largest ``ratio``,
+    clamped to [1, :data:`MAX_LOAD_FACTOR`]; 1 without any."""
+    ratios = [float(m["ratio"]) for m in measurements
+              if isinstance(m, dict) and isinstance(m.get("ratio"), (int, float))]
+    return round(min(MAX_LOAD_FACTOR, max([1.0] + ratios)), 3)
+
+
+_LOAD_FIELDS = ("when", "ratio", "cpu_s", "wall_s", "loadavg_per_cpu", "cpus")
+
+
+def load_summary(history: list[dict]) -> dict:
+    """``{"factor", "measurements": [{when, ratio, cpu_s, wall_s, loadavg_per_cpu, cpus}]}``
+    of a run's history, for ``results.json``."""
+    found = [r for r in history if r.get("type") == LOAD_RECORD]
+    return {"factor": factor_of(found),
+            "measurements": [{k: r.get(k) for k in _LOAD_FIELDS} for r in found]}
+
+
+def history_load_factor(history: list[dict]) -> float:
+    """The load factor recorded in a run's history (its ``load`` records); 1 when it has none
+    (a hand-made history, or a run before issue 27: bounds are not scaled)."""
+    return factor_of([r for r in history if r.get("type") == LOAD_RECORD])

@@ -93,9 +93,18 @@ def _untagged_report(report) -> bool:
         isinstance(longrepr, tuple) and len(longrepr) == 3 and UNTAGGED_REASON in str(longrepr[2])
 
 
+#: Every marker the plugin puts on its items, registered in :func:`pytest_configure` so a run
+#: with ``--strict-markers`` or ``-W error`` collects scenario files (issue 27 item 9).
+MARKERS = {
+    "chaos": "a chaos scenario run (real processes, seconds)",
+    "slow": "runs real chaos scenarios (seconds each)",
+}
+
+
 def pytest_configure(config):
-    """Register the ``chaos`` marker (every scenario item carries it, and ``slow``)."""
-    config.addinivalue_line("markers", "chaos: a chaos scenario run (real processes, seconds)")
+    """Register every marker of :data:`MARKERS` (each scenario item carries them all)."""
+    for name, text in MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {text}")
 
 
 #: The reason of the collection skip of an untagged scenario (found again in the summary).
@@ -209,14 +218,20 @@ class ScenarioItem(pytest.Item):
     def __init__(self, *, scenario, **kw):
         super().__init__(**kw)
         self.scenario = scenario
-        self.add_marker(pytest.mark.chaos)
-        self.add_marker(pytest.mark.slow)
+        for name in MARKERS:
+            self.add_marker(getattr(pytest.mark, name))
         self.result = None
 
     def runtest(self):
-        """Run the scenario in a fresh temporary directory; fail unless exit code 0."""
+        """Run the scenario in a fresh temporary directory; skip (with the reason) when every
+        checker was SKIPPED (exit 4: nothing was tested, never a pass); fail unless exit 0."""
+        from .checkers.base import EXIT_SKIPPED
+
         out = _tmp_dir(self.config, f"chaos-{self.scenario.name}")
         self.result = result = _run(self.scenario, out)
+        if result.exit_code == EXIT_SKIPPED:
+            pytest.skip(f"{self.scenario.name}: every checker SKIPPED: "
+                        f"{result.results.get('skipped') or '?'} (run directory {result.run_dir})")
         if result.exit_code != 0:
             raise ScenarioItemFailure(_failure_report(result))
         self.ihook.pytest_chaos_scenario_result(item=self, result=result)

@@ -19,7 +19,7 @@ from rich.console import Console
 
 from . import store
 from .files import inputs
-from .checkers.base import exit_code_of
+from .checkers.base import outcome_fields
 
 
 class RunDirError(Exception):
@@ -61,7 +61,7 @@ def recheck(run_dir: str | os.PathLike) -> dict:
         RunDirError: a required file is missing (no store in ``final/`` nor ``home/``).
     """
     from .checkers import CheckContext, run_checkers
-    from .checkers.observed import interrupted, must_observe
+    from .checkers.observed import interrupted, run_verdicts
 
     run_dir = Path(run_dir).absolute()
     run = store.RunDir(run_dir)
@@ -81,13 +81,13 @@ def recheck(run_dir: str | os.PathLike) -> dict:
                           "nothing to recheck")
     ctx = CheckContext(history=records, store_path=final, home=run.home,
                        run_dir=run_dir, scenario=scenario.to_dict())
-    verdicts = (run_checkers(ctx, scenario.expect) + must_observe(scenario.must_observe, records)
+    verdicts = (run_checkers(ctx, scenario.expect) + run_verdicts(scenario.must_observe, records)
                 + interrupted(run_dir))
-    results = dict(old)
+    results = {k: v for k, v in old.items() if k not in ("skipped", "verdict")}
     results.update({
         "scenario": scenario.name, "seed": scenario.seed, "run_dir": str(run_dir),
         "verdicts": [v.to_dict() for v in verdicts],
-        "exit_code": exit_code_of(verdicts), "sqlite_recheck": sqlite3.sqlite_version,
+        **outcome_fields(verdicts), "sqlite_recheck": sqlite3.sqlite_version,
         "rechecked_store": store_note,
         "rechecked_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     })

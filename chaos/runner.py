@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
 from hermes_state import failpoints
 from hermes_state.testing import exposure_line, wal_reset_exposure
@@ -44,17 +45,17 @@ from . import fixtures, store
 from .fs import FaultyMount, FsUnavailable, read_fs_log
 from . import history as hist
 from .checkers import CheckContext, run_checkers
-from .checkers.base import SKIPPED, Verdict, exit_code_of
-from .checkers.observed import faults_fired, must_observe
+from .checkers.base import SKIPPED, Verdict, outcome_fields
+from .checkers.observed import run_verdicts
 from .nemesis import FAULTS, HEALS, NemesisEnv, NemesisError
 from .nemesis.commands import command_argv
 from .params import as_dict, build
 from .report import print_verdicts
 from .report.terminal import markup_safe
 from .roles import ROLES, role_main
-from .roles.gate import await_ready, release
+from .roles.gate import GATE_LOST_EXIT, READY_GUARD_S, await_ready, discard, release
 from .roles.python_callable import check_bindings, spawn_context
-from .sampler import Sampler
+from .sampler import Sampler, measure
 from .scenario import NemesisStep, RoleSpec, Scenario
 from .schedule import Counts, Schedule, reached
 
@@ -79,6 +80,7 @@ class RoleInstance:
     failpoints_file: str = ""  # HERMES_STATE_FAILPOINTS_FILE of the process (run-time arming)
     history_file: str = ""  # set at spawn: history/<process>.jsonl
     gate: multiprocessing.connection.Connection | None = None  # start gate until released
+    said_ready: bool = False  # the process reported ready on its gate (released only then)
 
     @property
     def role(self) -> str:
@@ -246,6 +248,8 @@ class Runner:
         return time.monotonic() - self.t0
 
     def say(self, text: str) -> None:
+        """One progress line; ``text`` is rich markup whose every value from the run was escaped
+        (``rich.markup.escape``) where the line was built."""
         self.console.print(f"[dim]{self.elapsed():7.2f}s[/] {text}", highlight=False)
 
     def _prepare_store(self) -> dict:
@@ -283,16 +287,19 @@ class Runner:
             mount.unmount()
 
     def _skipped(self, reason: str) -> RunResult:
-        """Every checker SKIPPED with ``reason`` (SPEC §16.3): a requirement is unmet."""
+        """Every checker SKIPPED with ``reason`` (SPEC §16.3): a requirement is unmet. The
+        run is SKIPPED (exit 4, never a pass) and still writes ``report.html``."""
         verdicts = [Verdict(name, SKIPPED, reason, {"reason": reason}, [])
                     for name in self.sc.expect]
         results = {"scenario": self.sc.name, "seed": self.sc.seed, "run_dir": str(self.run_dir),
                    "duration_s": self.sc.duration, "sqlite": sqlite3.sqlite_version,
-                   "exit_code": 0, "skipped": reason,
+                   **outcome_fields(verdicts), "skipped": reason,
                    "verdicts": [v.to_dict() for v in verdicts], "processes": []}
+        hist.write_merged([], self.dirs.history)
         store.write_results(self.dirs.results, results)
         self.console.print(f"[yellow]SKIPPED: {markup_safe(reason)}[/]")
-        return RunResult(self.run_dir, verdicts, 0, results)
+        self._write_report()
+        return RunResult(self.run_dir, verdicts, results["exit_code"], results)
 
     def _launch(self, inst: RoleInstance) -> None:
         """Start ``inst``'s process behind its start gate: it sets itself up, reports ready and
@@ -309,6 +316,8 @@ class Runner:
             "workload": as_dict(spec.workload), "failpoints": spec.failpoints or "",
             "synchronous": self.sc.store.get("synchronous", "NORMAL"),
             "undumpable": spec.undumpable, "ptrace_cap": spec.ptrace_cap,
+            # the longest a launched process waits for its clock (or a discard) once ready
+            "start_guard_s": self.sc.duration + READY_GUARD_S + STOP_GRACE_S,
             "upstream": as_dict(spec.upstream) if spec.upstream is not None else None,
         }
         fn = self.functions.get(spec.name)
@@ -334,9 +343,27 @@ class Runner:
             theirs.close()
         inst.gate = ours
 
+    def _await_ready(self, insts: list[RoleInstance]) -> None:
+        """Wait (bounded: :data:`chaos.roles.gate.READY_GUARD_S`) until every launched process
+        of ``insts`` reported ready on its gate, or died starting (its exit is recorded once
+        released).
+
+        Raises:
+            chaos.roles.gate.RoleStartError: some did neither in time (names them).
+        """
+        gates = {i.gate: i.process for i in insts if i.gate is not None and not i.said_ready}
+        ready = await_ready(gates) if gates else set()
+        for inst in insts:
+            if inst.gate in ready:
+                inst.said_ready = True
+
     def _release(self, inst: RoleInstance, writer: hist.HistoryWriter) -> None:
-        """Let ``inst`` run from now: send the run's ``t0`` and its deadline through its gate."""
+        """Let ``inst`` run from now: send the run's ``t0`` and its deadline through its gate,
+        after its ``ready`` (waited for here if it has not come yet: every launch path sends the
+        clock only to a process that said ready, issue 27)."""
         spec = inst.spec
+        if not inst.said_ready:
+            self._await_ready([inst])
         self.instances.append(inst)
         if self.tail is not None:
             self.tail.roles[inst.process] = spec.name
@@ -349,13 +376,14 @@ class Runner:
                       index=inst.index, child=inst.process, child_pid=inst.proc.pid,
                       process_of=inst.process, **extra)
         again = f" restart #{inst.generation} of slot {inst.index}" if inst.generation else ""
-        self.say(f"spawn [bold]{inst.process}[/] ({spec.kind}) pid {inst.proc.pid}{again}")
+        self.say(f"spawn [bold]{escape(inst.process)}[/] ({escape(spec.kind)}) pid "
+                 f"{inst.proc.pid}{again}")
 
     def _discard(self, launched: list[RoleInstance]) -> None:
-        """Close the gates of launched processes never released: they exit without running."""
+        """Discard launched processes never released: they exit (0) without running."""
         unreleased = [i for i in launched if i.gate is not None]
         for inst in unreleased:
-            inst.gate.close()
+            discard(inst.gate)
             inst.gate = None
         for inst in unreleased:
             inst.proc.join(STOP_GRACE_S)
@@ -363,34 +391,43 @@ class Runner:
                 inst.proc.kill()
                 inst.proc.join(STOP_GRACE_S)
 
-    def _restart(self, role: str, slot: int) -> RoleInstance:
+    def _restart(self, role: str, slot: int) -> RoleInstance | None:
         """Start the next instance of ``role``'s ``slot`` (the ``restart`` fault, SPEC §16.2):
         the role's next standby process (launched and imported before the run's clock started,
-        as a supervisor's warm spare) is released in the slot."""
+        as a supervisor's warm spare) is released in the slot. None when the role's ``stop_at``
+        has passed (a process released then would stop before its first operation)."""
         spec = self.sc.role(role)
+        if spec.stop_at is not None and self.elapsed() >= spec.stop_at:
+            return None
         number = self._numbers.get(role, spec.count)
         self._numbers[role] = number + 1
         same = [i for i in self.instances if i.role == role and i.index == slot]
         spares = self._standby.get(role, [])
         if spares and spares[0].process == f"{role}-{number}":
             inst = spares.pop(0)
-        else:  # more restarts than the scenario's steps can ask for: a toolkit defect, but run
-            inst = RoleInstance(spec, slot, f"{role}-{number}")
+        else:  # more restarts than the scenario's steps can ask for: launched now, released
+            inst = RoleInstance(spec, slot, f"{role}-{number}")  # once ready (_release waits)
             self._launch(inst)
+            self.launched.append(inst)
         inst.index, inst.generation = slot, len(same)
         inst.replaces = same[-1].process if same else None
         self._release(inst, self.writer)
         return inst
 
     def _launch_standby(self) -> list[RoleInstance]:
-        """Launch (not release) one process per instance the scenario's ``restart`` steps can
-        start (every slot of the role, or the step's ``index``), numbered as they will be."""
+        """Launch (not release) one process per instance the scenario's steps can start: a
+        ``restart`` step every slot of its role (or the step's ``index``), a ``power_cut`` or
+        ``torn_write`` that restarts every slot of every role (the machine reboots); numbered
+        as they will be."""
         wanted: dict[str, int] = {}
         for step in self.sc.nemesis:
             if step.fault == "restart":
                 role = step.params.role
                 n = 1 if step.params.index is not None else self.sc.role(role).count
                 wanted[role] = wanted.get(role, 0) + n
+            elif step.fault in ("power_cut", "torn_write") and step.params.restart:
+                for spec in self.sc.roles:
+                    wanted[spec.name] = wanted.get(spec.name, 0) + spec.count
         out = []
         for role, n in sorted(wanted.items()):
             count = self.sc.role(role).count
@@ -416,7 +453,9 @@ class Runner:
                           index=inst.index, exitcode=code, child=inst.process,
                           child_pid=inst.pid, process_of=inst.process)
             how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit {code}"
-            self.say(f"exit  [bold]{inst.process}[/] pid {inst.pid}: {how}")
+            if code == GATE_LOST_EXIT:
+                how += " (its start gate broke before it ran: a toolkit defect, see its log)"
+            self.say(f"exit  [bold]{escape(inst.process)}[/] pid {inst.pid}: {how}")
 
     def _fire(self, step: NemesisStep, env: NemesisEnv, writer: hist.HistoryWriter) -> bool:
         """Apply one step's fault; record ``start`` then ``done`` or ``error``. True if done."""
@@ -445,7 +484,8 @@ class Runner:
         store.write_json(self.dirs.scenario, self.sc.to_dict())
         self.console.print(header(self.sc))
         self._say_exposure(self.wal_reset())
-        self.console.print(f"run directory {self.run_dir}", soft_wrap=True, highlight=False)
+        self.console.print(f"run directory {self.run_dir}", soft_wrap=True, highlight=False,
+                           markup=False)
         missing = upstream_missing(self.sc)
         if missing:
             return self._skipped(missing)
@@ -461,7 +501,8 @@ class Runner:
         self.launched = list(pending_roles)
         for inst in pending_roles:
             self._launch(inst)
-        await_ready({i.gate: i.process for i in pending_roles + self._launch_standby()})
+        self._await_ready(pending_roles + self._launch_standby())
+        started_load = measure("start")  # every role launched and idle: the machine's own load
         self.t0 = time.monotonic()
         writer = self.writer = hist.HistoryWriter(self.dirs.process_history(store.RUNNER_PROCESS),
                                                   store.RUNNER_PROCESS)
@@ -469,6 +510,7 @@ class Runner:
         env = NemesisEnv(self.db_path, lambda: list(self.instances), restart=self._restart,
                          fs=self.fs)
         writer.record("phase", phase="warm-up", store=store_details)
+        writer.record(hist.LOAD_RECORD, **started_load)
         self.sampler = Sampler(self.db_path, self.hist_dir,
                                self._sampled_processes)
         self.sampler.start()
@@ -520,6 +562,7 @@ class Runner:
         self._discard(self.launched)
         self._stop_roles(writer)
         self.sampler.stop()
+        writer.record(hist.LOAD_RECORD, **measure("end"))
         tail.poll()
         self._import_fs_log(writer)
         writer.record("phase", phase="recover")
@@ -608,7 +651,8 @@ class Runner:
             time.sleep(TICK_S)
         for inst in self.instances:
             if inst.alive():
-                self.say(f"[yellow]{inst.process} did not stop within {STOP_GRACE_S:g}s: SIGKILL[/]")
+                self.say(f"[yellow]{escape(inst.process)} did not stop within {STOP_GRACE_S:g}s: "
+                         "SIGKILL[/]")
                 os.kill(inst.pid, signal.SIGKILL)
                 inst.proc.join(5)
         for inst in self.instances:
@@ -632,14 +676,14 @@ class Runner:
         ctx = CheckContext(history=records, store_path=final, home=self.home,
                            run_dir=self.run_dir, scenario=self.sc.to_dict())
         verdicts = run_checkers(ctx, self.sc.expect)
-        verdicts += must_observe(self.sc.must_observe, records)
-        verdicts += faults_fired(records)
-        code = exit_code_of(verdicts)  # INCONCLUSIVE is not green, SKIPPED is neutral
+        verdicts += run_verdicts(self.sc.must_observe, records)  # must_observe, liveness
+        outcome = outcome_fields(verdicts)  # INCONCLUSIVE is not green, all SKIPPED is not a pass
+        code = outcome["exit_code"]
         results = {
             "scenario": self.sc.name, "seed": self.sc.seed, "run_dir": str(self.run_dir),
             "duration_s": self.sc.duration, "sqlite": sqlite3.sqlite_version,
             "wal_reset_exposure": wal_reset_exposure(), "wal_reset": self.wal_reset(records),
-            "exit_code": code,
+            **outcome, "load": hist.load_summary(records),
             "verdicts": [v.to_dict() for v in verdicts],
             "processes": [{"process": i.process, "pid": i.pid,
                            "exitcode": i.proc.exitcode if i.proc else None}
@@ -666,8 +710,9 @@ class Runner:
 
     def _say_exposure(self, info: dict) -> None:
         colour = "yellow" if info["reason"] else "green"
-        self.console.print(f"SQLite {sqlite3.sqlite_version}: [{colour}]{info['line']}[/]"
-                           + (f" [dim]({info['exposure']})[/]" if info["exposure"] else ""))
+        self.console.print(f"SQLite {sqlite3.sqlite_version}: [{colour}]{escape(info['line'])}[/]"
+                           + (f" [dim]({escape(str(info['exposure']))})[/]" if info["exposure"]
+                              else ""))
 
     def _write_report(self) -> None:
         """``report.html`` from the files just written (rebuildable: ``python -m chaos report``)."""
@@ -677,10 +722,10 @@ class Runner:
             path = write_report(self.run_dir)
         except Exception as exc:  # noqa: BLE001 - the verdicts stand; say how to rebuild the page
             self.console.print(f"[red]report.html could not be written: {type(exc).__name__}: "
-                               f"{exc}[/] (rebuild: python -m chaos report {self.run_dir})",
-                               highlight=False)
+                               f"{escape(str(exc))}[/] (rebuild: python -m chaos report "
+                               f"{escape(str(self.run_dir))})", highlight=False)
             return
-        self.console.print(f"report {path}", highlight=False, soft_wrap=True)
+        self.console.print(f"report {path}", highlight=False, soft_wrap=True, markup=False)
 
 
 def run_scenario(scenario: Scenario, *, out_dir: str | os.PathLike = store.DEFAULT_OUT,

@@ -34,6 +34,12 @@ A ``sample`` record (besides ``t``, ``wall``, ``process``, ``pid``, ``type``):
                  write transaction), "status" (``stopped`` for a frozen holder), "command"}]``;
                  one sample per tick gives the lock intervals of every process
 
+The machine's load (issue 27 item 5): :func:`measure` spins this thread for 80 ms of CPU and
+records wall/CPU time (1 on an idle core, about the runnable processes per core when loaded); the
+runner writes one before its clock and one after the roles stopped as ``load`` records, and the
+checkers whose bounds are about the machine scale them by :func:`chaos.history.history_load_factor`
+(``docs/decisions/0021-honest-verdicts.md``).
+
 Linux only (``/proc``); elsewhere the sampler records nothing and says so once in a ``sample``
 record with ``unavailable`` set. The sampler never opens a store file: it reads links, ``stat``s
 ``/proc/PID/fd/N`` and reads ``/proc/locks`` (:mod:`hermes_state.processes.holders`).
@@ -43,6 +49,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -302,3 +309,37 @@ class Sampler:
             waiting=sorted(w for w in waiting if w), checkpoint_lock=ckpt)
         self.seq += 1
         return rec
+
+
+# ------------------------------------------------------------------------------ the machine's load
+#: CPU seconds each load calibration spins (in slices of :data:`_SLICE_S`); see :func:`calibrate`.
+CALIBRATION_CPU_S = 0.08
+_SLICE_S = 0.004
+
+
+def calibrate(cpu_s: float = CALIBRATION_CPU_S) -> dict:
+    """Spin this thread for ``cpu_s`` CPU seconds; ``{"cpu_s", "wall_s", "ratio"}`` (wall time
+    per CPU second: 1 on an idle core, about the runnable processes per core when loaded)."""
+    c0, w0 = time.thread_time(), time.monotonic()
+    x = 0
+    while time.thread_time() - c0 < cpu_s:
+        end = time.thread_time() + _SLICE_S
+        while time.thread_time() < end:
+            x += 1
+    cpu, wall = time.thread_time() - c0, time.monotonic() - w0
+    return {"cpu_s": round(cpu, 4), "wall_s": round(wall, 4),
+            "ratio": round(max(1.0, wall / cpu) if cpu > 0 else 1.0, 3)}
+
+
+def loadavg_per_cpu() -> float | None:
+    """The 1-minute load average per CPU, or None where the OS has none."""
+    try:
+        return round(os.getloadavg()[0] / (os.cpu_count() or 1), 3)
+    except (OSError, AttributeError):
+        return None
+
+
+def measure(when: str) -> dict:
+    """One measurement: :func:`calibrate` plus ``loadavg_per_cpu`` and ``when`` (a label)."""
+    return {"when": when, **calibrate(), "loadavg_per_cpu": loadavg_per_cpu(),
+            "cpus": os.cpu_count()}

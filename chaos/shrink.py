@@ -165,8 +165,8 @@ class Shrinker:
     # ------------------------------------------------------------------ reductions
     def drop_other_checkers(self) -> None:
         doc = self.best
-        if self.target.checker == "must_observe":
-            return
+        if self.target.checker in ("must_observe", "liveness"):  # about the run, not an
+            return                                                # `expect` checker
         others = [c for c in doc["expect"] if c != self.target.checker]
         if others or doc.get("must_observe"):
             doc["expect"] = {self.target.checker: doc["expect"][self.target.checker]}
@@ -354,7 +354,8 @@ def shrink_run(run_dir: Path, *, max_runs: int = DEFAULT_MAX_RUNS,
     run_dir = Path(run_dir).absolute()
     doc, target = load_failure(run_dir, checker)
     console.print(f"shrinking {doc['name']} (seed {doc.get('seed', 0)}): preserving "
-                  f"{target.checker} {target.status}; at most {max_runs} runs", highlight=False)
+                  f"{target.checker} {target.status}; at most {max_runs} runs", highlight=False,
+                  markup=False)
     out = run_dir / store.SHRINK_DIR
 
     def run(candidate: dict):
@@ -365,7 +366,7 @@ def shrink_run(run_dir: Path, *, max_runs: int = DEFAULT_MAX_RUNS,
         return status, result.run_dir
 
     shrinker = Shrinker(doc, target, run, max_runs=max_runs, min_duration=min_duration,
-                        say=lambda t: console.print(t, highlight=False))
+                        say=lambda t: console.print(t, highlight=False, markup=False))
     result = shrinker.shrink()
     path = run_dir / store.SHRUNK_FILE
     store.write_text_atomic(path, render(result, doc, run_dir, target, max_runs))
@@ -374,7 +375,7 @@ def shrink_run(run_dir: Path, *, max_runs: int = DEFAULT_MAX_RUNS,
         "confirmed_by": result.confirmed_by,
         "attempts": [a.__dict__ for a in result.attempts]})
     console.print(f"wrote {path}: {len(result.removed)} removal(s) in {result.runs} run(s)",
-                  highlight=False)
+                  highlight=False, markup=False)
     return path, result
 
 

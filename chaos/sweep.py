@@ -23,10 +23,12 @@ import os
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
 from . import history as hist
 from . import store
-from .checkers.base import FAIL, INCONCLUSIVE, PASS, SKIPPED, Verdict
+from .checkers.base import (EXIT_SKIPPED, FAIL, INCONCLUSIVE, PASS, SKIPPED, Verdict,
+                           outcome_fields)
 from .report import print_verdicts
 from .runner import Runner, RunResult, run_scenario
 from .scenario import Scenario
@@ -127,8 +129,8 @@ def run_sweep(scenario: Scenario, *, out_dir: str | os.PathLike = store.DEFAULT_
     fp, role, top = spec["failpoint"], spec["role"], int(spec.get("max", 50))
     sweep_dir = store.make_run_dir(Path(out_dir), scenario.name, scenario.seed)
     store.write_json(store.RunDir(sweep_dir).scenario, scenario.to_dict())  # replay: whole sweep
-    console.print(f"[bold]sweep[/] {fp}=crash@N in role {role}, N = 1..{top} "
-                  f"(until a run completes without reaching it): {sweep_dir}")
+    console.print(f"[bold]sweep[/] {escape(f'{fp}=crash@N in role {role}')}, N = 1..{top} "
+                  f"(until a run completes without reaching it): {escape(str(sweep_dir))}")
     runs: list[dict] = []
     per_run: list[list[Verdict]] = []
     completed = False
@@ -146,18 +148,23 @@ def run_sweep(scenario: Scenario, *, out_dir: str | os.PathLike = store.DEFAULT_
         hit = reached(records, fp, procs)
         statuses = {v.checker: v.status for v in result.verdicts}
         runs.append({"n": n, "run_dir": str(run_dir), "reached": hit,
-                     "exit_code": result.exit_code, "verdicts": statuses})
+                     "exit_code": result.exit_code, "verdicts": statuses,
+                     **({"skipped": result.results["skipped"]}
+                        if result.results.get("skipped") else {})})
         per_run.append(result.verdicts)
         bad = [f"{k} {s}" for k, s in statuses.items() if s not in (PASS, SKIPPED)]
         console.print(f"[bold]sweep N={n}[/]: "
                       + ("crashed at hit N" if hit else "completed without reaching hit N")
-                      + (f", [red]{'; '.join(bad)}[/]" if bad else ", every checker passed"))
+                      + (f", [red]{escape('; '.join(bad))}[/]" if bad
+                         else ", every checker passed"))
         if not hit:
             completed = True
             break
     verdicts = _aggregate(runs, per_run)
     crashed = [r["n"] for r in runs if r["reached"]]
-    if not completed:
+    if all(r["exit_code"] == EXIT_SKIPPED for r in runs):
+        status, summary = SKIPPED, f"every run was SKIPPED: {runs[0].get('skipped') or '?'}"
+    elif not completed:
         status, summary = INCONCLUSIVE, (f"still crashing at N = {top} (max): the operation "
                                          "never completed; raise sweep.max")
     elif not crashed:
@@ -169,10 +176,11 @@ def run_sweep(scenario: Scenario, *, out_dir: str | os.PathLike = store.DEFAULT_
     verdicts.append(Verdict("sweep", status, summary,
                             {"failpoint": fp, "role": role, "max": top, "crashed": crashed,
                              "runs": len(runs)}))
-    code = 0 if all(v.status in (PASS, SKIPPED) for v in verdicts) else 1
+    outcome = outcome_fields(verdicts)
+    code = outcome["exit_code"]
     results = {
         "scenario": scenario.name, "seed": scenario.seed, "run_dir": str(sweep_dir),
-        "sweep": dict(spec), "exit_code": code, "runs": runs,
+        "sweep": dict(spec), **outcome, "runs": runs,
         "verdicts": [v.to_dict() for v in verdicts],
     }
     store.write_results(store.RunDir(sweep_dir).results, results)

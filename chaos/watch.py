@@ -44,7 +44,9 @@ import time
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from hermes_state.testing import (
     HAVE_PROC,
@@ -169,23 +171,24 @@ class Watcher:
                                     "first_s": round(now - self.t0, 3)}
                 self.writer.record("observed", what="holder", phase="appear", holder_pid=h.pid,
                                    command=h.command, files=list(h.files))
-                self.say(f"holder appeared: {h.line()}")
+                self.say(f"holder appeared: {escape(h.line())}")
             self.seen[h.pid].update(files=list(h.files), last_s=round(now - self.t0, 3),
                                     present=True)
             if h.retired and h.pid not in self.retired:
                 self.retired[h.pid] = {"pid": h.pid, "command": h.command,
                                        "files": list(h.retired)}
-                self.say(f"[red]PID {h.pid} ({h.command}) holds a retired WAL generation: "
-                         f"{', '.join(h.retired)}[/]")
+                self.say(f"[red]PID {h.pid} ({escape(h.command)}) holds a retired WAL "
+                         f"generation: {escape(', '.join(h.retired))}[/]")
         for pid, info in self.seen.items():
             if info.get("present") and pid not in present:
                 info["present"] = False
                 self.writer.record("observed", what="holder", phase="gone", holder_pid=pid,
                                    command=info["command"])
-                self.say(f"holder gone: PID {pid} ({info['command']})")
+                self.say(f"holder gone: PID {pid} ({escape(str(info['command']))})")
         return [(f"pid {h.pid}", h.pid) for h in scan.holders]
 
     def say(self, text: str) -> None:
+        """One progress line: rich markup whose values were escaped where it was built."""
         self.console.print(f"[dim]{time.monotonic() - self.t0:7.2f}s[/] {text}", highlight=False)
 
     def tick(self) -> None:
@@ -212,7 +215,7 @@ class Watcher:
                 line = f"state.db write lock held by PID {pid} ({owner['command']}) for {held:.1f}s"
                 self.writer.record("observed", what="lock_held", holder_pid=pid,
                                    command=owner["command"], held_s=round(held, 3))
-                self.say(f"[yellow]{line}[/]")
+                self.say(f"[yellow]{escape(line)}[/]")
         self._checkpoint_lock(rec, now)
         for lk in rec.get("locks") or []:
             if lk.get("waiting"):
@@ -220,8 +223,8 @@ class Watcher:
                 if key not in self.waiting:
                     self.waiting[key] = {"pid": lk["pid"], "file": lk["file"], "lock": lk["lock"],
                                          "command": self.commands.get(lk["pid"], "?")}
-                    self.say(f"[yellow]PID {lk['pid']} waits for the {lk['lock']} on "
-                             f"{lk['file']}[/]")
+                    self.say(f"[yellow]PID {lk['pid']} waits for the {escape(str(lk['lock']))} "
+                             f"on {escape(str(lk['file']))}[/]")
         cur = {"wal": read_wal_header(self.db_path), "shm": read_shm_header(self.db_path),
                "wal_bytes": wal_bytes}
         if self.prev is None or cur["wal"] != self.prev.get("wal"):
@@ -258,7 +261,8 @@ class Watcher:
             self.ckpt_reported = True
             self.writer.record("observed", what="checkpoint_lock_held", holder_pid=pid,
                                command=ex["command"], held_s=round(held, 3), status=ex["status"])
-            self.say(f"[yellow]checkpoint lock held exclusively by PID {pid} ({ex['command']})"
+            self.say(f"[yellow]checkpoint lock held exclusively by PID {pid} "
+                     f"({escape(str(ex['command']))})"
                      + (", stopped" if ex["status"] == "stopped" else "")
                      + f" for {held:.1f}s: every write of the store waits for it[/]")
 
@@ -326,12 +330,12 @@ class Watcher:
 
 def print_summary(console: Console, results: dict) -> None:
     """The terminal table of a watch run (``results["observations"]``)."""
-    table = Table(title=f"watch {results.get('db', '')} ({results.get('duration_s', '?')}s, "
-                        f"{results.get('samples', '?')} samples)")
+    table = Table(title=Text(f"watch {results.get('db', '')} ({results.get('duration_s', '?')}s, "
+                             f"{results.get('samples', '?')} samples)"))
     table.add_column("what", no_wrap=True)
     table.add_column("seen", overflow="fold", min_width=20)
     for key, value in (results.get("observations") or {}).items():
-        table.add_row(key, str(value))
+        table.add_row(escape(str(key)), escape(str(value)))
     console.print(table)
 
 
@@ -370,9 +374,9 @@ def watch(*, home: str | os.PathLike | None = None, profile: str | None = None,
     store.write_json(run_dir / store.WATCH_PARAMS, params)
     started_at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     w = Watcher(db_path, run_dir, interval, console)
-    console.print(f"[bold]watch[/] {db_path} every {interval:g}s"
+    console.print(f"[bold]watch[/] {escape(str(db_path))} every {interval:g}s"
                   + (f" for {duration_s:g}s" if duration_s else " until Ctrl-C"), highlight=False)
-    console.print(f"run directory {run_dir}", highlight=False)
+    console.print(f"run directory {run_dir}", highlight=False, markup=False)
     w.writer.record("phase", phase="watch")
     last_status = -1.0
     try:
@@ -381,7 +385,7 @@ def watch(*, home: str | os.PathLike | None = None, profile: str | None = None,
             elapsed = time.monotonic() - w.t0
             if elapsed - last_status >= 1.0:
                 last_status = elapsed
-                w.say(w.status_line())
+                w.say(escape(w.status_line()))
             time.sleep(interval)
     except KeyboardInterrupt:
         console.print("stopped: writing what was seen", highlight=False)
@@ -396,5 +400,5 @@ def watch(*, home: str | os.PathLike | None = None, profile: str | None = None,
     print_summary(console, results)
     from .report.html import write_report
 
-    console.print(f"report {write_report(run_dir)}", highlight=False)
+    console.print(f"report {write_report(run_dir)}", highlight=False, markup=False)
     return run_dir

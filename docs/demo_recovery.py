@@ -116,12 +116,14 @@ class Demo:
 
     def spawn(self, name: str, code: str, *args: str,
               stdin=subprocess.DEVNULL) -> subprocess.Popen:
-        """Start ``python <scripts>/<name> ARGS`` (a file, so ``ps`` shows a readable name)."""
+        """Start ``<this interpreter> <scripts>/<name> ARGS`` (a file, so ``ps`` shows a
+        readable name). ``sys.executable``, never ``python`` from ``PATH``: run without the venv's
+        ``bin/`` on ``PATH`` (an IDE, a CI calling ``.venv/bin/pytest``) that would be another
+        interpreter, without this one's packages (issue 27 item 13)."""
         script = self.scripts / name
         script.write_text(code, encoding="utf-8")
-        proc = subprocess.Popen([sys.executable, name, *args],
-                                cwd=self.scripts, stdout=subprocess.PIPE, stdin=stdin, text=True,
-                                env=self.env)
+        proc = subprocess.Popen([sys.executable, name, *args], cwd=self.scripts,
+                                stdout=subprocess.PIPE, stdin=stdin, text=True, env=self.env)
         self.procs.append(proc)
         return proc
 

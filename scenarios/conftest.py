@@ -23,7 +23,7 @@ def _stale_wal(result) -> None:
                         "sticky_refusal": "PASS", "integrity": "PASS", "recovery": "PASS",
                         "checkpoint_cadence": "PASS", "single_wal_generation": "PASS",
                         "error_taxonomy": "PASS", "no_lockup": "PASS",
-                        "must_observe": "PASS"}, verdicts
+                        "must_observe": "PASS", "liveness": "PASS"}, verdicts
     history = _history(result)
     # The gateway was refused with the stale-WAL error and left evidence beside the store.
     assert any(r.get("type") == "fail" and r.get("error") == "DeletedWalGenerationError"

@@ -32,7 +32,8 @@ nemesis:
   # the run ends once the plugin has synced once: the gateway is stopped, the plugin returns
   - {after: {role: plugin, ok: 1, op: plugin_sync}, fault: terminate, role: gateway}
 expect:
-  no_lockup: {bound: 1s, ignore_ops: [plugin_sync]}
+  # the user's complaint ("stops answering"), not a bound about the machine: never stretched
+  no_lockup: {bound: 1s, ignore_ops: [plugin_sync], scale_with_load: false}
   no_lost_writes: {}
   integrity: {}
 """

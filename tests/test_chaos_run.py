@@ -52,7 +52,8 @@ def test_a_fault_that_never_fires_is_not_green(tmp_path):
     assert proc.returncode == 1, proc.stdout + proc.stderr
     results = json.loads(proc.stdout.strip().splitlines()[-1])
     verdicts = {v["checker"]: v["status"] for v in results["verdicts"]}
-    assert verdicts == {"stale_wal_refusal": "INCONCLUSIVE", "no_lost_writes": "PASS"}
+    assert verdicts == {"stale_wal_refusal": "INCONCLUSIVE", "no_lost_writes": "PASS",
+                        "liveness": "PASS"}
 
 
 def test_kill_mid_run_leaves_unknown_outcomes_as_info_and_loses_no_ack(tmp_path):
@@ -110,5 +111,5 @@ def test_a_fault_that_fails_to_apply_makes_the_run_inconclusive(tmp_path):
     results = json.loads(proc.stdout.strip().splitlines()[-1])
     verdicts = {v["checker"]: v for v in results["verdicts"]}
     assert verdicts["integrity"]["status"] == "PASS"
-    assert verdicts["faults_fired"]["status"] == "INCONCLUSIVE"
-    assert "corrupt_page failed" in verdicts["faults_fired"]["summary"]
+    assert verdicts["liveness"]["status"] == "INCONCLUSIVE"
+    assert "step 0 corrupt_page failed" in verdicts["liveness"]["summary"]

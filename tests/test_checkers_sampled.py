@@ -485,13 +485,37 @@ def test_maintenance_refusal_reads_the_nemesis_run_fault(tmp_path):
     (["PASS", "INCONCLUSIVE"], 1),     # a run that tested nothing is not green
     (["PASS", "FAIL", "SKIPPED"], 1),
     (["INCONCLUSIVE", "SKIPPED"], 1),
-    (["SKIPPED", "SKIPPED"], 0),       # e.g. no tmpfs: reported with the reason, not failed
+    (["SKIPPED", "SKIPPED"], 4),       # e.g. no tmpfs: nothing tested, neither failed nor passed
 ])
 def test_runner_exit_code_from_verdicts(statuses, code):
     from chaos.checkers.base import Verdict
     from chaos.checkers.base import exit_code_of
 
     assert exit_code_of([Verdict("x", s, "") for s in statuses]) == code
+
+
+@pytest.mark.parametrize("verdicts, status", [
+    ([("durability", "SKIPPED"), ("integrity", "SKIPPED"), ("liveness", "PASS"),
+      ("must_observe", "PASS")], "SKIPPED"),   # the run's own verdicts never make it a pass
+    ([("integrity", "PASS"), ("durability", "SKIPPED")], "PASS"),
+    ([("liveness", "PASS")], "SKIPPED"),        # no checker of the store judged anything
+    ([], "SKIPPED"),
+    ([("integrity", "SKIPPED"), ("liveness", "INCONCLUSIVE")], "INCONCLUSIVE"),
+    ([("integrity", "SKIPPED"), ("no_lost_writes", "FAIL")], "FAIL"),
+])
+def test_a_run_that_judged_nothing_is_skipped_never_passed(verdicts, status):
+    """Issue 27 item 2: all-SKIPPED used to count as PASS (exit 0)."""
+    from chaos.checkers.base import Verdict, exit_code_of, outcome_fields, run_status
+
+    vs = [Verdict(c, s, f"{c} {s.lower()}") for c, s in verdicts]
+    assert run_status(vs) == status
+    assert run_status([v.to_dict() for v in vs]) == status
+    fields = outcome_fields(vs)
+    assert fields["verdict"] == status and fields["exit_code"] == exit_code_of(vs)
+    assert fields["exit_code"] == {"PASS": 0, "SKIPPED": 4}.get(status, 1)
+    if status == "SKIPPED" and verdicts:
+        assert "durability skipped" in fields["skipped"] or "integrity" in fields["skipped"] \
+            or fields["skipped"] == "no checker was judged"
 
 
 # ============================================================================ must_observe states

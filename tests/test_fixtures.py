@@ -183,11 +183,13 @@ def test_a_run_whose_tmpfs_cannot_be_mounted_is_skipped_not_passed(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "chaos", "run", str(scenario), "--out",
                            str(tmp_path / "runs"), "--json"], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.returncode == 4, proc.stdout + proc.stderr  # SKIPPED: distinct from a pass
     results = json.loads(proc.stdout.strip().splitlines()[-1])
     assert [v["status"] for v in results["verdicts"]] == ["SKIPPED"]
+    assert results["verdict"] == "SKIPPED" and results["exit_code"] == 4
     assert "tmpfs is unavailable" in results["verdicts"][0]["summary"]
     assert results["processes"] == []
+    assert (Path(results["run_dir"]) / "report.html").exists()  # a skipped run has its page too
 
 
 def test_fixture_preserved_checker_passes_a_migrated_fixture_and_fails_a_lost_row(tmp_path):

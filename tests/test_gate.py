@@ -81,7 +81,7 @@ def test_all_passing_exits_0(tmp_path):
     (sc / "tiny.yaml").write_text(PASSING)
     proc = gate("--scenarios", sc, "--no-matrix", "--out", tmp_path / "out")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "tiny.yaml seed1" in proc.stdout and "1 rows passed, 0 not" in proc.stdout
+    assert "tiny.yaml seed1" in proc.stdout and "1 rows passed, 0 skipped, 0 not passed" in proc.stdout
 
 
 def test_an_invalid_scenario_stops_the_gate_before_anything_runs(tmp_path):

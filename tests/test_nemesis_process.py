@@ -233,7 +233,12 @@ expect: {no_lost_writes: {}}
     # A step not fired by the heal never fires: the heal phase ends the faults.
     kill = [r["phase"] for r in history if r["type"] == "nemesis" and r["fault"] == "kill"]
     assert kill == ["never"]
-    assert result.exit_code == 0, result.results
+    # ... and a declared step that never fired leaves the run INCONCLUSIVE (issue 27: liveness)
+    verdicts = {v.checker: v for v in result.verdicts}
+    assert verdicts["no_lost_writes"].status == "PASS"
+    assert verdicts["liveness"].status == "INCONCLUSIVE"
+    assert "step 1 kill never fired" in verdicts["liveness"].summary
+    assert result.exit_code == 1, result.results
 
 
 @pytest.mark.slow

@@ -92,6 +92,20 @@ def test_collects_ci_scenarios_by_default_and_all_with_chaos_all(tmp_path):
                    "scenarios/untagged.yaml::untagged[seed2]"], every.stdout
 
 
+@pytest.mark.parametrize("strict", [["--strict-markers"], ["-W", "error"],
+                                    ["--strict-markers", "-W", "error"]])
+def test_scenario_files_collect_under_strict_markers_and_warnings_as_errors(tmp_path, strict):
+    """Issue 27 item 9: the plugin marked its items ``slow`` without registering it, so in a
+    project that does not register it itself (as CI configurations often run) no scenario file
+    could be collected."""
+    root = _project(tmp_path, {"tiny.yaml": TINY})
+    proc = _pytest(root, "--collect-only", "-q", *strict)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert "scenarios/tiny.yaml::tiny[seed1]" in proc.stdout
+    markers = _pytest(root, "--markers")
+    assert "@pytest.mark.slow:" in markers.stdout and "@pytest.mark.chaos:" in markers.stdout
+
+
 def test_untagged_scenarios_are_named_with_how_to_include_them(tmp_path):
     untagged = TINY.replace("tags: [ci]\n", "")
     root = _project(tmp_path, {"u1.yaml": untagged.replace("name: tiny", "name: u-one"),
@@ -190,5 +204,5 @@ def test_run_scenario_runs_text_with_a_seed_in_a_temporary_directory(run_scenari
     assert result.exit_code == 0, result.console_text
     assert result.results["seed"] == 77
     assert tmp_path in result.run_dir.parents
-    assert {v.checker for v in result.verdicts} == {"no_lost_writes", "integrity"}
+    assert {v.checker for v in result.verdicts} == {"no_lost_writes", "integrity", "liveness"}
     assert "tiny (seed 77)" in result.console_text

@@ -65,7 +65,7 @@ def test_shipped_sweep_crashes_at_every_hit_until_the_cli_completes(tmp_path):
         assert exit_code == (-9 if r["reached"] else 0)
     verdicts = {v["checker"]: v["status"] for v in results["verdicts"]}
     assert verdicts == {"no_lost_writes": "PASS", "integrity": "PASS", "recovery": "PASS",
-                        "error_taxonomy": "PASS", "sweep": "PASS"}
+                        "error_taxonomy": "PASS", "liveness": "PASS", "sweep": "PASS"}
     assert "crashed at every hit N = 1..3, completed at N = 4" in proc.stdout
     resolved = load_scenario_text((sweep_dir / "scenario.resolved.json").read_text())
     assert resolved.sweep == {"failpoint": "write.before_commit", "role": "victim", "max": 50}

@@ -98,7 +98,8 @@ def test_a_mixed_scenario_passes_every_check(tmp_path):
     result = run_scenario(sc, out_dir=tmp_path, console=Console(quiet=True))
     verdicts = {v.checker: v.status for v in result.verdicts}
     assert verdicts == {"no_lost_writes": "PASS", "integrity": "PASS", "fts_exact": "PASS",
-                        "older_release_opens": "PASS"}, result.results["verdicts"]
+                        "older_release_opens": "PASS", "liveness": "PASS"}, \
+        result.results["verdicts"]
     conn = sqlite3.connect(str(result.run_dir / "home" / "state.db"))
     assert conn.execute("SELECT COUNT(*) FROM messages WHERE platform_message_id LIKE 'old-%'"
                         ).fetchone()[0] == 5

@@ -15,8 +15,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable
 
-from ..history import evidence_time, phase_time, run_start
-from ..params import build
+from ..history import MAX_LOAD_FACTOR, evidence_time, history_load_factor, phase_time, run_start
+from ..params import build, param
 
 PASS, FAIL, INCONCLUSIVE, SKIPPED = "PASS", "FAIL", "INCONCLUSIVE", "SKIPPED"
 STATUSES = (PASS, FAIL, INCONCLUSIVE, SKIPPED)
@@ -75,12 +75,65 @@ class CheckContext:
     scenario: dict
 
 
+#: Exit codes of a run (SPEC §16.5): every checker passed; a checker failed or was
+#: INCONCLUSIVE; every checker was SKIPPED (nothing was tested: distinct from a pass). 2 (invalid
+#: scenario) and 3 (the toolkit failed) are the command line's.
+EXIT_PASS, EXIT_FAILED, EXIT_SKIPPED = 0, 1, 4
+#: The verdicts about the run itself (:mod:`chaos.checkers.observed`), not about the store: they
+#: alone never make a run PASS.
+RUN_VERDICTS = frozenset({"must_observe", "liveness", "interrupted", "sweep"})
+
+
+def _status(v) -> str:
+    return str(v.get("status") if isinstance(v, dict) else getattr(v, "status", ""))
+
+
+def _checker(v) -> str:
+    return str(v.get("checker") if isinstance(v, dict) else getattr(v, "checker", ""))
+
+
+def run_status(verdicts: Iterable) -> str:
+    """The run's one verdict from its verdicts (:class:`Verdict` objects or their dicts): FAIL
+    if any failed, else INCONCLUSIVE if any was, else SKIPPED when no checker of the store was
+    judged (every one SKIPPED, or none at all: a run that tested nothing never passes), else
+    PASS (SPEC §16.3, §16.5; issue 27)."""
+    verdicts = list(verdicts)
+    statuses = {_status(v) for v in verdicts}
+    if FAIL in statuses or statuses - set(STATUSES):
+        return FAIL
+    if INCONCLUSIVE in statuses:
+        return INCONCLUSIVE
+    judged = [v for v in verdicts if _checker(v) not in RUN_VERDICTS and _status(v) != SKIPPED]
+    return PASS if judged else SKIPPED
+
+
 def exit_code_of(verdicts: Iterable) -> int:
-    """0 when every verdict (a :class:`Verdict` or its dict) is PASS or SKIPPED, else 1 (SPEC
-    §16.5 exit codes: INCONCLUSIVE is not green, SKIPPED is neutral)."""
-    def status(v) -> str:
-        return v.get("status") if isinstance(v, dict) else getattr(v, "status", "")
-    return 0 if all(status(v) in (PASS, SKIPPED) for v in verdicts) else 1
+    """The run's exit code (SPEC §16.5): :data:`EXIT_PASS` (0) when :func:`run_status` is PASS,
+    :data:`EXIT_FAILED` (1) for FAIL or INCONCLUSIVE, :data:`EXIT_SKIPPED` (4) when every
+    checker was SKIPPED (nothing was tested)."""
+    return {PASS: EXIT_PASS, SKIPPED: EXIT_SKIPPED}.get(run_status(verdicts), EXIT_FAILED)
+
+
+def outcome_fields(verdicts: Iterable) -> dict:
+    """The top-level fields ``results.json`` carries about its verdicts: ``verdict``
+    (:func:`run_status`), ``exit_code`` (:func:`exit_code_of`) and, for a SKIPPED run,
+    ``skipped`` (the distinct reasons of its skipped checkers, joined)."""
+    verdicts = list(verdicts)
+    status = run_status(verdicts)
+    out = {"verdict": status, "exit_code": exit_code_of(verdicts)}
+    if status == SKIPPED:
+        def summary(v) -> str:
+            return str(v.get("summary") if isinstance(v, dict) else getattr(v, "summary", ""))
+        reasons = dict.fromkeys(summary(v) for v in verdicts if _status(v) == SKIPPED)
+        out["skipped"] = "; ".join(r for r in reasons if r) or "no checker was judged"
+    return out
+
+
+def worst_exit_code(codes: Iterable[int]) -> int:
+    """One exit code for several runs: the toolkit failing (3) before an invalid scenario (2)
+    before a failed run (1) before a skipped one (4) before a pass (0)."""
+    rank = {3: 5, 2: 4, 1: 3, EXIT_SKIPPED: 2, 0: 1}
+    return max(codes, key=lambda c: rank.get(c, 6), default=EXIT_PASS)
 
 
 def stamp_evidence(verdict: Verdict, history: list) -> Verdict:
@@ -105,6 +158,24 @@ def stamp_evidence(verdict: Verdict, history: list) -> Verdict:
         out.append(item)
     verdict.evidence = out
     return verdict
+
+
+#: The ``scale_with_load`` parameter of the checkers whose bounds are about the machine
+#: (``no_lockup``, ``latency``, ``liveness_after_heal``; issue 27 item 5).
+SCALE_WITH_LOAD_DOC = ("Multiply the time bound by the run's measured load factor (wall time per "
+                       f"CPU second of a calibration spin, 1 to {MAX_LOAD_FACTOR:g}): "
+                       "the bound is about the machine, not the store.")
+
+
+def scale_with_load_param():
+    """The declaration of a checker's ``scale_with_load`` parameter (default true)."""
+    return param(True, SCALE_WITH_LOAD_DOC)
+
+
+def load_factor_for(history: list, scale: bool) -> float:
+    """The factor a machine-time bound is multiplied by: the run's load factor
+    (:func:`chaos.history.history_load_factor`), or 1 when ``scale`` is false."""
+    return history_load_factor(history) if scale else 1.0
 
 
 def role_kinds(scenario: dict | None) -> dict[str, str]:

@@ -24,8 +24,16 @@ store reported durable after a failed fsync on the WAL was lost: the fsyncgate h
 ``integrity`` (``PRAGMA integrity_check`` of the final store). Every lost write is listed with
 ``allowed`` and why; the figures quantify what the level costs per power cut.
 
+Judged against the history after the last ``backup restore`` (issue 27): a restore replaces
+the store with an older image, so the final store legitimately lacks every write acknowledged
+before it (``no_lost_writes`` finds those in the pre-restore snapshot). Only the appends
+acknowledged after the last restore ended, and the power cuts after it, are judged; a restore
+is a ``run`` of ``restore`` (a maintenance role's op or a nemesis step, not ``--dry-run``) that
+exited 0 or whose outcome is unknown (killed, timed out).
+
 Params: ``synchronous`` (default: the scenario's ``store.synchronous``, else NORMAL).
-INCONCLUSIVE when no power cut happened or nothing was acknowledged before one.
+INCONCLUSIVE when no power cut happened (after the last restore) or nothing was acknowledged
+before one.
 """
 
 from __future__ import annotations
@@ -35,7 +43,7 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Literal
 
-from ..history import brief, events_of, pair_ops, run_start
+from ..history import brief, events_of, nemesis_steps, pair_ops, run_start
 from ..params import param
 from .base import CheckContext, Verdict, params_of, verdict_from
 from .no_lost_writes import APPEND_OPS, natural_key
@@ -55,6 +63,27 @@ class Params:
 NAME = "durability"
 LEVELS = ("FULL", "NORMAL", "OFF")
 MAX_LISTED = 200
+
+
+def last_restore(history: list, ops=None) -> tuple[float, dict] | None:
+    """``(end time, record)`` of the last ``backup restore`` that may have replaced the store
+    (module docstring), or None."""
+    ends: list[tuple[float, dict]] = []
+    for o in ops if ops is not None else pair_ops(history):
+        rec = {**(o.invoke or {}), **(o.done or {})}
+        if o.op != "run" or rec.get("command") != "restore" or rec.get("dry_run"):
+            continue
+        if o.kind == "info" or (o.kind == "ok" and rec.get("exit_code", 0) == 0):
+            ends.append((o.t_done if o.t_done is not None else o.t_invoke, o.record()))
+    for start, done in nemesis_steps(history):
+        rec = done or start
+        if start.get("fault") != "run" or start.get("command") != "restore" \
+                or start.get("dry_run"):
+            continue
+        code = rec.get("exit_code") if done is not None else None
+        if done is None or code is None or code == 0:  # applied, or outcome unknown
+            ends.append((float(rec.get("t", start.get("t", 0.0))), rec))
+    return max(ends, key=lambda e: e[0]) if ends else None
 
 
 def _wal_fsyncs(history: list) -> list[dict]:
@@ -141,8 +170,12 @@ def check(ctx: CheckContext, params: Params) -> Verdict:
     if level not in LEVELS:
         raise ValueError(f"durability: synchronous must be one of {LEVELS}, not {level!r}")
     ops = pair_ops(ctx.history)
+    restore = last_restore(ctx.history, ops)
+    since = restore[0] if restore is not None else float("-inf")
     appends = [o for o in ops if o.op in APPEND_OPS and o.payload_id is not None]
-    cuts = sorted(float(r["t"]) for r in events_of(ctx.history, "fs_power_cut"))
+    cuts = sorted(t for t in (float(r["t"]) for r in events_of(ctx.history, "fs_power_cut"))
+                  if t > since)
+    before_restore = 0
     ok_t, failed_t, ckpts = sync_points(ctx.history, ops)
     try:
         present = payload_ids_in_db(ctx.store_path)
@@ -153,6 +186,9 @@ def check(ctx: CheckContext, params: Params) -> Verdict:
                               "acked_failed_fsync": [], "integrity": []}
     for op in appends:
         if op.kind != "ok" or op.t_done is None:
+            continue
+        if op.t_done <= since:  # the restore rolled the store back past it: not judged here
+            before_restore += 1
             continue
         i = bisect.bisect_right(cuts, op.t_done)
         if i == len(cuts):
@@ -188,13 +224,19 @@ def check(ctx: CheckContext, params: Params) -> Verdict:
         "wal_fsyncs": len(ok_t), "failed_wal_fsyncs": len(failed_t),
         "complete_checkpoints": len(ckpts), "integrity_check": integrity,
         "lost_writes": lost[:MAX_LISTED],
+        "judged_after_restore_t": None if restore is None else round(since, 6),
+        "acked_before_restore": before_restore,
     }
     summary = (f"synchronous={level}: {figures['power_cuts']} power cut(s), "
                f"{figures['acked_before_cut']} acknowledged before a cut, {figures['lost']} lost "
-               f"({figures['lost_allowed']} inside the window), integrity {integrity}")
+               f"({figures['lost_allowed']} inside the window), integrity {integrity}"
+               + (f"; judged after the last backup restore at "
+                  f"{since - run_start(ctx.history):.3f}s ({before_restore} acknowledged "
+                  "before it not judged)" if restore is not None else ""))
     inconclusive = None
     if not cuts:
-        inconclusive = "no power cut in the history"
+        inconclusive = ("no power cut after the last backup restore" if restore is not None
+                        else "no power cut in the history")
     elif not figures["acked_before_cut"]:
         inconclusive = "no write was acknowledged before a power cut"
     return verdict_from(NAME, cases, figures, summary=summary, inconclusive=inconclusive)

@@ -8,7 +8,8 @@ an ``info`` has no known end). Percentiles use the nearest-rank method (p-th per
 ``ceil(p/100 * n)``-th smallest value), so every reported figure is a latency that was observed.
 
 Params (seconds or a duration string): ``p99_bound``, ``max_bound`` (FAIL when an op kind's
-p99 / max exceeds it; evidence: the slowest operations of that kind), ``ops`` (the op kinds the
+p99 / max exceeds it, each multiplied by the run's measured load factor unless
+``scale_with_load: false``, :func:`chaos.history.history_load_factor`; evidence: the slowest operations of that kind), ``ops`` (the op kinds the
 bounds apply to; default every op kind except the adversaries' ``hold_lock``/``hold_read``/
 ``long_read``, which are long by design). Without a bound the verdict is PASS with the figures.
 INCONCLUSIVE when no operation completed.
@@ -22,7 +23,8 @@ from dataclasses import dataclass
 
 from ..history import ADVERSARY_OPS, brief, pair_ops
 from ..params import Duration, param
-from .base import FAIL, INCONCLUSIVE, PASS, CheckContext, Verdict, params_of
+from .base import (FAIL, INCONCLUSIVE, PASS, CheckContext, Verdict, load_factor_for, params_of,
+                   scale_with_load_param)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -33,9 +35,12 @@ class Params:
     max_bound: Duration | None = param(None, "Optional: FAIL when an op kind's max exceeds it.")
     ops: list[str] | None = param(None, "Op kinds the bounds apply to (default: all).",
                                   uniqueItems=True)
+    scale_with_load: bool = scale_with_load_param()
 
 
 NAME = "latency"
+#: Its FAIL may be the machine's load (a wall-clock bound): the gate reruns such a row once.
+TIMING_BOUND = True
 
 
 def percentile(sorted_values: list[float], p: float) -> float:
@@ -60,7 +65,8 @@ def check(ctx: CheckContext, params: dict) -> Verdict:
     """``check(ctx, params) -> Verdict`` as :mod:`chaos.checkers` defines it; the rules are in
     this module's docstring, the parameters in :class:`Params`."""
     p = params_of(Params, params)
-    p99_bound, max_bound = p.p99_bound, p.max_bound
+    factor = load_factor_for(ctx.history, p.scale_with_load)
+    p99_bound, max_bound = (None if b is None else b * factor for b in (p.p99_bound, p.max_bound))
     only = set(p.ops or ())
     per_op: dict[str, list] = defaultdict(list)
     for op in pair_ops(ctx.history):
@@ -78,7 +84,8 @@ def check(ctx: CheckContext, params: dict) -> Verdict:
                        "p99_s": round(percentile(vals, 99), 6), "max_s": round(vals[-1], 6),
                        "ok": sum(1 for _, o in items if o.kind == "ok"),
                        "fail": sum(1 for _, o in items if o.kind == "fail")}
-    fig: dict = {"ops": table, "p99_bound_s": p99_bound, "max_bound_s": max_bound}
+    fig: dict = {"ops": table, "p99_bound_s": p99_bound, "max_bound_s": max_bound,
+                 "load_factor": factor}
     problems: list[str] = []
     evidence: list = []
     for name, row in table.items():

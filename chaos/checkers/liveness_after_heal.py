@@ -17,7 +17,9 @@ default, had an ``ok`` write op (``WRITE_OPS``) before H. For each writer:
 * not tested: it exited before ``H + deadline`` without attempting a write after H (a role that
   reached its own end). Counted, not judged.
 
-Params: ``deadline`` (seconds or a duration string, default 3 s), ``roles`` (writer roles).
+Params: ``deadline`` (seconds or a duration string, default 3 s; multiplied by the run's
+measured load factor unless ``scale_with_load: false``, :func:`chaos.history.history_load_factor`), ``roles`` (writer
+roles).
 INCONCLUSIVE when there is no heal phase in the history, or no writer was tested.
 """
 
@@ -41,7 +43,8 @@ from ..history import (
 )
 from ..params import Duration, param
 from ..roles import NOT_WRITER_KINDS
-from .base import FAIL, INCONCLUSIVE, PASS, CheckContext, Verdict, params_of, role_kinds
+from .base import (FAIL, INCONCLUSIVE, PASS, CheckContext, Verdict, load_factor_for, params_of,
+                   role_kinds, scale_with_load_param)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -52,16 +55,20 @@ class Params:
     roles: list[str] | None = param(None, "Writer roles that must commit (default: every role "
                                     "that wrote during the run and was alive at the heal).",
                                     uniqueItems=True)
+    scale_with_load: bool = scale_with_load_param()
 
 
 NAME = "liveness_after_heal"
+#: Its FAIL may be the machine's load (a wall-clock bound): the gate reruns such a row once.
+TIMING_BOUND = True
 
 
 def check(ctx: CheckContext, params: dict) -> Verdict:
     """``check(ctx, params) -> Verdict`` as :mod:`chaos.checkers` defines it; the rules are in
     this module's docstring, the parameters in :class:`Params`."""
     p = params_of(Params, params)
-    deadline = p.deadline
+    factor = load_factor_for(ctx.history, p.scale_with_load)
+    deadline = p.deadline * factor
     only = set(p.roles or ())
     hist = ctx.history
     H = phase_time(hist, "heal")
@@ -117,7 +124,8 @@ def check(ctx: CheckContext, params: dict) -> Verdict:
                          "writes_after_heal": [brief(o.record()) for o in attempted[:3]],
                          "exit": brief(exited) if exited else None,
                          "at_deadline": at_deadline})
-    fig = {"heal_t": round(H, 6), "deadline_s": deadline, "writers": candidates,
+    fig = {"heal_t": round(H, 6), "deadline_s": round(deadline, 3),
+           "nominal_deadline_s": p.deadline, "load_factor": factor, "writers": candidates,
            "first_commit_after_heal_s": live, "not_tested": not_tested, "no_commit": dead}
     if dead:
         return Verdict(NAME, FAIL,

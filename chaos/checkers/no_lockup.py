@@ -18,7 +18,9 @@ stopped processes.
 Excluded: the adversaries' bare transactions (``hold_lock``, ``hold_read``, ``long_read``, and
 every op of a ``lock_holder``/``long_reader`` role) and ``ignore_ops``.
 
-Params: ``bound`` (seconds or duration string, default 5 s), ``ignore_ops`` (op names),
+Params: ``bound`` (seconds or duration string, default 5 s; multiplied by the run's measured load
+factor unless ``scale_with_load: false``, :func:`chaos.history.history_load_factor`: it is about the machine: a lock
+owner waiting for a CPU stretches every wait behind it), ``ignore_ops`` (op names),
 ``after_retry_budget`` (the bound counts from the end of the longest retry budget a write spent in
 this run, the ``waited_s`` of its ``write_gave_up`` events: for scenarios whose writes wait out
 their whole budget by design, where that budget's wall time is the machine's, not the rule's).
@@ -44,7 +46,8 @@ from ..history import (
 )
 from ..params import Duration, param
 from ..roles import ADVERSARY_KINDS
-from .base import FAIL, INCONCLUSIVE, PASS, CheckContext, Verdict, params_of, role_kinds
+from .base import (FAIL, INCONCLUSIVE, PASS, CheckContext, Verdict, load_factor_for, params_of,
+                   role_kinds, scale_with_load_param)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,9 +60,12 @@ class Params:
                                   "adversary roles').", uniqueItems=True)
     after_retry_budget: bool = param(False, "Count the bound from the longest retry budget a "
                                      "write gave up after in this run (write_gave_up waited_s).")
+    scale_with_load: bool = scale_with_load_param()
 
 
 NAME = "no_lockup"
+#: Its FAIL may be the machine's load (a wall-clock bound): the gate reruns such a row once.
+TIMING_BOUND = True
 
 
 def frozen_intervals(history: list[dict]) -> dict[str, list[tuple[float, float]]]:
@@ -93,7 +99,8 @@ def check(ctx: CheckContext, params: dict) -> Verdict:
     """``check(ctx, params) -> Verdict`` as :mod:`chaos.checkers` defines it; the rules are in
     this module's docstring, the parameters in :class:`Params`."""
     p = params_of(Params, params)
-    bound = p.bound
+    factor = load_factor_for(ctx.history, p.scale_with_load)
+    bound = p.bound * factor
     budget = None
     if p.after_retry_budget:
         budget = max((float(r.get("waited_s") or 0.0) for r in ctx.history
@@ -140,7 +147,8 @@ def check(ctx: CheckContext, params: dict) -> Verdict:
                            "invoked_t": round(start, 6), "bound_crossed_t": round(crossed, 6),
                            "at_that_moment": moment(at), "record": brief(op.record())})
 
-    fig: dict = {"bound_s": bound, "retry_budget_s": budget, "ops_judged": judged, "stalls": len(stalls),
+    fig: dict = {"bound_s": round(bound, 3), "nominal_bound_s": p.bound,
+                 "load_factor": factor, "retry_budget_s": budget, "ops_judged": judged, "stalls": len(stalls),
                  "longest_wait_s": round(longest[0], 4),
                  "longest_wait_op": None if longest[1] is None else
                  f"{longest[1].process} {longest[1].op} ({longest[1].op_id})",
@@ -152,7 +160,7 @@ def check(ctx: CheckContext, params: dict) -> Verdict:
         first = stalls[0]
         at = first["at_that_moment"]
         fig["stalled_processes"] = sorted({s["process"] for s in stalls})
-        summary = (f"{len(stalls)} op(s) waited longer than {bound:g} s; longest "
+        summary = (f"{len(stalls)} op(s) waited longer than {_bound_text(p.bound, factor, budget)}; longest "
                    f"{first['process']} {first['op']} {first['waited_s']:.2f} s "
                    f"(invoked t={fmt_t(first['invoked_t'], run_start(ctx.history))}); at that moment "
                    f"write lock: "
@@ -163,4 +171,11 @@ def check(ctx: CheckContext, params: dict) -> Verdict:
     if judged == 0:
         return Verdict(NAME, INCONCLUSIVE, "no store operation to judge", fig)
     return Verdict(NAME, PASS, f"{judged} ops, longest wait {longest[0]:.3f} s "
-                   f"({fig['longest_wait_op']}) <= bound {bound:g} s", fig)
+                   f"({fig['longest_wait_op']}) <= bound {_bound_text(p.bound, factor, budget)}", fig)
+
+
+def _bound_text(nominal: float, factor: float, budget: float | None) -> str:
+    """``5 s``, ``5 s x load 2.1 = 10.5 s``, ``+ retry budget 16.2 s`` as it applies."""
+    text = f"{nominal:g} s" if factor == 1.0 else \
+        f"{nominal:g} s x load {factor:g} = {nominal * factor:.2f} s"
+    return text + (f" + retry budget {budget:.2f} s" if budget else "")

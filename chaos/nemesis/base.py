@@ -34,7 +34,8 @@ class NemesisEnv:
     """What faults act on: the store path and the role instances.
 
     ``instances()`` lists every instance ever started (dead ones too); ``restart(role, index)``
-    starts the next instance of a role's slot and returns it (``None``: restarts unavailable).
+    starts the next instance of a role's slot and returns it, or None when the role is past its
+    ``stop_at`` (``restart`` itself None: restarts unavailable).
     ``fs``: the run's :class:`chaos.fs.FaultyMount` when the scenario has ``fs: {kind: faulty}``.
     """
 

@@ -57,12 +57,15 @@ def _kill_roles(env: NemesisEnv) -> list:
 
 
 def _reboot(env: NemesisEnv, killed: list, restart: bool) -> list[str]:
+    """Power on and restart the killed slots (a role past its ``stop_at`` is not restarted:
+    ``env.restart`` returns None)."""
     _mount(env).power_on()
     started = []
     if restart and env.restart is not None:
         for inst in killed:
             new = env.restart(inst.role, inst.index)
-            started.append(getattr(new, "process", str(new)))
+            if new is not None:
+                started.append(getattr(new, "process", str(new)))
     return started
 
 

@@ -233,6 +233,9 @@ def restart(env: NemesisEnv, params: RestartParams) -> dict:
                 _wait_exit(inst, KILL_WAIT_S)
             stopped.append(inst.process)
         new = env.restart(role, slot)
+        if new is None:
+            raise NemesisError(f"role {role!r} is past its stop_at: nothing to restart in slot "
+                               f"{slot}")
         started.append(new.process)
         pids.append(new.pid)
     return {"role": role, "stop": stop, "stopped": stopped, "started": started, "pids": pids}

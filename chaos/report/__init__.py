@@ -8,8 +8,9 @@ from .terminal import (
     print_verdicts,
     runs_table,
     styled_status,
+    total_line,
     verdict_table,
 )
 
 __all__ = ["STATUS_STYLE", "comparison_table", "print_verdicts", "runs_table", "styled_status",
-           "verdict_table"]
+           "total_line", "verdict_table"]

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from .. import store
 from ..checkers import CHECKERS
+from ..checkers.base import run_status
 from ..history import ADVERSARY_OPS, evidence_process, relative_times
 from ..params import build
 from .evidence import NOT_PASSING, Mark, checker_anchor, first_failure, item_anchor, marks
@@ -50,15 +51,13 @@ def write_report(run_dir: str | os.PathLike) -> Path:
 
 
 def overall(results: dict) -> str:
-    """The run's verdict: FAIL if a checker failed, else INCONCLUSIVE if one was, else PASS
-    (SKIPPED when every checker was skipped; NONE without verdicts)."""
-    statuses = [str(v.get("status")) for v in results.get("verdicts") or []]
-    if not statuses:
+    """The run's verdict: ``results.json``'s ``verdict``, else
+    :func:`chaos.checkers.base.run_status` of its verdicts (FAIL, INCONCLUSIVE, SKIPPED when no
+    checker was judged, PASS); NONE without verdicts."""
+    verdicts = results.get("verdicts") or []
+    if not verdicts:
         return "NONE"
-    for status in ("FAIL", "INCONCLUSIVE"):
-        if status in statuses:
-            return status
-    return "SKIPPED" if all(s == "SKIPPED" for s in statuses) else "PASS"
+    return str(results.get("verdict") or run_status(verdicts))
 
 
 def bounds_of(scenario: dict) -> list[Bound]:

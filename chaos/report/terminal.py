@@ -4,7 +4,9 @@ The HTML page is :mod:`chaos.report.html`; this module is the terminal side. Ver
 :class:`chaos.checkers.base.Verdict` objects or their ``to_dict()`` form (as read back from
 ``results.json``), so a saved run prints exactly like a live one.
 
-Every table fits the console's width (issue 16 item 2): piped into a CI log (no TTY, 80
+Every text from a run (a checker's summary, a scenario's name, a reason with ``.[fs]`` in it) is
+escaped once, where it is put in a table (issue 27 item 10): rich would read ``[fs]`` as markup
+and drop it. Every table fits the console's width (issue 16 item 2): piped into a CI log (no TTY, 80
 columns) the layout turns compact -- lighter borders, the figures folded under their checker, the
 list of runs as lines -- and no column is ever squeezed to nothing: the texts that identify a
 run (its scenario, seed and run directory) are never cut.
@@ -20,7 +22,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from ..checkers.base import exit_code_of
+from ..checkers.base import PASS, SKIPPED, run_status
 
 STATUS_STYLE = {"PASS": "bold green", "FAIL": "bold red", "INCONCLUSIVE": "bold yellow",
                 "SKIPPED": "dim"}
@@ -73,6 +75,7 @@ def styled_status(status: str) -> str:
 
 
 def _table(title: str, width: int | None) -> Table:
+    title = Text(title)  # a scenario's name is text, not markup
     if compact(width):
         return Table(title=title, box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False,
                      expand=False)
@@ -113,7 +116,7 @@ def comparison_table(left: list, right: list, left_title: str, right_title: str,
         return styled_status(str(_field(v, "status"))) if v is not None else "-"
 
     def figures(v) -> str:
-        return str(_field(v, "summary")) if v is not None else ""
+        return escape(str(_field(v, "summary"))) if v is not None else ""
 
     table = _table(title, width)
     if compact(width):
@@ -122,8 +125,9 @@ def comparison_table(left: list, right: list, left_title: str, right_title: str,
         table.add_column("figures", overflow="fold", ratio=1, min_width=20)
         for name in names:
             lv, rv = lmap.get(name), rmap.get(name)
-            table.add_row(name, f"{status(lv)} → {status(rv)}",
-                          f"{left_title}: {figures(lv)}\n{right_title}: {figures(rv)}")
+            table.add_row(escape(name), f"{status(lv)} → {status(rv)}",
+                          f"{escape(left_title)}: {figures(lv)}\n{escape(right_title)}: "
+                          f"{figures(rv)}")
         return table
     table.add_column("checker", no_wrap=True)
     table.add_column(left_title, no_wrap=True)
@@ -132,16 +136,46 @@ def comparison_table(left: list, right: list, left_title: str, right_title: str,
     table.add_column(f"{right_title} figures", overflow="fold")
     for name in names:
         lv, rv = lmap.get(name), rmap.get(name)
-        table.add_row(name, status(lv), status(rv), figures(lv), figures(rv))
+        table.add_row(escape(name), status(lv), status(rv), figures(lv), figures(rv))
     return table
 
 
 def run_verdict(res: dict) -> tuple[str, list[str]]:
-    """``(PASS|FAIL, ["checker STATUS", ...] not passing)`` of one run's ``results.json``."""
+    """``(PASS|FAIL|INCONCLUSIVE|SKIPPED, ["checker STATUS", ...] not passing)`` of one run's
+    ``results.json`` (its ``verdict``, else :func:`chaos.checkers.base.run_status`)."""
     verdicts = res.get("verdicts") or []
     bad = [f"{_field(v, 'checker')} {_field(v, 'status')}" for v in verdicts
-           if _field(v, "status") not in ("PASS", "SKIPPED")]
-    return ("PASS" if exit_code_of(verdicts) == 0 else "FAIL"), bad
+           if _field(v, "status") not in (PASS, SKIPPED)]
+    return str(res.get("verdict") or run_status(verdicts)), bad
+
+
+def total_line(results: list[dict], seconds: float, exit_code: int) -> Text:
+    """The one line ``chaos run`` ends with (issue 27): how many runs, the overall verdict, the
+    exit code and the time; for one run its scenario, seed and what did not pass (or why it was
+    SKIPPED); for several, the count of each verdict. Plain text: nothing in it is markup."""
+    verdicts = [run_verdict(r) for r in results]
+    overall = {0: PASS, 4: SKIPPED, 1: "FAIL"}.get(exit_code, "ERROR")
+    if exit_code == 1 and all(v[0] != "FAIL" for v in verdicts):
+        overall = "INCONCLUSIVE"
+    line = Text(f"total: {len(results)} run{'s' if len(results) != 1 else ''}, ")
+    line.append(overall, style=STATUS_STYLE.get(overall, "bold red"))
+    line.append(f" (exit {exit_code}) in {seconds:.1f}s")
+    if len(results) == 1:
+        res, (status, bad) = results[0], verdicts[0]
+        n = len(res.get("verdicts") or [])
+        line.append(f": {res.get('scenario', '?')} seed {res.get('seed', '?')}, ")
+        if status == SKIPPED:
+            line.append(f"every checker SKIPPED: {res.get('skipped') or '?'}")
+        elif bad:
+            line.append(f"not passing: {', '.join(bad)}")
+        else:
+            line.append(f"{n} of {n} verdicts PASS")
+    else:
+        counts: dict[str, int] = {}
+        for status, _ in verdicts:
+            counts[status] = counts.get(status, 0) + 1
+        line.append(": " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
+    return line
 
 
 def runs_table(results: list[dict], title: str = "runs", width: int | None = None):
@@ -172,5 +206,6 @@ def runs_table(results: list[dict], title: str = "runs", width: int | None = Non
         table.add_column(col, no_wrap=col != "not passing",
                          min_width=12 if col == "not passing" else None)
     for scenario, seed, status, bad, run_dir in rows:
-        table.add_row(scenario, seed, styled_status(status), ", ".join(bad), run_dir)
+        table.add_row(escape(scenario), escape(seed), styled_status(status),
+                      escape(", ".join(bad)), escape(run_dir))
     return table

@@ -138,9 +138,10 @@ def stopped_owner(b: Bundle, case: Case) -> Draft:
                            ["resumed after 3 s (the bundle cannot tell how long it stayed "
                             "stopped)"]))
     terminate_all(d, stop + 1, "1s", ["holder"] + writers)
-    d.expect.append(("no_lockup", {"bound": STALL_BOUND}, [
+    d.expect.append(("no_lockup", {"bound": STALL_BOUND, "scale_with_load": False}, [
         f"the user's symptom: writes wait longer than {STALL_BOUND} (the user's patience "
-        "cannot be inferred); the verdict names the stopped lock owner"]))
+        "cannot be inferred, and is not stretched by the machine's load); the verdict names "
+        "the stopped lock owner"]))
     _guards(d)
     d.must_observe = ["stop"]
     d.fix = ("resume or stop the stopped process: `kill -CONT PID` (or end it); doctor names "
@@ -212,7 +213,7 @@ def maintenance(b: Bundle, case: Case) -> Draft:
                                ["its hold is over"]))
         last = 0
     terminate_all(d, last, "0.5s", writers)
-    d.expect.append(("no_lockup", {"bound": STALL_BOUND}, [
+    d.expect.append(("no_lockup", {"bound": STALL_BOUND, "scale_with_load": False}, [
         f"the user's symptom: the writer's turns wait longer than {STALL_BOUND} while the "
         "command holds the store"]))
     _guards(d)

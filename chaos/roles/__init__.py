@@ -22,7 +22,7 @@ from ..params import build
 from . import (cli, foreign_writer, gateway, lock_holder, long_reader, maintenance, procfs,
                python_callable, upstream, worktree)
 from .base import RoleConfig, RoleContext
-from .gate import wait_for_start
+from .gate import GATE_LOST_EXIT, GateLost, wait_for_start
 
 
 @dataclass(frozen=True)
@@ -59,6 +59,18 @@ __all__ = ["ADVERSARY_KINDS", "KINDS", "NOT_WRITER_KINDS", "ROLES", "Role", "Rol
            "RoleContext", "role_main"]
 
 
+def _gate_lost(cfg_dict: dict, exc: GateLost) -> None:
+    """Say why a role process ends without running: on stderr and in its log file."""
+    text = (f"{cfg_dict.get('process', '?')} pid {os.getpid()}: start gate lost, not running: "
+            f"{exc}\n")
+    sys.stderr.write(text)
+    try:
+        with open(cfg_dict["log_path"], "a", encoding="utf-8") as fh:
+            fh.write(text)
+    except (KeyError, OSError):
+        pass
+
+
 def role_main(cfg_dict: dict, fn: Callable[[RoleContext], None] | None = None,
               gate=None) -> None:
     """Entry point of every role process (target of the spawned ``multiprocessing.Process``;
@@ -66,13 +78,23 @@ def role_main(cfg_dict: dict, fn: Callable[[RoleContext], None] | None = None,
 
     ``gate``: the runner's start gate (a connection) or None. The process reports ready on it
     once imported, then waits for ``{"t0", "deadline", "index"}`` (the run's clock) before it
-    runs; a gate closed instead (the run ended first) ends it without running.
+    runs; a discard instead (the run ended first) ends it without running (exit 0). A gate that
+    breaks otherwise (:class:`chaos.roles.gate.GateLost`) ends it with exit status
+    :data:`chaos.roles.gate.GATE_LOST_EXIT` and the reason in its log: never a silent exit 0.
+    ``cfg_dict["start_guard_s"]`` (optional) bounds the wait for the clock.
     """
     # SIGTERM = clean shutdown: finish the op, close, exit 0 (set before the gate says ready)
     term: list = []
     signal.signal(signal.SIGTERM, lambda signum, frame: term.append(signum))
+    procfs.set_title(procfs.role_title(cfg_dict.get("process", "?"), cfg_dict.get("kind", "?")))
+    cfg_dict = dict(cfg_dict)
+    guard_s = cfg_dict.pop("start_guard_s", None)
     if gate is not None:
-        start = wait_for_start(gate)
+        try:
+            start = wait_for_start(gate, guard_s)
+        except GateLost as exc:
+            _gate_lost(cfg_dict, exc)
+            raise SystemExit(GATE_LOST_EXIT) from None
         if start is None:
             return
         cfg_dict = {**cfg_dict, **start}

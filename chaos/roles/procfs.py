@@ -53,3 +53,31 @@ def apply(*, undumpable: bool, ptrace_cap: bool) -> None:
         except OSError:
             if _has_effective(CAP_SYS_PTRACE):
                 raise  # children would still read every process: refuse to pretend
+
+
+def role_title(process: str, kind: str) -> str:
+    """The name a role process goes by in ``ps``, in a holder scan and in the console:
+    ``chaos role gateway-0 (gateway)`` (issue 27 item 12)."""
+    return f"chaos role {process} ({kind})"
+
+
+def set_title(title: str) -> str:
+    """Name this process ``title`` where other processes read it: its command line
+    (``/proc/<pid>/cmdline``, with the ``setproctitle`` package of the ``chaos`` extra; a holder
+    scan names a process by it) and its ``comm`` (15 bytes). Returns how: ``"cmdline"``,
+    ``"comm"`` (setproctitle missing: ``ps -o comm`` only) or ``"none"`` (neither possible)."""
+    how = "none"
+    try:
+        import setproctitle
+    except ImportError:
+        setproctitle = None
+    if setproctitle is not None:
+        setproctitle.setproctitle(title)
+        how = "cmdline"
+    try:
+        with open("/proc/self/comm", "w", encoding="utf-8") as fh:
+            fh.write(title.removeprefix("chaos role ")[:15])
+        how = "cmdline" if how == "cmdline" else "comm"
+    except OSError:
+        pass
+    return how

@@ -31,7 +31,6 @@ from typing import Literal
 from hermes_state.testing.upstream_release import (
     VERSION_PATTERN,
     CrashAt,
-    UpstreamDied,
     UpstreamError,
     UpstreamProcess,
 )
