@@ -9,7 +9,6 @@ SKIPPED checker beside judged ones is neutral (:func:`chaos.checkers.base.exit_c
 
 from __future__ import annotations
 
-import argparse
 import json
 import signal
 import sys
@@ -20,82 +19,18 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from hermes_state.testing import upstream_release as ur
+from .commands import EXIT_CODES_HELP, build_parser  # noqa: F401  (re-exported: tests, docs)
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_SCENARIO, EXIT_TOOLKIT, EXIT_SKIPPED = 0, 1, 2, 3, 4
-#: The exit codes, as ``--help`` shows them (SPEC §16.5).
-EXIT_CODES_HELP = """exit codes:
-  0  PASS: every checker passed (a SKIPPED checker beside judged ones is neutral)
-  1  FAIL or INCONCLUSIVE: a checker failed, or the run did not test what it declares
-  2  invalid scenario or bad input: nothing ran
-  3  the toolkit itself failed, or the run was interrupted
-  4  SKIPPED: every checker was skipped (a requirement is unmet, the reason says which;
-     e.g. pip install -e '.[fs]' for the faulty filesystem): nothing was tested
-
-several runs (run FILE... or --repeat): the worst of 3, 2, 1, 4, 0 in that order."""
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The ``python -m chaos`` argument parser (every subcommand; docs/CLI.md is made from it)."""
-    p = argparse.ArgumentParser(prog="python -m chaos", description=__doc__.splitlines()[0],
-                                epilog=EXIT_CODES_HELP,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = p.add_subparsers(dest="cmd", required=True)
-    run = sub.add_parser("run", help="run scenario files and check their invariants",
-                         epilog=EXIT_CODES_HELP,
-                         formatter_class=argparse.RawDescriptionHelpFormatter)
-    run.add_argument("files", nargs="+", type=Path, help="scenario YAML files")
-    run.add_argument("--seed", type=_seed, default=None, help="override the scenario seed")
-    run.add_argument("--repeat", type=_repeat, default=1,
-                     help="run each scenario K times (seeds N, N+1, ...)")
-    run.add_argument("--out", type=Path, default=Path("runs"), help="where run directories go")
-    run.add_argument("--json", action="store_true", help="print results.json objects on stdout")
-    val = sub.add_parser("validate", help="validate scenario files; exit 2 on any problem")
-    val.add_argument("files", nargs="+", type=Path, help="scenario YAML files")
-    val.add_argument("--json", action="store_true",
-                     help="one JSON array: file, valid, problems (file:line: field: problem)")
-    lst = sub.add_parser("list", help="list the scenarios in a directory")
-    lst.add_argument("directory", nargs="?", type=Path, default=Path("scenarios"),
-                     help="a directory of *.yaml scenarios (default: scenarios)")
-    lst.add_argument("--json", action="store_true",
-                     help="one JSON array: file, name, description, tags, valid")
-    sub.add_parser("matrix", add_help=False,
-                   help="the schema-migration matrix of SPEC §16.6 alone (see `matrix --help`)")
-    from . import audit, cli_report, gate, shrink
-
-    cli_report.add_parsers(sub)  # report, replay, watch
-    _add_upstream(sub)
-    gate.add_subcommand(sub)
-    audit.add_subcommand(sub)
-    shrink.add_subcommand(sub)
-    _add_repro(sub)
-    return p
 
 
 # ``upstream fetch VERSION...`` / ``upstream list``: the release cache (issue 23): a release is
 # fetched once (pip, the package registry; hermes_state.testing.upstream_release.fetch), then
 # the upstream role kind, the older_release_opens checker and the benchmarks run it offline.
-def _add_upstream(sub) -> None:
-    """Register ``upstream fetch`` and ``upstream list`` on the ``python -m chaos`` parser."""
-    p = sub.add_parser("upstream", help="fetch real upstream releases into the cache (issue 23)")
-    cmds = p.add_subparsers(dest="upstream_cmd", required=True)
-    fetch = cmds.add_parser("fetch", help="fetch releases once (pip) into the cache")
-    fetch.add_argument("versions", nargs="+", type=_version,
-                       help=f"upstream release numbers, e.g. {ur.BASELINE} {ur.NEWER}")
-    fetch.add_argument("--json", action="store_true", help="one JSON array of release.json")
-    lst = cmds.add_parser("list", help="the cached releases")
-    lst.add_argument("--json", action="store_true", help="one JSON object: cache, releases")
-
-
-def _version(text: str) -> str:
-    try:
-        return ur.check_version(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
 def cmd_upstream(args, err) -> int:
     """Run ``upstream fetch|list``; 0 on success, 3 when a fetch failed (with the reason)."""
+    from hermes_state.testing import upstream_release as ur
+
     if args.upstream_cmd == "list":
         root = ur.cache_root()
         found = sorted(p.name for p in root.iterdir() if (p / "release.json").is_file()) \
@@ -122,17 +57,6 @@ def cmd_upstream(args, err) -> int:
     if args.json:
         print(json.dumps(done))
     return code
-def _add_repro(sub) -> None:
-    """``repro BUNDLE [-o FILE]``: declared here so that the parser does not import the repro
-    driver (it is imported when the command runs)."""
-    p = sub.add_parser("repro", help="turn a user's bundle (hermes-state doctor --bundle) into "
-                       "a scenario that reproduces its lockup; exit 5 when the bundle shows a "
-                       "state the toolkit cannot reproduce yet")
-    p.add_argument("bundle", type=Path, help="the bundle file")
-    p.add_argument("-o", "--output", type=Path, default=None,
-                   help="write the scenario here (default: stdout)")
-
-
 def _load_all(files: list[Path], err: Console):
     from .scenario import ScenarioError, load_scenario
 
@@ -165,20 +89,6 @@ def _validate_json(files: list[Path]) -> int:
                         "problems": [str(p) for p in exc.problems]})
     print(json.dumps(out))
     return EXIT_BAD_SCENARIO if bad else EXIT_OK
-
-
-def _seed(text: str) -> int:
-    value = int(text)
-    if not 0 <= value < 2**63:
-        raise argparse.ArgumentTypeError("a seed is an integer in [0, 2**63)")
-    return value
-
-
-def _repeat(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError("--repeat is a count of runs, at least 1")
-    return value
 
 
 def _on_sigterm(signum, frame):  # the runner's finally-clauses stop every role process

@@ -42,9 +42,9 @@ import hermes_state
 from hermes_state.testing import utc_stamp
 
 from . import audit_probe, mutants, store
+from .audit_report import kill_table, markdown_table, write_readme
 from .files import names
 from .files.owned import NotOwned, Owned
-from .audit_report import kill_table, markdown_table, write_readme
 from .gate import _Slots, run_parallel
 
 KILLED, SURVIVED, ERROR = "KILLED", "SURVIVED", "ERROR"
@@ -584,42 +584,6 @@ def run_audit(catalogue: list[mutants.Mutant], scenarios: list, *, jobs: int | N
 
 
 # ---------------------------------------------------------------------- command line
-
-def add_subcommand(sub) -> None:
-    """Register ``audit`` on the ``python -m chaos`` subparsers."""
-    from .gate import _positive
-
-    p = sub.add_parser("audit", help="plant each mutant of the catalogue in a copy of the store "
-                       "and run scenarios against it; exit 0 only if every mutant is killed")
-    p.add_argument("--mutants", type=Path, default=None,
-                   help="directory of mutant files (default: the catalogue chaos/mutants)")
-    p.add_argument("--only", action="append", default=None, metavar="GLOB",
-                   help="audit only the mutants whose name matches (repeatable)")
-    p.add_argument("--scenarios", default="scenarios/*.yaml",
-                   help="glob of scenario files to run (default scenarios/*.yaml)")
-    p.add_argument("--tag", action="append", default=None,
-                   help="only scenarios with this tag (repeatable; e.g. ci)")
-    p.add_argument("--jobs", type=_positive, default=None,
-                   help="scenario runs at once (default: the core count)")
-    p.add_argument("--all", action="store_true",
-                   help="run every selected scenario on every mutant (no stop at the first kill)")
-    p.add_argument("--own", action="store_true",
-                   help="try only each mutant's own scenarios (a quick look)")
-    p.add_argument("--no-control", dest="control", action="store_false",
-                   help="count kills without checking the scenario passes on unmutated code")
-    p.add_argument("--unit-tests", nargs="?", const="", default=None, metavar="PYTEST_ARGS",
-                   help="also run unit tests on each mutant: each mutant's unit_tests, or "
-                   "these (space-separated paths/node ids relative to the repository)")
-    p.add_argument("--out", type=Path, default=None,
-                   help="audit directory (default runs/audit-<UTCSTAMP>)")
-    p.add_argument("--json", action="store_true",
-                   help="print one JSON object on stdout (progress on stderr)")
-    p.add_argument("--junit", type=Path, default=None, help="write JUnit XML to this file")
-    p.add_argument("--markdown", type=Path, default=None,
-                   help="write the kill table as Markdown to this file")
-    p.add_argument("--readme", type=Path, default=None,
-                   help="rewrite the kill-table block of this file (docs/AUDIT.md)")
-
 
 def cmd_audit(args, load_all, err: Console, *, tags: list[str] | None = None,
               pattern: str | None = None) -> int:

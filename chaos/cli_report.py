@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
@@ -21,41 +20,6 @@ from .report.terminal import markup_safe
 
 COMMANDS = ("report", "replay", "watch")
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_INPUT = 0, 1, 2
-
-
-def add_parsers(sub) -> None:
-    """Register ``report``, ``replay`` and ``watch`` on an argparse subparsers object."""
-    rep = sub.add_parser("report", help="rebuild report.html of a run and print its verdicts")
-    rep.add_argument("run_dir", type=Path, help="a run directory (runs/<name>-<stamp>-seed<N>)")
-    rep.add_argument("--recheck", action="store_true",
-                     help="run the checkers again on the saved history and final store")
-    rep.add_argument("--json", action="store_true", help="print results.json on stdout")
-    rpl = sub.add_parser("replay", help="run a saved run's scenario again with the same seed")
-    rpl.add_argument("run_dir", type=Path, help="a run directory whose scenario and seed to run")
-    rpl.add_argument("--out", type=Path, default=None,
-                     help="where the new run directory goes (default: beside the original)")
-    rpl.add_argument("--json", action="store_true", help="print the new results.json on stdout")
-    wat = sub.add_parser("watch", help="observe a live store without faults (for lockup reports)")
-    wat.add_argument("--home", type=Path, default=None,
-                     help="HERMES_HOME to watch (default: $HERMES_HOME or ~/.hermes)")
-    wat.add_argument("--profile", default=None, help="a named profile under the home")
-    wat.add_argument("--duration", type=_seconds, default=None,
-                     help="seconds to watch (default: until Ctrl-C)")
-    wat.add_argument("--interval", type=_seconds, default=None,
-                     help="seconds between samples (default 0.1)")
-    wat.add_argument("--out", type=Path, default=Path("runs"), help="where the run directory goes")
-    wat.add_argument("--json", action="store_true",
-                     help="print the watch's results.json on stdout (progress on stderr)")
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text.rstrip("s"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError("a duration is a positive number of seconds")
-    return value
 
 
 def dispatch(args: argparse.Namespace, err: Console) -> int:

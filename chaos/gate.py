@@ -38,10 +38,23 @@ from rich.markup import escape
 from hermes_state.testing import utc_stamp
 
 from . import matrix, store
-from .files import names
 from .checkers import TIMING_BOUND
-from .report.gate import (ERROR, FAIL, FLAKY, INCONCLUSIVE, PASS, SKIPPED, GateRow, combine,
-                          final_line, gate_status, short_summary, styled, write_junit)
+from .files import names
+from .report.gate import (
+    ERROR,
+    FAIL,
+    FLAKY,
+    INCONCLUSIVE,
+    PASS,
+    SKIPPED,
+    GateRow,
+    combine,
+    final_line,
+    gate_status,
+    short_summary,
+    styled,
+    write_junit,
+)
 from .report.gate import verdict_table as _table
 from .sampler import measure
 
@@ -148,12 +161,12 @@ class Gate:
 
     def real_jobs(self, stores: list, modes: list[str], quick: bool, real: bool,
                   roots: list[Path]) -> list[Job]:
-        """The matrix over real stores (:mod:`chaos.matrix_real`): one job per store.
+        """The matrix over real stores (:mod:`chaos.matrix.real`): one job per store.
 
         Each child selects the same stores (``--no-real``/``--stores`` as given) and runs only
         its own (``--only-store``), so cell names agree between the gate and the child.
         """
-        from .matrix_real import label
+        from .matrix.real import label
 
         select = ["--no-generated"] + ([] if real else ["--no-real"])
         for root in roots:
@@ -383,7 +396,7 @@ def run_gate(scenarios: list, *, seeds: int = 1, quick: bool = False, with_matri
         modes = modes or list(matrix.MODES)
         plan += gate.matrix_jobs(list(matrix.OLD_VERSIONS) if versions is None else versions,
                                  modes, quick)
-        from . import real_stores as rs
+        from .matrix import real_stores as rs
 
         found = rs.fixture_stores() if real else []
         for root in stores or ():
@@ -418,44 +431,6 @@ def run_gate(scenarios: list, *, seeds: int = 1, quick: bool = False, with_matri
 
 
 # ---------------------------------------------------------------------- command line
-
-def add_subcommand(sub) -> None:
-    """Register ``gate`` on the ``python -m chaos`` subparsers."""
-    p = sub.add_parser("gate", help="every scenario (K seeds) plus the schema-migration matrix; "
-                       "exit 0 only if no row failed (4: every row SKIPPED)")
-    p.add_argument("--junit", type=Path, default=None, help="write JUnit XML to this file")
-    p.add_argument("--seeds", type=_positive, default=1, help="seeds per scenario (default 1)")
-    p.add_argument("--jobs", type=_positive, default=None,
-                   help="child processes at once (default: the core count)")
-    p.add_argument("--scenarios", type=Path, default=Path("scenarios"),
-                   help="directory of scenario files (default scenarios/)")
-    p.add_argument("--out", type=Path, default=None,
-                   help="where run directories and logs go (default runs/gate-<UTCSTAMP>)")
-    p.add_argument("--no-matrix", dest="matrix", action="store_false",
-                   help="scenarios only")
-    p.add_argument("--no-scenarios", dest="with_scenarios", action="store_false",
-                   help="the matrix only")
-    p.add_argument("--json", action="store_true",
-                   help="print the rows as one JSON object on stdout (progress on stderr)")
-    p.add_argument("--audit", action="store_true",
-                   help="instead: run the mutant catalogue against the `ci` scenarios "
-                   "(python -m chaos audit --tag ci; exit 0 only if every mutant is killed)")
-    p.add_argument("--mutants", type=Path, default=None,
-                   help="with --audit: directory of mutant files (default chaos/mutants)")
-    matrix.add_arguments(p)
-
-
-def _positive(text: str) -> int:
-    import argparse
-
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
-    return value
-
 
 def cmd_gate(args, load_all, err: Console) -> int:
     """``python -m chaos gate``: validate every scenario file (exit 2 if any is invalid), run."""

@@ -38,12 +38,14 @@ from rich.console import Console
 from rich.markup import escape
 
 from . import store
+from .commands import SHRINK_MAX_RUNS, SHRINK_MIN_DURATION_S
 from .files import inputs
 from .scenario import ScenarioError, load_scenario_text
 
 PASSING = ("PASS", "SKIPPED")
-DEFAULT_MAX_RUNS = 30
-DEFAULT_MIN_DURATION_S = 1.0
+DEFAULT_MAX_RUNS = SHRINK_MAX_RUNS
+DEFAULT_MIN_DURATION_S = SHRINK_MIN_DURATION_S
+
 #: ``appends_per_s: 0`` means "as fast as possible"; the first finite rate tried.
 FIRST_FINITE_RATE = 50.0
 
@@ -380,20 +382,6 @@ def shrink_run(run_dir: Path, *, max_runs: int = DEFAULT_MAX_RUNS,
 
 
 # ---------------------------------------------------------------------- command line
-
-def add_subcommand(sub) -> None:
-    """Register ``shrink`` on the ``python -m chaos`` subparsers."""
-    p = sub.add_parser("shrink", help="search a smaller scenario that still fails the same "
-                       "checker; writes RUN_DIR/shrunk.yaml")
-    p.add_argument("run_dir", type=Path, help="a failing run directory")
-    p.add_argument("--max-runs", type=int, default=DEFAULT_MAX_RUNS,
-                   help=f"budget of candidate runs (default {DEFAULT_MAX_RUNS})")
-    p.add_argument("--min-duration", type=float, default=DEFAULT_MIN_DURATION_S,
-                   help=f"never shorten below this many seconds (default "
-                   f"{DEFAULT_MIN_DURATION_S:g})")
-    p.add_argument("--checker", default=None,
-                   help="the checker to preserve (default: the first that failed)")
-
 
 def cmd_shrink(args, err: Console) -> int:
     """``python -m chaos shrink``: 0 written, 2 unusable run directory."""

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from chaos import real_stores as rs
+from chaos.matrix import real_stores as rs
 from hermes_state import OpenContentionError, SessionDB, events
 from hermes_state.processes.checkpoint_lock import wal_reset_exposure
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from chaos import real_stores as rs
+from chaos.matrix import real_stores as rs
 from hermes_state import SessionDB
 from hermes_state.schema.fts_inventory import inventory
 from hermes_state.schema.fts_layout import status, verify_fts

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from chaos import real_stores as rs
+from chaos.matrix import real_stores as rs
 from hermes_state import SessionDB
 
 FIXTURES = {s.name.split("/")[-1]: s for s in rs.fixture_stores()}

@@ -1,6 +1,6 @@
 """Stores written by real upstream code, and stores built to their shape, keep working (issue 10).
 
-Every test works on copies: ``chaos.real_stores`` never opens a bundled store in place.
+Every test works on copies: ``chaos.matrix.real_stores`` never opens a bundled store in place.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pytest
 from hermes_state.schema.fts_inventory import canonical_trigger, inventory
 from hermes_state.schema.fts_layout import verify_fts
 
-from chaos import real_stores as rs
+from chaos.matrix import real_stores as rs
 from hermes_state import NewerSchemaWriteError, SessionDB
 from hermes_state import testing as h
 from hermes_state.schema import shape as store_shape
@@ -52,7 +52,7 @@ def test_the_four_upstream_stores_are_bundled():
 @pytest.mark.parametrize("name", ["v2", "v11", "v22", "v31"])
 def test_upstream_store_opens_keeps_every_value_and_takes_writes(tmp_path, name):
     """The whole list: open, dump values, API reads, search in four scripts, writes, integrity,
-    a second open that writes nothing (chaos.real_stores.check_store)."""
+    a second open that writes nothing (chaos.matrix.real_stores.check_store)."""
     problems, figures = rs.check_store(FIXTURES[name], tmp_path)
     assert problems == [], problems
     assert figures["messages"] == 14

@@ -33,7 +33,7 @@ import pytest
 from chaos import history as hist
 from chaos import mutants, replay, shrink, store
 from chaos.files import inputs, names
-from chaos import real_stores as rs
+from chaos.matrix import real_stores as rs
 from chaos.__main__ import build_parser
 from chaos.__main__ import main as chaos_main
 from chaos.scenario import ScenarioError, load_scenario

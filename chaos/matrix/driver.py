@@ -7,7 +7,7 @@ three modes, each a row of the matrix (a *cell*):
 ``plain``
     ``SessionDB(path)`` migrates it in this process.
 ``writer``
-    an old-schema writer process (:mod:`chaos.legacy_writer`: raw sqlite3, that version's DDL
+    an old-schema writer process (:mod:`chaos.matrix.legacy_writer`: raw sqlite3, that version's DDL
     and INSERTs) writes before, during and after the migration, which runs in a child process
     with a 60 ms sleep after every COMMIT (failpoint ``write.after_commit``) so the two
     interleave; after the migration the
@@ -28,7 +28,7 @@ store, found by ``messages_fts`` and by the API, and that old-schema writes comm
 migration steps (seen at two versions or more while the migration ran; otherwise the cell tested
 nothing: INCONCLUSIVE).
 
-The same three modes run over REAL stores (:mod:`chaos.matrix_real`): the stores written by
+The same three modes run over REAL stores (:mod:`chaos.matrix.real`): the stores written by
 real upstream code bundled in ``tests/fixtures/upstream`` (unless ``--no-real``) and every store
 under ``--stores DIR`` (a user's own stores), each on a copy, checked against its ``dump.json``
 (or a dump read before the open): the gate before a schema bump is "every store users really
@@ -57,26 +57,34 @@ from pathlib import Path
 from hermes_state import SessionDB
 from hermes_state import testing as h
 
-from .checkers.base import FAIL, INCONCLUSIVE, PASS, SKIPPED
+from ..checkers.base import FAIL, INCONCLUSIVE, PASS, SKIPPED
+from .arguments import (
+    MODES,
+    OLD_VERSIONS,
+    QUICK_CRASH_VERSIONS,
+    QUICK_WRITER_VERSIONS,
+    build_parser,
+)
 from .legacy_writer import AFTER_WRITES
-from .open_probe import _REPO, STEP_SLEEP_MS, _child_env, _raw, second_open_problems
 from .open_probe import OPEN_CHILD as _OPEN_CHILD
+from .open_probe import (
+    REPO,
+    STEP_SLEEP_MS,
+    probe_env,
+    raw_connect,
+    second_open_problems,
+)
 
-OLD_VERSIONS = tuple(range(1, h.CURRENT_VERSION))
-MODES = ("plain", "writer", "crash")
 #: The one cell of a real store that cannot be tested (not SQLite, damaged, a planted link or
 #: FIFO): a SKIPPED row with the reason (SPEC §16.3: counted apart, never PASS).
 SKIP_MODE = "skipped"
-#: ``--quick``: every version plain, the old-schema writer on these, crash sweeps from these.
-QUICK_WRITER_VERSIONS = (1, 10, 16, 22)
-QUICK_CRASH_VERSIONS = (1, 19)
 #: Hang guard for every child process (s); never an assertion about speed.
 CHILD_TIMEOUT_S = 300.0
 @dataclass(frozen=True)
 class Cell:
     """One row of the matrix: ``version`` opened in ``mode`` (``step``: the crash point).
 
-    ``store`` names a real store (:mod:`chaos.matrix_real`) instead of the generated fixture of
+    ``store`` names a real store (:mod:`chaos.matrix.real`) instead of the generated fixture of
     ``version`` (then the store's own schema version).
     """
 
@@ -127,8 +135,8 @@ def cells(versions=OLD_VERSIONS, modes=MODES, *, quick: bool = False,
         modes: any of :data:`MODES`.
         quick: writer cells only for :data:`QUICK_WRITER_VERSIONS` and crash cells only for
             :data:`QUICK_CRASH_VERSIONS` (plain cells for every version); real stores get a
-            crash subset (:func:`chaos.matrix_real.crash_steps`).
-        stores: real stores (:class:`chaos.real_stores.RealStore`), each in every mode.
+            crash subset (:func:`chaos.matrix.real.crash_steps`).
+        stores: real stores (:class:`chaos.matrix.real_stores.RealStore`), each in every mode.
     Returns:
         ``[Cell, ...]``; crash cells cover every step ``v+1 .. 23``.
     Raises:
@@ -149,7 +157,7 @@ def cells(versions=OLD_VERSIONS, modes=MODES, *, quick: bool = False,
         if "crash" in modes and (not quick or v in QUICK_CRASH_VERSIONS):
             out.extend(Cell(v, "crash", n) for n in range(v + 1, h.CURRENT_VERSION + 1))
     if stores:
-        from . import matrix_real
+        from . import real as matrix_real
 
         for store in stores:
             if matrix_real.unusable(store) is not None:  # one SKIPPED row saying why
@@ -223,7 +231,7 @@ def api_problems(db: SessionDB, manifest: dict) -> list[str]:
 
 
 def _migrated_problems(path: Path, manifest: dict, *, extra: bool = False) -> list[str]:
-    conn = _raw(path)
+    conn = raw_connect(path)
     try:
         return [f"check_migrated: {p}" for p in h.check_migrated(conn, manifest,
                                                                  extra_messages=extra)]
@@ -260,14 +268,14 @@ def run_crash(fx: Fixtures, version: int, step: int) -> tuple[list[str], dict]:
     """Crash (real SIGKILL via failpoint) right before step ``step``'s COMMIT, then reopen."""
     path, m = fx.copy(version)
     res = subprocess.run([sys.executable, "-c", _OPEN_CHILD, str(path)],
-                         env=_child_env(f"migrate.v{step}.before_commit=crash"),
+                         env=probe_env(f"migrate.v{step}.before_commit=crash"),
                          capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
     if res.returncode != -signal.SIGKILL:
         return [f"the child was not killed at migrate.v{step}.before_commit: exit "
                 f"{res.returncode}, stdout {res.stdout.strip()[:200]!r}, "
                 f"stderr {res.stderr.strip()[-300:]!r}"], {}
     problems: list[str] = []
-    conn = _raw(path)
+    conn = raw_connect(path)
     try:
         versions = [r[0] for r in conn.execute("SELECT version FROM schema_version")]
         if versions != [step - 1]:
@@ -288,10 +296,10 @@ def run_crash(fx: Fixtures, version: int, step: int) -> tuple[list[str], dict]:
 def run_writer(fx: Fixtures, version: int) -> tuple[list[str], dict, str]:
     """An old-schema writer keeps writing before, during and after a migration by a child."""
     path, m = fx.copy(version)
-    writer = subprocess.Popen([sys.executable, "-m", "chaos.legacy_writer", str(path),
-                               str(version)], env=_child_env(), stdin=subprocess.PIPE,
+    writer = subprocess.Popen([sys.executable, "-m", "chaos.matrix.legacy_writer", str(path),
+                               str(version)], env=probe_env(), stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              cwd=str(_REPO))
+                              cwd=str(REPO))
     try:
         ready = writer.stdout.readline()
         if not ready.strip():
@@ -299,7 +307,7 @@ def run_writer(fx: Fixtures, version: int) -> tuple[list[str], dict, str]:
             return [f"old-schema writer died before its first write: exit {writer.returncode}, "
                     f"{writer.stderr.read()[-300:]!r}"], {}, FAIL
         mig = subprocess.run([sys.executable, "-c", _OPEN_CHILD, str(path)],
-                             env=_child_env(f"write.after_commit=sleep({STEP_SLEEP_MS})"), capture_output=True, text=True,
+                             env=probe_env(f"write.after_commit=sleep({STEP_SLEEP_MS})"), capture_output=True, text=True,
                              timeout=CHILD_TIMEOUT_S)
         writer.stdin.write("after\n")
         writer.stdin.flush()
@@ -348,7 +356,7 @@ def run_writer(fx: Fixtures, version: int) -> tuple[list[str], dict, str]:
 
 def _writer_rows_problems(path: Path, manifest: dict, writes: list[dict]) -> list[str]:
     out: list[str] = []
-    conn = _raw(path)
+    conn = raw_connect(path)
     try:
         rows = dict(conn.execute("SELECT id, content FROM messages WHERE session_id = ?",
                                  (f"legacy-v{manifest['version']}",)))
@@ -377,14 +385,14 @@ def run_cell(cell: Cell, fx: Fixtures, stores: dict | None = None) -> MatrixRow:
     t0 = time.monotonic()
     status = None
     if cell.mode == SKIP_MODE:
-        from .matrix_real import unusable
+        from .real import unusable
 
         why = unusable((stores or {})[cell.store]) or "the store became usable after listing"
         return MatrixRow(cell.name, cell.version, cell.mode, None, SKIPPED, [why], {},
                          round(time.monotonic() - t0, 3))
     try:
         if cell.store:
-            from .matrix_real import run_real_cell
+            from .real import run_real_cell
 
             fx._n += 1
             problems, figures, status = run_real_cell(
@@ -411,11 +419,11 @@ def run_matrix(todo: list[Cell], work: Path | None = None, on_row=None,
         todo: from :func:`cells`.
         work: where fixtures and copies go (a temporary directory, removed, when ``None``).
         on_row: optional callback.
-        stores: the real stores the cells name (:class:`chaos.real_stores.RealStore`).
+        stores: the real stores the cells name (:class:`chaos.matrix.real_stores.RealStore`).
     Returns:
         One :class:`MatrixRow` per cell.
     """
-    from .matrix_real import label
+    from .real import label
 
     by_label = {label(s): s for s in stores}
     tmp = None
@@ -434,35 +442,6 @@ def run_matrix(todo: list[Cell], work: Path | None = None, on_row=None,
     finally:
         if tmp is not None:
             tmp.cleanup()
-
-
-def parse_versions(text: str) -> list[int]:
-    """``"1-22"``, ``"1,5,9"`` or ``"3-5,20"`` -> sorted versions.
-
-    Raises:
-        argparse.ArgumentTypeError: not such a list, or a version outside 1..22.
-    """
-    out: set[int] = set()
-    try:
-        for part in filter(None, (p.strip() for p in text.split(","))):
-            lo, _, hi = part.partition("-")
-            a, b = int(lo), int(hi or lo)
-            out.update(range(a, b + 1))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"bad version list {text!r}: use e.g. 1-22 or 1,5,9")
-    bad = sorted(v for v in out if v not in OLD_VERSIONS)
-    if bad or not out:
-        raise argparse.ArgumentTypeError(f"versions must lie in 1-22, got {text!r}")
-    return sorted(out)
-
-
-def parse_modes(text: str) -> list[str]:
-    """``"plain,crash"`` -> modes. Raises ArgumentTypeError for an unknown mode."""
-    modes = [m.strip() for m in text.split(",") if m.strip()]
-    bad = [m for m in modes if m not in MODES]
-    if bad or not modes:
-        raise argparse.ArgumentTypeError(f"modes are {', '.join(MODES)}; got {text!r}")
-    return modes
 
 
 def real_stores_of(args: argparse.Namespace) -> list:
@@ -486,36 +465,6 @@ def real_stores_of(args: argparse.Namespace) -> list:
     return out
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The matrix selection flags (shared by ``chaos matrix`` and ``chaos gate``)."""
-    p.add_argument("--versions", type=parse_versions, default=list(OLD_VERSIONS),
-                   help="start versions, e.g. 1-22 or 1,5,9 (default: all of 1-22)")
-    p.add_argument("--no-generated", dest="generated", action="store_false",
-                   help="no generated fixture stores (real stores only)")
-    p.add_argument("--no-real", dest="real", action="store_false",
-                   help="leave out the bundled stores written by real upstream code "
-                        "(tests/fixtures/upstream)")
-    p.add_argument("--stores", type=Path, action="append", default=None, metavar="DIR",
-                   help="also every store (state.db, *.db; a dump.json beside it is the "
-                        "ground truth) under DIR, on copies; repeatable")
-    p.add_argument("--modes", type=parse_modes, default=list(MODES),
-                   help="plain,writer,crash (default: all)")
-    p.add_argument("--quick", action="store_true",
-                   help=f"writer cells only for v{QUICK_WRITER_VERSIONS}, crash sweeps only "
-                   f"from v{QUICK_CRASH_VERSIONS}")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The parser of ``python -m chaos matrix``."""
-    p = argparse.ArgumentParser(prog="python -m chaos matrix", description=__doc__.splitlines()[0])
-    add_arguments(p)
-    p.add_argument("--jsonl", action="store_true", help="one JSON object per row on stdout")
-    p.add_argument("--json", action="store_true",
-                   help="one JSON array of every row on stdout at the end (progress on stderr)")
-    p.add_argument("--only-store", default=None, help=argparse.SUPPRESS)
-    return p
-
-
 def main(argv: list[str] | None = None) -> int:
     """``python -m chaos.matrix``: run cells, print one JSON line per row (``--jsonl``) or a
     table; exit 0 when every row passed (a SKIPPED store, counted apart, does not fail it),
@@ -527,7 +476,7 @@ def main(argv: list[str] | None = None) -> int:
     except argparse.ArgumentTypeError as exc:
         p.error(str(exc))
     if args.only_store:
-        from .matrix_real import label
+        from .real import label
 
         stores = [s for s in stores if label(s) == args.only_store]
     todo = cells(args.versions if args.generated else [], args.modes, quick=args.quick,
@@ -551,6 +500,3 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr if args.json else sys.stdout)
     return 0 if all(r.status in (PASS, SKIPPED) for r in rows) else 1
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from hermes_state import SessionDB, failpoints
 
-_REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 #: Sleep after each COMMIT of the writer cell's migration (ms; the write lock is free then), so
 #: the old-schema writes interleave with the steps.
 STEP_SLEEP_MS = 60
@@ -31,13 +31,13 @@ OPEN_CHILD = (
 )
 
 
-def _raw(path: Path) -> sqlite3.Connection:
+def raw_connect(path: Path) -> sqlite3.Connection:
     return sqlite3.connect(str(path), isolation_level=None)
 
 
-def _child_env(failpoint_spec: str = "") -> dict:
+def probe_env(failpoint_spec: str = "") -> dict:
     env = {k: v for k, v in os.environ.items() if k != failpoints.ENV_VAR}
-    env["PYTHONPATH"] = str(_REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
     if failpoint_spec:
         env[failpoints.ENV_VAR] = failpoint_spec
     return env
@@ -57,7 +57,7 @@ def second_open_problems(path: Path) -> list[str]:
     connection commits) and hashes ``state.db`` and ``state.db-wal`` before and after.
     """
     out: list[str] = []
-    conn = _raw(path)
+    conn = raw_connect(path)
     try:
         conn.execute("SELECT count(*) FROM sessions").fetchone()
         before = _store_state(path, conn)

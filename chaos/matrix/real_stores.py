@@ -42,7 +42,7 @@ from hermes_state.testing import (
     verify_fts,
 )
 
-from .files import inputs
+from ..files import inputs
 
 REPO = Path(__file__).resolve().parent.parent
 #: Largest ``dump.json`` read (bytes): a dump is every row of a store, as JSON.
@@ -413,7 +413,7 @@ def integrity_problems(db_path: Path) -> list[str]:
     return out
 
 
-def _objects(db_path: Path) -> tuple[set, str]:
+def schema_objects(db_path: Path) -> tuple[set, str]:
     conn = sqlite3.connect(str(db_path))
     try:
         objs = {(r[0], r[1]) for r in conn.execute(
@@ -443,7 +443,7 @@ def open_problems(path: Path, before: dict, objects: set, journal: str) -> tuple
         figures = {"from": before.get("schema_version"),
                    "steps": len(rep.steps) if rep else 0, "wrote": db.connection.writes}
     out += value_problems(before, read_dump(path))
-    after, mode = _objects(path)
+    after, mode = schema_objects(path)
     version = int(before.get("schema_version") or 0)
     if version > SCHEMA_VERSION:
         lost = sorted(n for _t, n in objects - after
@@ -477,7 +477,7 @@ def check_store(store: RealStore, work: Path) -> tuple[list[str], dict]:
     """
     path = copy_store(store.path, Path(work) / "subject")
     before = store.dump() or read_dump(store.path)
-    objects, journal = _objects(copy_store(store.path, Path(work) / "probe"))
+    objects, journal = schema_objects(copy_store(store.path, Path(work) / "probe"))
     return _finish_check(path, before, objects, journal)
 
 
@@ -506,7 +506,7 @@ def crash_problems(store: RealStore, step: int, work: Path) -> tuple[list[str], 
 
     path = copy_store(store.path, Path(work) / "subject")
     before = store.dump() or read_dump(store.path)
-    objects, journal = _objects(copy_store(store.path, Path(work) / "probe"))
+    objects, journal = schema_objects(copy_store(store.path, Path(work) / "probe"))
     env = {k: v for k, v in os.environ.items() if k != failpoints.ENV_VAR}
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
     env[failpoints.ENV_VAR] = f"migrate.v{step}.before_commit=crash"

@@ -1,6 +1,6 @@
 """An old-schema writer: what a binary of schema version N does to the store (SPEC §16.6).
 
-Run as ``python -m chaos.legacy_writer DB_PATH VERSION``. It never imports the current store
+Run as ``python -m chaos.matrix.legacy_writer DB_PATH VERSION``. It never imports the current store
 code: a raw ``sqlite3`` connection (busy timeout 30 s), the version's own DDL (every statement
 is ``IF NOT EXISTS``, so against a newer store it changes nothing) and INSERTs naming only the
 columns that version knew. It writes its own session ``legacy-v<N>`` (so it never changes a row

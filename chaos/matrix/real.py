@@ -1,13 +1,13 @@
 """The migration matrix over real stores: every mode on stores users really have (issue 10).
 
-For each real store (:mod:`chaos.real_stores`: the bundled upstream stores, and every store
+For each real store (:mod:`chaos.matrix.real_stores`: the bundled upstream stores, and every store
 under ``--stores DIR``) the matrix runs the same three modes as for its generated fixtures:
 
 ``plain``
-    :func:`chaos.real_stores.check_store` on a copy: the open, every dumped value, the API and
+    :func:`chaos.matrix.real_stores.check_store` on a copy: the open, every dumped value, the API and
     search, writes, integrity, a second open that writes nothing.
 ``writer``
-    an old-schema writer (:mod:`chaos.legacy_writer`, raw sqlite3 with the DDL and INSERTs of
+    an old-schema writer (:mod:`chaos.matrix.legacy_writer`, raw sqlite3 with the DDL and INSERTs of
     the store's own version, or of 22 -- release 0.19.0 -- for a store at 23 or newer) writes
     before, during and after the open that migrates the store in a child process; every
     acknowledged row must be in the store and found by search, and everything ``plain`` checks
@@ -15,7 +15,7 @@ under ``--stores DIR``) the matrix runs the same three modes as for its generate
     tested nothing: INCONCLUSIVE.
 ``crash``
     one cell per migration step the store needs: SIGKILL right before that step's COMMIT
-    (:func:`chaos.real_stores.crash_problems`), then a reopen must give what an uninterrupted
+    (:func:`chaos.matrix.real_stores.crash_problems`), then a reopen must give what an uninterrupted
     open gives.
 """
 
@@ -28,9 +28,9 @@ from pathlib import Path
 
 from hermes_state import SessionDB
 
-from .files import names
+from ..checkers.base import FAIL, INCONCLUSIVE, PASS
+from ..files import names
 from . import real_stores as rs
-from .checkers.base import FAIL, INCONCLUSIVE, PASS
 from .legacy_writer import AFTER_WRITES
 
 #: ``--quick``: crash cells of a real store only at these steps (and its first one).
@@ -47,7 +47,7 @@ def label(store: rs.RealStore) -> str:
 
 def unusable(store: rs.RealStore) -> str | None:
     """Why ``store`` gets one SKIPPED row instead of its cells
-    (:func:`chaos.real_stores.unusable`), or None."""
+    (:func:`chaos.matrix.real_stores.unusable`), or None."""
     return rs.unusable(store)
 
 
@@ -68,15 +68,15 @@ def crash_steps(store: rs.RealStore, quick: bool = False) -> list[int]:
 def run_real_writer(store: rs.RealStore, work: Path) -> tuple[list[str], dict, str]:
     """The ``writer`` mode on a copy of ``store`` (module docstring)."""
     from .open_probe import OPEN_CHILD as _OPEN_CHILD
-    from .open_probe import STEP_SLEEP_MS, _child_env
+    from .open_probe import STEP_SLEEP_MS, probe_env
 
     version = store_version(store)
     old = version if 1 <= version <= 22 else 22
     path = rs.copy_store(store.path, work / "subject")
     before = store.dump() or rs.read_dump(store.path)
-    objects, journal = rs._objects(rs.copy_store(store.path, work / "probe"))
-    writer = subprocess.Popen([sys.executable, "-m", "chaos.legacy_writer", str(path), str(old)],
-                              env=_child_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    objects, journal = rs.schema_objects(rs.copy_store(store.path, work / "probe"))
+    writer = subprocess.Popen([sys.executable, "-m", "chaos.matrix.legacy_writer", str(path), str(old)],
+                              env=probe_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True, cwd=str(rs.REPO))
     try:
         if not writer.stdout.readline().strip():
@@ -84,7 +84,7 @@ def run_real_writer(store: rs.RealStore, work: Path) -> tuple[list[str], dict, s
             return [f"old-schema writer (v{old}) died before its first write: "
                     f"{writer.stderr.read()[-300:]!r}"], {}, FAIL
         mig = subprocess.run([sys.executable, "-c", _OPEN_CHILD, str(path)],
-                             env=_child_env(f"write.after_commit=sleep({STEP_SLEEP_MS})"),
+                             env=probe_env(f"write.after_commit=sleep({STEP_SLEEP_MS})"),
                              capture_output=True, text=True, timeout=300)
         writer.stdin.write("after\n")
         writer.stdin.flush()
@@ -119,7 +119,7 @@ def run_real_writer(store: rs.RealStore, work: Path) -> tuple[list[str], dict, s
 
     problems += second_open_problems(path)
     if version > 22:
-        lost_objects = sorted(n for _t, n in objects - rs._objects(path)[0])
+        lost_objects = sorted(n for _t, n in objects - rs.schema_objects(path)[0])
         if lost_objects:
             problems.append(f"the newer store lost {lost_objects[:8]}")
     after = [w for w in writes if w["phase"] == "after"]
