@@ -15,7 +15,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable
 
-from ..history import MAX_LOAD_FACTOR, evidence_time, history_load_factor, phase_time, run_start
+from ..history import (
+    MAX_LOAD_FACTOR,
+    evidence_time,
+    history_load_factor,
+    phase_time,
+    run_start,
+)
 from ..params import build, param
 
 PASS, FAIL, INCONCLUSIVE, SKIPPED = "PASS", "FAIL", "INCONCLUSIVE", "SKIPPED"
@@ -194,29 +200,49 @@ def params_of(cls: type, params):
 
 
 def verdict_from(name: str, cases: dict[str, list], figures: dict, *, summary: str,
-                 inconclusive: str | None = None, evidence: Iterable = ()) -> Verdict:
-    """The one verdict builder (Elle's ``check``): FAIL when a case function found a violating
-    case, else INCONCLUSIVE when ``inconclusive`` says why nothing was tested, else PASS.
+                 inconclusive: str | None = None, evidence: Iterable = (),
+                 skipped: str | None = None, fail_summary: str | None = None,
+                 cases_as_evidence: bool = True) -> Verdict:
+    """The one verdict builder every checker uses (Elle's ``check``): SKIPPED when ``skipped``
+    says which requirement is unmet, else FAIL when a case function found a violating case, else
+    INCONCLUSIVE when ``inconclusive`` says why nothing was tested, else PASS.
 
     Args:
         name: the checker.
-        cases: ``{rule: [violating case dicts]}`` from the checker's ``*_cases`` functions.
-        figures: the checker's figures; ``violations`` (per rule counts) is added.
+        cases: ``{rule: [violating case dicts]}`` from the checker's ``*_cases`` functions (a
+            case's ``why`` is its one line).
+        figures: the checker's figures; ``violations`` (per rule counts) is added on a FAIL
+            unless the checker reports its own.
         summary: one line with the key figures.
         inconclusive: the reason the run tested nothing, or None.
         evidence: extra evidence (appended after the cases).
+        skipped: the unmet requirement (and what to install or do), or None.
+        fail_summary: the FAIL's one line when the checker words it itself; by default the
+            first case of each violated rule, the count, then ``summary``.
+        cases_as_evidence: put the cases first in the evidence (False when ``evidence``
+            already holds them in the checker's own form).
     Returns:
-        The :class:`Verdict`; a FAIL's summary starts with the first case of each violated
-        rule (its ``why``, else the rule's name).
+        The :class:`Verdict`.
     """
+    if skipped:
+        return Verdict(name, SKIPPED, skipped, figures, list(evidence))
     bad = {rule: found for rule, found in cases.items() if found}
-    ev = [dict(c, violation=c.get("violation", rule)) for rule, found in bad.items()
-          for c in found] + list(evidence)
+    ev = ([dict(c, violation=c.get("violation", rule)) for rule, found in bad.items()
+           for c in found] if cases_as_evidence else []) + list(evidence)
     if bad:
-        figures = {**figures, "violations": {rule: len(found) for rule, found in bad.items()}}
-        whats = dict.fromkeys(found[0].get("why") or rule for rule, found in bad.items())
-        return Verdict(name, FAIL, f"{'; '.join(whats)} ({sum(map(len, bad.values()))} "
-                       "violation(s)); " + summary, figures, ev)
+        if "violations" not in figures:  # a checker may report its own per-violation figures
+            figures = {**figures, "violations": {rule: len(found) for rule, found in bad.items()}}
+        if fail_summary is None:
+            whats = dict.fromkeys(found[0].get("why") or rule for rule, found in bad.items())
+            fail_summary = (f"{'; '.join(whats)} ({sum(map(len, bad.values()))} violation(s)); "
+                            + summary)
+        return Verdict(name, FAIL, fail_summary, figures, ev)
     if inconclusive:
-        return Verdict(name, INCONCLUSIVE, f"{inconclusive}; {summary}", figures, ev)
+        return Verdict(name, INCONCLUSIVE, f"{inconclusive}; {summary}" if summary
+                       else inconclusive, figures, ev)
     return Verdict(name, PASS, summary, figures, ev)
+
+
+def problems_as_cases(rule: str, problems: list[str]) -> dict[str, list[dict]]:
+    """``{rule: [{"why": problem}, ...]}``: a checker's list of problem lines as builder cases."""
+    return {rule: [{"why": text} for text in problems]}

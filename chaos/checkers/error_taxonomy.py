@@ -30,7 +30,13 @@ from dataclasses import dataclass
 from ..history import TOOLKIT_PROCESSES, brief, fmt_t, run_start
 from ..nemesis import CORRUPTING_FAULTS
 from ..params import param
-from .base import FAIL, INCONCLUSIVE, PASS, CheckContext, Verdict, params_of
+from .base import (
+    CheckContext,
+    Verdict,
+    params_of,
+    problems_as_cases,
+    verdict_from,
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -120,11 +126,11 @@ def check(ctx: CheckContext, params: dict) -> Verdict:
         procs = sorted({r["process"] for r in recs})
         problems.append(f"{len(recs)} {cls} reached {', '.join(procs)} (not in allow)")
         evidence.extend({"violation": f"{cls} not allowed", "record": brief(r)} for r in recs[:3])
-    if problems:
-        return Verdict(NAME, FAIL, "; ".join(problems), fig, evidence)
-    if n_ops == 0:
-        return Verdict(NAME, INCONCLUSIVE, "no role operation in the history", fig)
     seen = ", ".join(f"{c} x{n}" for c, n in by_class.most_common()) or "no error"
-    return Verdict(NAME, PASS, f"{n_ops} role ops; errors that reached roles: {seen}"
-                   + (f"; {corrupt_injected} injected corruption signal(s)"
-                      if corrupt_injected else ""), fig)
+    summary = (f"{n_ops} role ops; errors that reached roles: {seen}"
+               + (f"; {corrupt_injected} injected corruption signal(s)"
+                  if corrupt_injected else ""))
+    return verdict_from(NAME, problems_as_cases("errors", problems), fig, summary=summary,
+                        fail_summary="; ".join(problems), evidence=evidence,
+                        cases_as_evidence=False,
+                        inconclusive="no role operation in the history" if n_ops == 0 else None)

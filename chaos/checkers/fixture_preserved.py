@@ -22,7 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..store import FIXTURE_MANIFEST
-from .base import FAIL, INCONCLUSIVE, PASS, CheckContext, Verdict
+from .base import (
+    CheckContext,
+    Verdict,
+    problems_as_cases,
+    verdict_from,
+)
 from .store import connect_copy, copied_store
 
 
@@ -43,8 +48,8 @@ def check(ctx: CheckContext, params: dict) -> Verdict:
 
     path = Path(ctx.run_dir) / MANIFEST_NAME
     if not path.is_file():
-        return Verdict(NAME, INCONCLUSIVE, "the run did not start from a schema_vN fixture "
-                       f"(no {MANIFEST_NAME})", {})
+        return verdict_from(NAME, {}, {}, summary="", inconclusive="the run did not start "
+                            f"from a schema_vN fixture (no {MANIFEST_NAME})")
     recorded = json.loads(path.read_text(encoding="utf-8"))
     version, seed = recorded["version"], recorded.get("seed", 0)
     with tempfile.TemporaryDirectory(prefix="chaos-fixture-") as tmp:
@@ -52,9 +57,10 @@ def check(ctx: CheckContext, params: dict) -> Verdict:
                                  write_sessions_json=False)
     fig: dict = {"version": version, "seed": seed, "counts": manifest["counts"]}
     if manifest["counts"] != recorded.get("counts"):
-        return Verdict(NAME, FAIL, "the rebuilt fixture differs from the one the run used "
-                       "(build_fixture is not deterministic?)", {**fig,
-                       "recorded_counts": recorded.get("counts")})
+        why = "the rebuilt fixture differs from the one the run used (build_fixture is not deterministic?)"
+        return verdict_from(NAME, problems_as_cases("fixture", [why]),
+                            {**fig, "recorded_counts": recorded.get("counts")}, summary="",
+                            fail_summary=why, cases_as_evidence=False)
     with copied_store(ctx.store_path) as copy:
         conn = connect_copy(copy)
         try:
@@ -63,8 +69,10 @@ def check(ctx: CheckContext, params: dict) -> Verdict:
             conn.close()
     fig["problems"] = len(problems)
     rows = sum(n for t, n in manifest["counts"].items() if t != "schema_version")
-    if problems:
-        return Verdict(NAME, FAIL, f"{len(problems)} problem(s) in the migrated v{version} "
-                       f"fixture: {problems[0]}", fig, [{"problem": p} for p in problems[:20]])
-    return Verdict(NAME, PASS, f"every one of {rows} rows of the v{version} fixture is preserved "
-                   "and searchable at version 23", fig)
+    return verdict_from(
+        NAME, problems_as_cases("preserved", problems), fig,
+        summary=f"every one of {rows} rows of the v{version} fixture is preserved and searchable "
+                "at version 23",
+        fail_summary=(f"{len(problems)} problem(s) in the migrated v{version} fixture: "
+                      f"{problems[0]}" if problems else None),
+        evidence=[{"problem": p} for p in problems[:20]], cases_as_evidence=False)

@@ -30,7 +30,12 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from ..params import param
-from .base import FAIL, PASS, SKIPPED, CheckContext, Verdict
+from .base import (
+    CheckContext,
+    Verdict,
+    problems_as_cases,
+    verdict_from,
+)
 from .store import connect_copy, copied_store
 
 OLDER_NAME = "older_release_opens"
@@ -71,7 +76,8 @@ def check_older(ctx: CheckContext, params) -> Verdict:
     version = params.version
     if ur.cached(version) is None:
         reason = str(ur.NotCached(version))
-        return Verdict(OLDER_NAME, SKIPPED, reason, {"reason": reason, "version": version})
+        return verdict_from(OLDER_NAME, {}, {"reason": reason, "version": version}, summary="",
+                            skipped=reason)
     fig: dict = {"version": version}
     problems: list[str] = []
     with copied_store(ctx.store_path) as copy:
@@ -107,11 +113,12 @@ def check_older(ctx: CheckContext, params) -> Verdict:
             fig["error"] = str(exc)[:800]
         finally:
             shutil.rmtree(home, ignore_errors=True)
-    if problems:
-        return Verdict(OLDER_NAME, FAIL, "; ".join(problems), fig, [{"problem": p} for p in problems])
-    return Verdict(OLDER_NAME, PASS, f"upstream {version} opens the store (schema "
-                   f"{fig['schema_version']}, {fig['journal_mode']}), counts all {total} "
-                   f"messages and finds every writer's newest one", fig)
+    summary = "" if problems else (
+        f"upstream {version} opens the store (schema {fig['schema_version']}, "
+        f"{fig['journal_mode']}), counts all {total} messages and finds every writer's newest one")
+    return verdict_from(OLDER_NAME, problems_as_cases("older_release", problems), fig,
+                        summary=summary, fail_summary="; ".join(problems),
+                        evidence=[{"problem": p} for p in problems], cases_as_evidence=False)
 
 
 FTS_NAME = "fts_exact"
@@ -136,13 +143,14 @@ def check_fts(ctx: CheckContext, params) -> Verdict:
             conn.close()
     fig = {"tables": verdicts, "fts_stale": stale is not None}
     bad = {t: v for t, v in verdicts.items() if v != "ok"}
-    if not verdicts:
-        return Verdict(FTS_NAME, FAIL, "no FTS table to verify", fig)
-    if bad or stale is not None:
-        text = "; ".join(f"{t}: {v}" for t, v in bad.items()) or "fts_stale is set"
-        return Verdict(FTS_NAME, FAIL, text, fig, [{"table": t, "verdict": v} for t, v in bad.items()])
-    return Verdict(FTS_NAME, PASS, f"{len(verdicts)} FTS index(es) exact: "
-                   + ", ".join(sorted(verdicts)), fig)
+    problems = ([] if verdicts else ["no FTS table to verify"]) + (
+        [f"{t}: {v}" for t, v in bad.items()] or (["fts_stale is set"] if stale is not None
+                                                   else []))
+    return verdict_from(FTS_NAME, problems_as_cases("fts", problems), fig,
+                        summary=f"{len(verdicts)} FTS index(es) exact: " + ", ".join(sorted(verdicts)),
+                        fail_summary="; ".join(problems),
+                        evidence=[{"table": t, "verdict": v} for t, v in bad.items()],
+                        cases_as_evidence=False)
 
 
 FTS_EXACT = SimpleNamespace(NAME=FTS_NAME, Params=FtsParams, check=check_fts)

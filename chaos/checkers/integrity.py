@@ -25,7 +25,7 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass
 
-from .base import FAIL, PASS, CheckContext, Verdict
+from .base import CheckContext, Verdict, problems_as_cases, verdict_from
 from .store import connect_copy, copied_store
 
 
@@ -52,7 +52,9 @@ def check(ctx: CheckContext, params: dict) -> Verdict:
     evidence: list = []
     problems: list[str] = []
     if not ctx.store_path.is_file():
-        return Verdict(NAME, FAIL, f"no store at {ctx.store_path}", {"store": str(ctx.store_path)})
+        why = f"no store at {ctx.store_path}"
+        return verdict_from(NAME, problems_as_cases("store", [why]), {"store": str(ctx.store_path)},
+                            summary="", fail_summary=why, cases_as_evidence=False)
     with copied_store(ctx.store_path) as copy:
         conn = connect_copy(copy)
         try:
@@ -63,11 +65,11 @@ def check(ctx: CheckContext, params: dict) -> Verdict:
             evidence.append({"error": fig["error"]})
         finally:
             conn.close()
-    if problems:
-        return Verdict(NAME, FAIL, "; ".join(problems), fig, evidence)
-    return Verdict(NAME, PASS,
-                   f"integrity ok: {fig['sessions']} sessions, {fig['messages']} messages, "
-                   f"FTS ok, message_count matches", fig, evidence)
+    summary = ("" if problems else f"integrity ok: {fig['sessions']} sessions, "
+               f"{fig['messages']} messages, FTS ok, message_count matches")
+    return verdict_from(NAME, problems_as_cases("integrity", problems), fig, summary=summary,
+                        fail_summary="; ".join(problems), evidence=evidence,
+                        cases_as_evidence=False)
 
 
 def _run_checks(conn: sqlite3.Connection, fig: dict, evidence: list, problems: list) -> None:

@@ -23,8 +23,15 @@ from dataclasses import dataclass
 
 from ..history import ADVERSARY_OPS, brief, pair_ops
 from ..params import Duration, param
-from .base import (FAIL, INCONCLUSIVE, PASS, CheckContext, Verdict, load_factor_for, params_of,
-                   scale_with_load_param)
+from .base import (
+    CheckContext,
+    Verdict,
+    load_factor_for,
+    params_of,
+    problems_as_cases,
+    scale_with_load_param,
+    verdict_from,
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,7 +81,8 @@ def check(ctx: CheckContext, params: dict) -> Verdict:
         if lat is not None:
             per_op[op.op].append((lat, op))
     if not per_op:
-        return Verdict(NAME, INCONCLUSIVE, "no operation completed: no latency to report", {})
+        return verdict_from(NAME, {}, {}, summary="",
+                            inconclusive="no operation completed: no latency to report")
     table = {}
     for name, items in sorted(per_op.items()):
         items.sort(key=lambda x: x[0])
@@ -106,5 +114,6 @@ def check(ctx: CheckContext, params: dict) -> Verdict:
                         for name, r in sorted(table.items(), key=lambda kv: -kv[1]["n"])[:4])
     if problems:
         fig["violations"] = problems
-        return Verdict(NAME, FAIL, "; ".join(problems), fig, evidence)
-    return Verdict(NAME, PASS, summary, fig, evidence)
+    return verdict_from(NAME, problems_as_cases("bound", problems), fig, summary=summary,
+                        fail_summary="; ".join(problems), evidence=evidence,
+                        cases_as_evidence=False)

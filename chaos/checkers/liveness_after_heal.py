@@ -33,18 +33,26 @@ from ..history import (
     brief,
     exit_records,
     fmt_t,
-    run_start,
     moment,
     pair_ops,
     phase_time,
     proc_name,
     role_of,
+    run_start,
     spawn_records,
 )
 from ..params import Duration, param
 from ..roles import NOT_WRITER_KINDS
-from .base import (FAIL, INCONCLUSIVE, PASS, CheckContext, Verdict, load_factor_for, params_of,
-                   role_kinds, scale_with_load_param)
+from .base import (
+    CheckContext,
+    Verdict,
+    load_factor_for,
+    params_of,
+    problems_as_cases,
+    role_kinds,
+    scale_with_load_param,
+    verdict_from,
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,8 +81,8 @@ def check(ctx: CheckContext, params: dict) -> Verdict:
     hist = ctx.history
     H = phase_time(hist, "heal")
     if H is None:
-        return Verdict(NAME, INCONCLUSIVE, "no heal phase in the history: nothing to judge",
-                       {"heal_t": None})
+        return verdict_from(NAME, {}, {"heal_t": None}, summary="",
+                            inconclusive="no heal phase in the history: nothing to judge")
     until = H + deadline
     kinds = role_kinds(ctx.scenario)
     exits = exit_records(hist)
@@ -127,19 +135,19 @@ def check(ctx: CheckContext, params: dict) -> Verdict:
     fig = {"heal_t": round(H, 6), "deadline_s": round(deadline, 3),
            "nominal_deadline_s": p.deadline, "load_factor": factor, "writers": candidates,
            "first_commit_after_heal_s": live, "not_tested": not_tested, "no_commit": dead}
-    if dead:
-        return Verdict(NAME, FAIL,
-                       f"{len(dead)} writer(s) did not commit within {deadline:g} s of the heal "
-                       f"(t={fmt_t(H, run_start(ctx.history))}): {', '.join(dead)}; at the deadline write lock: "
-                       f"{at_deadline.get('write_lock_owner') or 'nobody'}"
-                       + (f", stopped: {', '.join(at_deadline['stopped'])}"
-                          if at_deadline.get("stopped") else ""), fig, evidence)
-    if not live:
-        return Verdict(NAME, INCONCLUSIVE,
-                       f"no writer was tested after the heal at t={fmt_t(H, run_start(ctx.history))} ("
-                       f"{len(candidates)} writer(s) alive, {len(not_tested)} exited without "
-                       "writing)", fig)
-    worst = max(live.items(), key=lambda kv: kv[1])
-    return Verdict(NAME, PASS, f"{len(live)} writer(s) committed again after the heal, slowest "
-                   f"{worst[0]} after {worst[1]:.3f} s (deadline {deadline:g} s)"
-                   + (f"; {len(not_tested)} not tested" if not_tested else ""), fig)
+    fail = (f"{len(dead)} writer(s) did not commit within {deadline:g} s of the heal "
+            f"(t={fmt_t(H, run_start(ctx.history))}): {', '.join(dead)}; at the deadline write "
+            f"lock: {at_deadline.get('write_lock_owner') or 'nobody'}"
+            + (f", stopped: {', '.join(at_deadline['stopped'])}"
+               if at_deadline.get("stopped") else ""))
+    untested = (None if live else
+                f"no writer was tested after the heal at t={fmt_t(H, run_start(ctx.history))} "
+                f"({len(candidates)} writer(s) alive, {len(not_tested)} exited without writing)")
+    worst = max(live.items(), key=lambda kv: kv[1]) if live else ("", 0.0)
+    summary = ("" if not live else
+               f"{len(live)} writer(s) committed again after the heal, slowest {worst[0]} after "
+               f"{worst[1]:.3f} s (deadline {deadline:g} s)"
+               + (f"; {len(not_tested)} not tested" if not_tested else ""))
+    return verdict_from(NAME, problems_as_cases("no_commit", dead), fig, summary=summary,
+                        fail_summary=fail, inconclusive=untested,
+                        evidence=evidence if dead else (), cases_as_evidence=False)

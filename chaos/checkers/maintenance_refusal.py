@@ -55,7 +55,14 @@ from ..history import (
 )
 from ..nemesis.commands import GATED_COMMANDS, named_pids
 from ..params import param
-from .base import FAIL, INCONCLUSIVE, PASS, CheckContext, Verdict, params_of, role_kinds
+from .base import (
+    CheckContext,
+    Verdict,
+    params_of,
+    problems_as_cases,
+    role_kinds,
+    verdict_from,
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -307,11 +314,10 @@ def check(ctx: CheckContext, params: dict) -> Verdict:
                f"{fig['quiet_runs']} on a quiet store")
     if problems:
         fig["violations"] = problems[:20]
-        return Verdict(NAME, FAIL, f"{problems[0]} ({len(problems)} violation(s)); " + summary,
-                       fig, evidence)
-    if fig["refusals_judged"] < min_refusals:
-        return Verdict(NAME, INCONCLUSIVE,
-                       f"only {fig['refusals_judged']} gated command(s) ran under a live writer "
-                       f"(< min_refusals {min_refusals}): the gate was not tested; " + summary,
-                       fig, evidence)
-    return Verdict(NAME, PASS, summary, fig, evidence)
+    untested = (None if fig["refusals_judged"] >= min_refusals else
+                f"only {fig['refusals_judged']} gated command(s) ran under a live writer "
+                f"(< min_refusals {min_refusals}): the gate was not tested")
+    return verdict_from(NAME, problems_as_cases("gate", problems), fig, summary=summary,
+                        fail_summary=(f"{problems[0]} ({len(problems)} violation(s)); " + summary
+                                      if problems else None),
+                        inconclusive=untested, evidence=evidence, cases_as_evidence=False)

@@ -38,16 +38,23 @@ from ..history import (
     end_time,
     exit_records,
     fmt_t,
-    run_start,
     moment,
     pair_ops,
     phase_time,
     role_of,
+    run_start,
 )
 from ..params import Duration, param
 from ..roles import ADVERSARY_KINDS
-from .base import (FAIL, INCONCLUSIVE, PASS, CheckContext, Verdict, load_factor_for, params_of,
-                   role_kinds, scale_with_load_param)
+from .base import (
+    CheckContext,
+    Verdict,
+    load_factor_for,
+    params_of,
+    role_kinds,
+    scale_with_load_param,
+    verdict_from,
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -167,11 +174,13 @@ def check(ctx: CheckContext, params: dict) -> Verdict:
                    f"{at.get('write_lock_owner') or 'nobody'}; holders: "
                    f"{'; '.join(at.get('holders') or []) or 'none sampled'}"
                    + (f"; stopped: {', '.join(at['stopped'])}" if at.get("stopped") else ""))
-        return Verdict(NAME, FAIL, summary, fig, stalls)
-    if judged == 0:
-        return Verdict(NAME, INCONCLUSIVE, "no store operation to judge", fig)
-    return Verdict(NAME, PASS, f"{judged} ops, longest wait {longest[0]:.3f} s "
-                   f"({fig['longest_wait_op']}) <= bound {_bound_text(p.bound, factor, budget)}", fig)
+        return verdict_from(NAME, {"stall": stalls}, fig, summary=summary, fail_summary=summary,
+                            evidence=stalls, cases_as_evidence=False)
+    summary = "" if judged == 0 else (
+        f"{judged} ops, longest wait {longest[0]:.3f} s ({fig['longest_wait_op']}) <= bound "
+        f"{_bound_text(p.bound, factor, budget)}")
+    return verdict_from(NAME, {}, fig, summary=summary,
+                        inconclusive="no store operation to judge" if judged == 0 else None)
 
 
 def _bound_text(nominal: float, factor: float, budget: float | None) -> str:

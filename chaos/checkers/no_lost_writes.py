@@ -45,7 +45,12 @@ from typing import Literal
 
 from ..history import Op, brief, nemesis_steps, pair_ops
 from ..params import param
-from .base import FAIL, INCONCLUSIVE, PASS, CheckContext, Verdict, params_of
+from .base import (
+    CheckContext,
+    Verdict,
+    params_of,
+    verdict_from,
+)
 from .store import (
     find_captures,
     payload_ids_in_capture,
@@ -291,21 +296,21 @@ def check(ctx: CheckContext, params) -> Verdict:
         raise ValueError(f"no_lost_writes: allow_in accepts {list(ALLOWED_SOURCES)}, not {bad}")
     by_pid = appends(ctx.history)
     if not by_pid:
-        return Verdict(NAME, INCONCLUSIVE, "no append in the history: nothing to check",
-                       {"ok": 0, "fail": 0, "info": 0})
+        return verdict_from(NAME, {}, {"ok": 0, "fail": 0, "info": 0}, summary="",
+                            inconclusive="no append in the history: nothing to check")
     fig: dict = {}
     try:
         places = _places(ctx, fig)
     except sqlite3.DatabaseError as exc:
         # A damaged final store (a fault garbled a page and no step recovered it) cannot say
         # which appends it holds: not a pass, and not a loss this checker can prove.
-        return Verdict(NAME, INCONCLUSIVE,
-                       f"the final store cannot be read ({type(exc).__name__}: {exc}): its "
-                       "acknowledged appends cannot be looked up; recover it in the scenario "
-                       "first (a `run` step of `sessions recover --allow-partial`, as "
-                       "page_corruption_recover does) or judge it with other checkers",
-                       {"ok": sum(1 for op in by_pid.values() if op.kind == "ok"),
-                        "store_error": f"{type(exc).__name__}: {exc}"})
+        return verdict_from(
+            NAME, {}, {"ok": sum(1 for op in by_pid.values() if op.kind == "ok"),
+                       "store_error": f"{type(exc).__name__}: {exc}"}, summary="",
+            inconclusive=f"the final store cannot be read ({type(exc).__name__}: {exc}): its "
+            "acknowledged appends cannot be looked up; recover it in the scenario first (a "
+            "`run` step of `sessions recover --allow-partial`, as page_corruption_recover does) "
+            "or judge it with other checkers")
     replayed = replay_seen(ctx.history)
     fig = {**_figures(by_pid, places, allow, replayed), **fig}
     cases = {"lost": lost_cases(by_pid, places, allow),
@@ -347,23 +352,24 @@ def _verdict(cases: dict[str, list], fig: dict, by_pid: dict[str, Op], allow: li
              if n]
     if extra:
         summary += "; " + ", ".join(extra)
-    failed = (lost and not expect_loss) or any(
-        cases[k] for k in ("phantom", "unexpected", "duplicated", "spooled_missing",
-                           "unreplayed"))
-    if failed:
-        return Verdict(NAME, FAIL, summary, fig, evidence)
-    if expect_loss and max_loss is not None and len(lost) > max_loss:
-        return Verdict(NAME, FAIL, f"{len(lost)} acknowledged appends lost, more than max_loss "
-                       f"{max_loss} (the damage the fault did): " + summary, fig, evidence)
+    judged = {k: cases[k] for k in ("phantom", "unexpected", "duplicated", "spooled_missing",
+                                     "unreplayed")}
+    fail_summary = summary
+    if not expect_loss:
+        judged["lost"] = cases["lost"]
+    elif max_loss is not None and len(lost) > max_loss:
+        fail_summary = (f"{len(lost)} acknowledged appends lost, more than max_loss {max_loss} "
+                        "(the damage the fault did): " + summary)
+        judged["over_max_loss"] = [{"why": fail_summary}]
+    inconclusive = None
     if expect_loss and not lost:
-        return Verdict(NAME, INCONCLUSIVE, "expect_loss: no acknowledged write was lost: the "
-                       "run never reached the state it targets (no acknowledged write lived "
-                       "only where the fault destroyed it); " + summary, fig, evidence)
-    if expect_loss:
-        return Verdict(NAME, PASS, f"expected loss detected: {len(lost)} acknowledged append(s) "
-                       f"lost ({', '.join(lost[:10])}{', ...' if len(lost) > 10 else ''}); "
-                       + summary, fig, evidence)
-    if fig["ok"] == 0:  # every append failed or has an unknown outcome: nothing proven
-        return Verdict(NAME, INCONCLUSIVE, "no append was acknowledged: " + summary, fig,
-                       evidence)
-    return Verdict(NAME, PASS, summary, fig, evidence)
+        inconclusive = ("expect_loss: no acknowledged write was lost: the run never reached the "
+                        "state it targets (no acknowledged write lived only where the fault "
+                        "destroyed it)")
+    elif not expect_loss and fig["ok"] == 0:  # every append failed or is unknown: nothing proven
+        inconclusive = "no append was acknowledged"
+    if expect_loss and lost:
+        summary = (f"expected loss detected: {len(lost)} acknowledged append(s) lost "
+                   f"({', '.join(lost[:10])}{', ...' if len(lost) > 10 else ''}); " + summary)
+    return verdict_from(NAME, judged, fig, summary=summary, fail_summary=fail_summary,
+                        inconclusive=inconclusive, evidence=evidence, cases_as_evidence=False)

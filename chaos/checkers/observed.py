@@ -12,7 +12,7 @@ from pathlib import Path
 
 from .. import store
 from ..history import brief, moment, observed_states
-from .base import INCONCLUSIVE, PASS, Verdict, stamp_evidence
+from .base import Verdict, stamp_evidence, verdict_from
 
 
 def must_observe(wanted: list[str], records: list[dict]) -> list[Verdict]:
@@ -30,12 +30,12 @@ def must_observe(wanted: list[str], records: list[dict]) -> list[Verdict]:
     for state, sample in observed_states(records).items():
         first.setdefault(state, {"state": state, **moment(sample)})
     missing = [m for m in wanted if m not in first]
-    status = INCONCLUSIVE if missing else PASS
-    summary = (f"never observed: {', '.join(missing)}" if missing
-               else f"observed {', '.join(wanted)}")
     evidence = [{"observed": m, "first": first[m]} for m in wanted if m in first]
-    return [stamp_evidence(Verdict("must_observe", status, summary, {"missing": missing},
-                                   evidence), records)]
+    verdict = verdict_from("must_observe", {}, {"missing": missing},
+                           summary="" if missing else f"observed {', '.join(wanted)}",
+                           inconclusive=f"never observed: {', '.join(missing)}" if missing else None,
+                           evidence=evidence)
+    return [stamp_evidence(verdict, records)]
 
 
 def liveness(records: list[dict]) -> list[Verdict]:
@@ -83,14 +83,14 @@ def liveness(records: list[dict]) -> list[Verdict]:
                "least_ops": min((ops.get(r.get("child"), 0) for r in spawned), default=0),
                "steps_fired": len(done), "steps_not_fired": len(not_fired)}
     if problems:
-        summary = "; ".join(problems[:6]) + (f"; ... ({len(problems)} in all)"
-                                             if len(problems) > 6 else "")
-        return [stamp_evidence(Verdict("liveness", INCONCLUSIVE, summary, figures, evidence),
-                               records)]
+        idle_text = "; ".join(problems[:6]) + (f"; ... ({len(problems)} in all)"
+                                               if len(problems) > 6 else "")
+        return [stamp_evidence(verdict_from("liveness", {}, figures, summary="",
+                                            inconclusive=idle_text, evidence=evidence), records)]
     summary = (f"{len(spawned)} role process(es) ({len(restarts)} restart(s)) each performed "
                f">= 1 operation (least {figures['least_ops']}); {len(done)} nemesis step(s) "
                "fired")
-    return [Verdict("liveness", PASS, summary, figures)]
+    return [verdict_from("liveness", {}, figures, summary=summary)]
 
 
 def run_verdicts(must: list[str], records: list[dict]) -> list[Verdict]:
@@ -106,7 +106,7 @@ def interrupted(run_dir: Path) -> list[Verdict]:
     mark = store.interrupted_mark(run_dir)
     if mark is None:
         return []
-    return [Verdict("interrupted", INCONCLUSIVE,
-                    f"the run was interrupted at {mark.get('at', '?')} after "
-                    f"{mark.get('elapsed_s', '?')} s: every verdict judges a partial history",
-                    dict(mark))]
+    return [verdict_from("interrupted", {}, dict(mark), summary="",
+                         inconclusive=f"the run was interrupted at {mark.get('at', '?')} after "
+                         f"{mark.get('elapsed_s', '?')} s: every verdict judges a partial "
+                         "history")]

@@ -13,7 +13,7 @@ import sqlite3
 import uuid
 from dataclasses import dataclass
 
-from .base import FAIL, PASS, CheckContext, Verdict
+from .base import CheckContext, Verdict, problems_as_cases, verdict_from
 from .store import connect_copy, copied_store
 
 
@@ -67,10 +67,12 @@ def check(ctx: CheckContext, params: dict) -> Verdict:
     except Exception as exc:  # noqa: BLE001 - the failure is the verdict
         fig["error"] = f"{type(exc).__name__}: {exc}"
         fig["step"] = step
-        return Verdict(NAME, FAIL, f"a fresh writer failed at {step}: {type(exc).__name__}: "
-                       f"{str(exc).splitlines()[0] if str(exc) else ''}", fig,
-                       [{"step": step, "error": fig["error"]}])
-    return Verdict(NAME, PASS,
-                   f"a fresh writer wrote and read back on a copy of the final store "
-                   f"({fig.get('sessions', '?')} sessions, {fig.get('messages', '?')} messages)",
-                   fig)
+        why = (f"a fresh writer failed at {step}: {type(exc).__name__}: "
+               f"{str(exc).splitlines()[0] if str(exc) else ''}")
+        return verdict_from(NAME, problems_as_cases("fresh_writer", [why]), fig, summary="",
+                            fail_summary=why, evidence=[{"step": step, "error": fig["error"]}],
+                            cases_as_evidence=False)
+    return verdict_from(NAME, {}, fig,
+                        summary=f"a fresh writer wrote and read back on a copy of the final store "
+                        f"({fig.get('sessions', '?')} sessions, {fig.get('messages', '?')} "
+                        "messages)")

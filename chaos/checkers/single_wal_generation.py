@@ -27,7 +27,12 @@ from dataclasses import dataclass
 
 from ..history import Samples, brief, fmt_t, pair_ops, proc_entry, run_start
 from ..params import param
-from .base import FAIL, INCONCLUSIVE, PASS, SKIPPED, CheckContext, Verdict, params_of
+from .base import (
+    CheckContext,
+    Verdict,
+    params_of,
+    verdict_from,
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -58,8 +63,8 @@ def check(ctx: CheckContext, params: dict) -> Verdict:
     min_samples = p.min_samples
     samples = Samples(ctx.history)
     if samples.unavailable:
-        return Verdict(NAME, SKIPPED, f"the sampler could not sample: {samples.unavailable}",
-                       {"samples": 0})
+        return verdict_from(NAME, {}, {"samples": 0}, summary="",
+                            skipped=f"the sampler could not sample: {samples.unavailable}")
     holding_samples = [s for s in samples.records
                        if any(p.get("db") or p.get("wal") for p in s.get("procs") or [])]
     def retired(p: dict) -> bool:
@@ -72,9 +77,10 @@ def check(ctx: CheckContext, params: dict) -> Verdict:
                  "samples_with_a_retired_wal": len(retired_samples),
                  "processes_holding_a_retired_wal": retired_procs}
     if len(holding_samples) < min_samples:
-        return Verdict(NAME, INCONCLUSIVE,
-                       f"only {len(holding_samples)} sample(s) with a role holding the store "
-                       f"(< min_samples {min_samples}): the run was not observed", fig)
+        return verdict_from(NAME, {}, fig, summary="",
+                            inconclusive=f"only {len(holding_samples)} sample(s) with a role "
+                            f"holding the store (< min_samples {min_samples}): the run was not "
+                            "observed")
 
     # (start t, end t, process, record) for every committed write to judge
     writes = [(op.t_invoke, op.t_done, op.process, op.record()) for op in pair_ops(ctx.history)
@@ -104,15 +110,15 @@ def check(ctx: CheckContext, params: dict) -> Verdict:
             ambiguous += 1
     fig.update({"writes_near_a_retired_wal": judged, "violations": len(violations),
                 "ambiguous": ambiguous})
+    fail = None
     if violations:
         v = violations[0]
-        return Verdict(NAME, FAIL,
-                       f"{len(violations)} write(s) committed while the writer held a retired "
-                       f"-wal; first: {v['process']} at t={fmt_t(v['record'].get('t'), run_start(ctx.history))} holding "
-                       f"inode {v['retired_wal']['ino']} (path has "
-                       f"{(v['sample_before']['at_path'] or {}).get('ino', 'no -wal')})",
-                       fig, violations)
+        fail = (f"{len(violations)} write(s) committed while the writer held a retired -wal; "
+                f"first: {v['process']} at t={fmt_t(v['record'].get('t'), run_start(ctx.history))}"
+                f" holding inode {v['retired_wal']['ino']} (path has "
+                f"{(v['sample_before']['at_path'] or {}).get('ino', 'no -wal')})")
     summary = (f"{len(samples)} samples; {len(retired_samples)} with a retired -wal held "
                f"({', '.join(retired_procs) or 'by nobody'}); 0 writes committed into it"
                + (f", {ambiguous} ambiguous" if ambiguous else ""))
-    return Verdict(NAME, PASS, summary, fig)
+    return verdict_from(NAME, {"retired_write": violations}, fig, summary=summary,
+                        fail_summary=fail, evidence=violations, cases_as_evidence=False)

@@ -41,14 +41,14 @@ from ..history import (
     events_of,
     exit_records,
     fmt_t,
-    run_start,
     of_type,
     pair_ops,
     proc_name,
     role_of,
+    run_start,
 )
 from ..params import param
-from .base import INCONCLUSIVE, CheckContext, Verdict, params_of, verdict_from
+from .base import CheckContext, Verdict, params_of, verdict_from
 from .store import Capture, copied_store, find_captures
 
 
@@ -265,15 +265,16 @@ def check(ctx: CheckContext, params) -> Verdict:
     fired = of_type(ctx.history, "nemesis", fault=p.fault, phase="done")
     if not fired:
         errors = [brief(r) for r in of_type(ctx.history, "nemesis", fault=p.fault)]
-        return Verdict(NAME, INCONCLUSIVE, f"the fault never fired (no {p.fault} done record)",
-                       {"T": None}, errors)
+        return verdict_from(NAME, {}, {"T": None}, summary="", evidence=errors,
+                            inconclusive=f"the fault never fired (no {p.fault} done record)")
     T = float(fired[0]["t"])
     run = observe(ctx.history, p.holder, T)
     fig: dict = {"T": round(T, 6), "fault": p.fault, "files": fired[0].get("files"),
                  "holder_role": p.holder}
     if not run.holders:
-        return Verdict(NAME, INCONCLUSIVE, f"no process of role {p.holder!r} had the store open "
-                       f"when {p.fault} fired at T={fmt_t(T, run_start(ctx.history))}", fig, [brief(fired[0])])
+        return verdict_from(NAME, {}, fig, summary="", evidence=[brief(fired[0])],
+                            inconclusive=f"no process of role {p.holder!r} had the store open "
+                            f"when {p.fault} fired at T={fmt_t(T, run_start(ctx.history))}")
     captures = find_captures(ctx.home, ctx.store_path.parent)
     cases = {"ok_after_fault": ok_after_fault_cases(run), "unrefused": unrefused_cases(run),
              "write_after_refusal": write_after_refusal_cases(run),

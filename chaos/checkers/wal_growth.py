@@ -22,7 +22,13 @@ from dataclasses import dataclass
 
 from ..history import Samples, brief, fmt_t, run_start
 from ..params import param
-from .base import FAIL, INCONCLUSIVE, PASS, CheckContext, Verdict, params_of
+from .base import (
+    CheckContext,
+    Verdict,
+    params_of,
+    problems_as_cases,
+    verdict_from,
+)
 
 NAME = "wal_growth"
 
@@ -87,12 +93,14 @@ def check(ctx: CheckContext, params) -> Verdict:
                "largest_wal_bytes": largest_bytes}
     if over is None and size_over is None:
         if not cps and largest_bytes is None:
-            return Verdict(NAME, INCONCLUSIVE, "no checkpoint reported the WAL's size and no "
-                                                "WAL size was sampled: nothing to judge", figures)
-        return Verdict(NAME, PASS, f"{len(cps)} checkpoint(s); the WAL held at most {biggest} "
-                                   f"frame(s) <= {p.max_frames}"
-                       + (f", at most {largest_bytes} bytes on disk" if largest_bytes is not None
-                          else ""), figures)
+            return verdict_from(NAME, {}, figures, summary="",
+                                inconclusive="no checkpoint reported the WAL's size and no WAL "
+                                "size was sampled: nothing to judge")
+        return verdict_from(NAME, {}, figures,
+                            summary=f"{len(cps)} checkpoint(s); the WAL held at most {biggest} "
+                            f"frame(s) <= {p.max_frames}"
+                            + (f", at most {largest_bytes} bytes on disk"
+                               if largest_bytes is not None else ""))
     t = float(over["t"]) if over is not None else float(size_over["t"])
     if size_over is not None and over is not None:
         t = min(t, float(size_over["t"]))
@@ -120,4 +128,6 @@ def check(ctx: CheckContext, params) -> Verdict:
         evidence.append({"t": size_over["t"], "wal_bytes": size_over["wal_bytes"]})
     evidence += [{"t": n["t"] if n["t"] is not None else t, "reader": n["process"],
                   "pid": n["pid"], "read_marks": n["read_marks"]} for n in named]
-    return Verdict(NAME, FAIL, f"{what} at {fmt_t(t, start)}{who}", figures, evidence)
+    why = f"{what} at {fmt_t(t, start)}{who}"
+    return verdict_from(NAME, problems_as_cases("wal_growth", [why]), figures, summary="",
+                        fail_summary=why, evidence=evidence, cases_as_evidence=False)
