@@ -1,6 +1,7 @@
 """Rules of reference and consistency a scenario's structure cannot express (SPEC §16.4):
 role names and references, instance indexes, command flags, checker parameters, ``must_observe``,
-store parameters, and every path a scenario names (it must stay inside the run: issue 11).
+store parameters, and every path a scenario names (it must stay inside the run: issue 11). Rules
+of time (durations, start/stop times, when a step fires) are in :mod:`chaos.scenario.timing`.
 
 Each function takes the parsed document (any structure: where the structure is wrong the schema
 already reported it and the check is skipped) and an ``emit_at(path, message, key=False)``
@@ -16,8 +17,8 @@ from typing import Any
 from hermes_state import failpoints
 
 from .. import fixtures
-from ..files import names
 from ..checkers import CHECKERS
+from ..files import names
 from ..nemesis import FAULTS, FS_FAULT_NAMES, ROLE_FAULTS
 from ..nemesis.commands import COMMANDS as MAINTENANCE_COMMANDS
 from ..nemesis.commands import DRY_RUN, GATED_COMMANDS, path_args
@@ -27,8 +28,6 @@ from .problems import hint
 from .schema import EVENT_KINDS, MAX_COUNT, MAX_NAME, NAME_PATTERN
 from .timing import duration_of, fmt_s, is_int
 
-#: Workload durations that must be > 0, per role kind (declared by the role's ``Params``).
-POSITIVE_DURATIONS = {k: tuple(getattr(r.Params, "POSITIVE", ())) for k, r in ROLES.items()}
 _JITTER = defaults(CHECKERS["retry_jitter"].Params)
 _COMMAND_DEFAULT = defaults(ROLES["maintenance"].Params)["command"]
 
@@ -56,12 +55,6 @@ def command_flags(params: dict, path: list, emit_at) -> None:
         d = duration_of(t)
         if d is not None and d <= 0:
             emit_at(path + ["timeout"], f"timeout must be > 0, got {fmt_s(d)}")
-
-
-def _duration(data: dict) -> float | None:
-    """The scenario's usable duration in seconds, or None."""
-    d = duration_of(data.get("duration"))
-    return d if d is not None and d > 0 else None
 
 
 def _roles(data: dict) -> dict[str, dict]:
@@ -112,14 +105,10 @@ def name_rules(data: Any, emit_at) -> None:
 
 
 def role_rules(data: Any, emit_at) -> None:
-    """A positive duration; unique role names; start/stop times within the run; failpoint specs;
-    command flags of a maintenance workload; workload durations that must be > 0."""
+    """Unique role names; failpoint specs; the upstream release of an upstream role; command
+    flags of a maintenance workload. (Times and durations: :mod:`chaos.scenario.timing`.)"""
     if not isinstance(data, dict):
         return
-    raw = duration_of(data.get("duration"))
-    if raw is not None and raw <= 0:
-        emit_at(["duration"], f"duration must be > 0, got {fmt_s(raw)}")
-    duration = _duration(data)
     first: dict[str, int] = {}
     roles = data.get("roles")
     for i, role in enumerate(roles if isinstance(roles, list) else []):
@@ -131,7 +120,6 @@ def role_rules(data: Any, emit_at) -> None:
                     f"duplicate role name {name!r} (already used by roles[{first[name]}])")
         elif isinstance(name, str):
             first[name] = i
-        _role_times(role, ["roles", i], duration, emit_at)
         fp = role.get("failpoints")
         if isinstance(fp, str):
             try:
@@ -148,46 +136,15 @@ def role_rules(data: Any, emit_at) -> None:
         if kind == "maintenance" and isinstance(wl, dict):
             command_flags({k: v for k, v in wl.items() if k != "timeout"},
                           ["roles", i, "workload"], emit_at)
-        if isinstance(wl, dict) and isinstance(kind, str) and kind in POSITIVE_DURATIONS:
-            for key in POSITIVE_DURATIONS[kind]:
-                d = duration_of(wl[key]) if key in wl else None
-                if d is not None and d <= 0:
-                    emit_at(["roles", i, "workload", key], f"{key} must be > 0, got {fmt_s(d)}")
-
-
-def _role_times(role: dict, path: list, duration: float | None, emit_at) -> None:
-    start = duration_of(role.get("start_at", 0))
-    if start is not None and duration is not None and start >= duration:
-        emit_at(path + ["start_at"], f"start_at {fmt_s(start)} is not before duration "
-                f"{fmt_s(duration)} (a role must start before the run ends)")
-    if "stop_at" not in role:
-        return
-    stop = duration_of(role["stop_at"])
-    if stop is not None and start is not None and stop <= start:
-        emit_at(path + ["stop_at"], f"stop_at {fmt_s(stop)} must be after start_at "
-                f"{fmt_s(start)}")
-    elif stop is not None and duration is not None and stop > duration:
-        emit_at(path + ["stop_at"], f"stop_at {fmt_s(stop)} is past duration {fmt_s(duration)}")
 
 
 def step_rules(data: Any, emit_at) -> None:
-    """Exactly one of ``at``/``after``, ``at`` before the end, role references and instance
-    indexes of the faults aimed at a role, command flags of a ``run`` step."""
+    """Role references and instance indexes of the faults aimed at a role, command flags of a
+    ``run`` step. (When a step fires: :mod:`chaos.scenario.timing`.)"""
     if not isinstance(data, dict):
         return
-    duration, roles = _duration(data), _roles(data)
+    roles = _roles(data)
     for i, step in _steps(data):
-        has_at, has_after = "at" in step, "after" in step
-        if has_at and has_after:
-            emit_at(["nemesis", i, "after"], "give exactly one of 'at' or 'after', not both",
-                    key=True)
-        elif not has_at and not has_after:
-            emit_at(["nemesis", i], "missing 'at' or 'after': schedule the step at a time offset "
-                    "or after an event count (exactly one)")
-        at = duration_of(step["at"]) if has_at else None
-        if at is not None and duration is not None and at >= duration:
-            emit_at(["nemesis", i, "at"], f"at {fmt_s(at)} is past duration {fmt_s(duration)} "
-                    "(a fault must be scheduled before the end of the run)")
         after = step.get("after")
         if isinstance(after, dict):
             _role_ref(roles, ["nemesis", i, "after", "role"], after.get("role"), "after.role",

@@ -1,5 +1,7 @@
-"""Rules of time and order a scenario's structure cannot express (SPEC §16.2, §16.4):
-durations that cannot be used, ``after`` triggers, failpoint specs, ``phases`` and ``sweep``.
+"""Rules of time and order a scenario's structure cannot express (SPEC §16.2, §16.4): every
+duration (usable, positive, within the run: the run's own, the roles' start/stop times, the
+workloads' periods), when a step fires (``at`` before the end, or an ``after`` trigger), failpoint
+specs, ``phases`` and ``sweep``.
 
 Like every rule module here, each function takes the parsed document (any structure: where the
 structure is wrong the schema already reported it and the check is skipped) and an
@@ -38,6 +40,68 @@ def is_int(value: Any) -> bool:
 #: Workload keys that are durations, per role kind (from the declarations).
 WORKLOAD_DURATIONS = {k: tuple(d.name for d in declared(r.Params) if d.duration)
                       for k, r in ROLES.items()}
+
+
+#: Workload durations that must be > 0, per role kind (declared by the role's ``Params``).
+POSITIVE_DURATIONS = {k: tuple(getattr(r.Params, "POSITIVE", ())) for k, r in ROLES.items()}
+
+
+def _duration(data: dict) -> float | None:
+    """The scenario's usable duration in seconds, or None."""
+    d = duration_of(data.get("duration"))
+    return d if d is not None and d > 0 else None
+
+
+def schedule_rules(data: Any, emit_at) -> None:
+    """A positive duration; every role starts before the end and stops after it starts and
+    before the end; workload periods that must be > 0; every step has exactly one of
+    ``at``/``after``, and ``at`` before the end."""
+    if not isinstance(data, dict):
+        return
+    raw = duration_of(data.get("duration"))
+    if raw is not None and raw <= 0:
+        emit_at(["duration"], f"duration must be > 0, got {fmt_s(raw)}")
+    duration = _duration(data)
+    roles = data.get("roles")
+    for i, role in enumerate(roles if isinstance(roles, list) else []):
+        if not isinstance(role, dict):
+            continue
+        _role_times(role, ["roles", i], duration, emit_at)
+        wl, kind = role.get("workload"), role.get("kind")
+        if isinstance(wl, dict) and isinstance(kind, str) and kind in POSITIVE_DURATIONS:
+            for key in POSITIVE_DURATIONS[kind]:
+                d = duration_of(wl[key]) if key in wl else None
+                if d is not None and d <= 0:
+                    emit_at(["roles", i, "workload", key], f"{key} must be > 0, got {fmt_s(d)}")
+    for i, step in enumerate(_steps(data)):
+        if not isinstance(step, dict):
+            continue
+        has_at, has_after = "at" in step, "after" in step
+        if has_at and has_after:
+            emit_at(["nemesis", i, "after"], "give exactly one of 'at' or 'after', not both",
+                    key=True)
+        elif not has_at and not has_after:
+            emit_at(["nemesis", i], "missing 'at' or 'after': schedule the step at a time offset "
+                    "or after an event count (exactly one)")
+        at = duration_of(step["at"]) if has_at else None
+        if at is not None and duration is not None and at >= duration:
+            emit_at(["nemesis", i, "at"], f"at {fmt_s(at)} is past duration {fmt_s(duration)} "
+                    "(a fault must be scheduled before the end of the run)")
+
+
+def _role_times(role: dict, path: list, duration: float | None, emit_at) -> None:
+    start = duration_of(role.get("start_at", 0))
+    if start is not None and duration is not None and start >= duration:
+        emit_at(path + ["start_at"], f"start_at {fmt_s(start)} is not before duration "
+                f"{fmt_s(duration)} (a role must start before the run ends)")
+    if "stop_at" not in role:
+        return
+    stop = duration_of(role["stop_at"])
+    if stop is not None and start is not None and stop <= start:
+        emit_at(path + ["stop_at"], f"stop_at {fmt_s(stop)} must be after start_at "
+                f"{fmt_s(start)}")
+    elif stop is not None and duration is not None and stop > duration:
+        emit_at(path + ["stop_at"], f"stop_at {fmt_s(stop)} is past duration {fmt_s(duration)}")
 
 
 def duration_rules(data: Any, emit_at) -> None:
