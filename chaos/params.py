@@ -132,6 +132,8 @@ def _type_schema(tp: Any) -> tuple[dict, bool]:
         return {"type": "number"}, False
     if tp is str:
         return {"type": "string"}, False
+    if tp is dict:
+        return {"type": "object"}, False
     if origin is typing.Literal:
         return {"enum": list(typing.get_args(tp))}, False
     if origin in (list, tuple):
