@@ -18,7 +18,6 @@ import logging
 import os
 import random
 import sqlite3
-import stat
 from pathlib import Path
 from typing import TypeVar
 
@@ -32,8 +31,8 @@ from ..errors import (
     OpenContentionError,
     is_lock_error,
 )
-from ..files import atomic
 from ..files.paths import access_problem, ensure_home, sqlite_uri
+from ..files.store_files import refuse_special_store_files
 from ..processes import holders
 from ..processes.checkpoint_lock import CheckpointLock, wal_reset_exposure
 from ..schema.shape import pending_work, stored_version
@@ -162,24 +161,9 @@ def _connect_ro(db_path: Path) -> tuple[sqlite3.Connection, list]:
 
 
 def _refuse_unsafe_files(db_path: Path) -> None:
-    """The three store files must be plain files or absent: never a link, FIFO or device.
-
-    Checked with ``lstat`` before anything opens them (a FIFO would block the open, a device
-    would be read as a database). Raises :class:`~hermes_state.files.atomic.UnsafePathError`.
-    """
-    for suffix in ("", "-wal", "-shm"):
-        p = Path(f"{db_path}{suffix}")
-        try:
-            st = os.lstat(p)
-        except (FileNotFoundError, NotADirectoryError):
-            continue
-        if not stat.S_ISREG(st.st_mode):
-            raise atomic.UnsafePathError(
-                f"refusing to open the session store: {p} is "
-                f"{atomic.describe_mode(st.st_mode)}, not a regular file.",
-                "the three files state.db, state.db-wal and state.db-shm must be plain files "
-                "in one directory (SPEC §1); replace it with the real file or move it away.",
-                path=str(p))
+    """The store files must be plain files or absent: never a link, FIFO or device (checked
+    with ``lstat`` before anything opens them: :mod:`hermes_state.files.store_files`)."""
+    refuse_special_store_files(db_path)
 
 
 def _refuse_if_retired_holders(db_path: Path) -> None:
