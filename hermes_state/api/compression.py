@@ -153,18 +153,20 @@ class CompressionMixin:
 log = logging.getLogger("hermes_state")
 
 DEFAULT_TTL_S = 300.0
-_PID = re.compile(r"\bpid=(\d+)\b")
+_PID = re.compile(r"\bpid=(\d{1,30})\b")
+#: Linux's largest pid (``pid_max`` cannot exceed 2**22); psutil cannot even ask beyond a C int.
+PID_MAX = 1 << 22
 _HOST = re.compile(r"\bhost=([^\s,;]+)")
 
 
 def holder_is_dead(holder: str | None) -> bool:
     """True when ``holder`` names (``pid=<n>``) a local process that no longer exists. A holder
     naming another host (``host=<name>``) or no pid is never judged dead."""
-    if not holder:
-        return False
+    if not holder or not isinstance(holder, str):
+        return False  # a holder of another type (a foreign client's BLOB) names no process
     pid = _PID.search(holder)
-    if pid is None:
-        return False
+    if pid is None or not 0 < int(pid.group(1)) <= PID_MAX:
+        return False  # a pid no process can have proves nothing (issue 22 item 7)
     host = _HOST.search(holder)
     if host is not None and host.group(1) != socket.gethostname():
         return False

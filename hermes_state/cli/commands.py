@@ -27,6 +27,8 @@ from .common import (
     open_rw,
     print_json,
     require_store,
+    safe_streams,
+    shown,
     store_exists,
     store_path,
 )
@@ -119,9 +121,9 @@ def cmd_list(args: argparse.Namespace) -> int:
         print_json(rows)
         return EXIT_OK
     for r in rows:
-        title = r.get("title") or ""
-        print(f"{r['id']}  {r['source']:<9} {r.get('message_count', 0):>5} msgs  "
-              f"{title[:30]:<30}  {r.get('preview') or ''}")
+        print(f"{shown(r.get('id'))}  {shown(r.get('source'), 9)} "
+              f"{shown(r.get('message_count', 0), 5, right=True)} msgs  "
+              f"{shown(r.get('title'), 30, cut=30)}  {shown(r.get('preview'))}")
     if not rows:
         print("no sessions")
     return EXIT_OK
@@ -152,7 +154,8 @@ def cmd_search(args: argparse.Namespace) -> int:
         print_json(hits)
         return EXIT_OK
     for h in hits:
-        print(f"{h['session_id']}  #{h['id']}  {h['role']}: {h['snippet']}")
+        print(f"{shown(h.get('session_id'))}  #{shown(h.get('id'))}  {shown(h.get('role'))}: "
+              f"{shown(h.get('snippet'))}")
     if not hits:
         print("no matches")
     return EXIT_OK
@@ -175,8 +178,9 @@ def cmd_prune(args: argparse.Namespace) -> int:
     say(f"{len(preview)} ended session(s) older than {args.older_than:g} days"
         + (f" from {args.source}" if args.source else "") + " would be pruned")
     for r in rows[:20]:
-        say(f"  {r['id']}  {r['source']:<9} {r['message_count'] or 0:>5} msgs  "
-            f"{(r['title'] or '')[:40]}")
+        say(f"  {shown(r.get('id'))}  {shown(r.get('source'), 9)} "
+            f"{shown(r.get('message_count') or 0, 5, right=True)} msgs  "
+            f"{shown(r.get('title'), cut=40)}")
     if len(preview) > 20:
         say(f"  ... and {len(preview) - 20} more")
     if decision.action == "dry_run":
@@ -608,6 +612,7 @@ def _refusal_dict(exc: HermesStateError) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``hermes-state`` console script. Returns the exit code."""
+    safe_streams()
     args = build_parser().parse_args(argv)
     try:
         return args.fn(args)

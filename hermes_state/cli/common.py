@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,34 @@ class CliError(Exception):
 
 def print_json(obj: Any) -> None:
     print(json.dumps(obj, indent=2, ensure_ascii=False, default=str))
+
+
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def shown(value: Any, width: int = 0, *, cut: int = 0, right: bool = False) -> str:
+    """Any stored value as one printable cell of human output (issue 22 item 7).
+
+    None → ``""``; bytes decoded with U+FFFD; numbers and other objects by ``str``; control
+    characters (a terminal escape in a title) written as ``\\xNN``; cut to ``cut`` characters,
+    then padded to ``width`` (left-aligned, or ``right``). Never raises.
+    """
+    from ..api.text import display_text
+
+    text = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", display_text(value))
+    if cut:
+        text = text[:cut]
+    return text.rjust(width) if right else text.ljust(width)
+
+
+def safe_streams() -> None:
+    """stdout/stderr write what they cannot encode as backslash escapes (a lone surrogate from
+    a command line argument), never a UnicodeEncodeError."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(errors="backslashreplace")
+        except (AttributeError, ValueError, OSError):
+            pass
 
 
 def store_path(args: argparse.Namespace) -> Path:
