@@ -321,7 +321,8 @@ def cmd_replay_spool(args: argparse.Namespace) -> int:
     from ..api.spool import replay_spool
 
     require_store(args, "replay-spool imports into an existing store")
-    with open_rw(args) as db:
+    # --dry-run only counts: read-only, so it never migrates or writes the store (issue 22.6)
+    with (open_ro(args) if args.dry_run else open_rw(args)) as db:
         result = replay_spool(db, dry_run=args.dry_run)
     print_json(result) if args.json else print(
         f"imported {result['imported']} message(s), {result['skipped']} already imported, "

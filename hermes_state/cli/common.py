@@ -88,6 +88,11 @@ def open_ro(args: argparse.Namespace):
     db = SessionDB(path, read_only=True)
     # the open's own settled scan (it chose immutable=1 for them): one wait, not two
     _warn_if_retired(path, [h for h in db.connection.retired_holders if h.pid != os.getpid()])
+    copy = db.connection.migrated_copy
+    if copy is not None and sys.stderr.isatty():
+        print(f"note: {path} is at schema {copy['schema_version']}: shown from a migrated "
+              "private copy (the store is unchanged; the next writable open migrates it)",
+              file=sys.stderr)
     return db
 
 

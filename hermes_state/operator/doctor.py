@@ -289,7 +289,10 @@ def _health(conn: sqlite3.Connection, report: DoctorReport) -> None:
                        "an older program is reading a newer store; it adds no downgrade")
         else:
             report.add(WARN, f"schema version {version} (this code: {SCHEMA_VERSION}); it is "
-                             "migrated on the next writable open")
+                             "migrated on the next writable open",
+                       "until then read-only commands (list, show, search, export, ...) read a "
+                       "migrated private copy in the temporary directory; the store itself is "
+                       "not changed by them")
         sessions = conn.execute("SELECT count(*) FROM sessions").fetchone()[0]
         messages = conn.execute("SELECT count(*) FROM messages").fetchone()[0]
         report.stats.update(sessions=sessions, messages=messages)

@@ -152,6 +152,10 @@ class StoreConnection(GenerationTracking):
         self.retired_holders: list = list(retired_holders or [])
         self.quarantined_to = quarantined_to
         self.migration_report = None  # migrations.MigrationReport of this open, None if settled
+        #: A read-only handle on a migrated private copy of an older store (store/migrated_copy):
+        #: ``{"schema_version", "pending", "directory"}``; None otherwise.
+        self.migrated_copy: dict | None = None
+        self._on_close: list[Callable[[], object]] = []
         self.generation: Generation | None = None  # set by record_generation (writable)
         self._lock = threading.RLock()
         self._rng = random.Random()  # seeded from os.urandom: jitter must not follow a run seed
@@ -677,6 +681,10 @@ class StoreConnection(GenerationTracking):
                 raise
 
     # ------------------------------------------------------------------ close
+    def on_close(self, fn: Callable[[], object]) -> None:
+        """Call ``fn()`` once after the connection is closed (a private copy's cleanup)."""
+        self._on_close.append(fn)
+
     def close(self) -> None:
         """SPEC §10.5: healthy ⇒ PASSIVE checkpoint then close; retired ⇒ capture, no checkpoint.
 
@@ -723,3 +731,5 @@ class StoreConnection(GenerationTracking):
                     if took:
                         self._guard.release()
                     self._guard.close()
+                for fn in self._on_close:
+                    fn()

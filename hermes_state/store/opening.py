@@ -36,7 +36,7 @@ from ..files.store_files import refuse_special_store_files
 from ..processes import holders
 from ..processes.checkpoint_lock import CheckpointLock, wal_reset_exposure
 from ..schema.shape import pending_work, stored_version
-from . import migrations
+from . import migrated_copy, migrations
 from .connection import (
     BUSY_TIMEOUT_S,
     StoreConnection,
@@ -73,6 +73,11 @@ def open_connection(db_path: Path, *, read_only: bool = False,
     if read_only:
         _refuse_unsafe_files(db_path)
         conn, retired = _connect_ro(db_path)
+        pending = _pending_for_reads(db_path, conn)
+        if pending:  # an older store: read a migrated private copy (issue 22 item 6)
+            sc = migrated_copy.open_copy(db_path, conn, pending, open_writable=open_connection)
+            sc.retired_holders = list(retired)
+            return sc
         return StoreConnection(db_path, conn, read_only=True, retired_holders=retired)
     ensure_home(db_path.parent)
     _refuse_unsafe_files(db_path)
@@ -158,6 +163,15 @@ def _connect_ro(db_path: Path) -> tuple[sqlite3.Connection, list]:
             raise problem from exc
         raise_named(db_path, exc)
     return conn, retired
+
+
+def _pending_for_reads(db_path: Path, conn: sqlite3.Connection) -> list[str]:
+    """:func:`migrated_copy.pending_for_reads`, its read errors named like the open's."""
+    try:
+        return migrated_copy.pending_for_reads(conn)
+    except sqlite3.DatabaseError as exc:
+        conn.close()
+        raise_named(db_path, exc)
 
 
 def _refuse_unsafe_files(db_path: Path) -> None:
