@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import corruption_kind
-from ..files.paths import access_problem, sqlite_uri
+from ..files.paths import access_problem
 from ..processes import checkpoint_lock, holders
 from ..processes.checkpoint_lock import wal_reset_exposure
 from ..schema.tables import FTS_TABLES, SCHEMA_VERSION
@@ -117,10 +117,9 @@ def _size(path: Path) -> int | None:
 
 
 def _ro_connect(db_path: Path) -> sqlite3.Connection:
-    conn = sqlite3.connect(sqlite_uri(db_path, mode="ro"), uri=True, timeout=1.0,
-                           isolation_level=None)
-    conn.row_factory = sqlite3.Row
-    return conn
+    from ..files.store_files import connect_ro
+
+    return connect_ro(db_path, timeout=1.0, row_factory=sqlite3.Row)
 
 
 def _holder_dict(h: holders.Holder) -> dict:

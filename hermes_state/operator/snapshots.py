@@ -38,6 +38,7 @@ from ..errors import HermesStateError, is_lock_error
 from ..files import atomic
 from ..files.paths import utc_stamp
 from ..files.sqlite_format import is_sqlite
+from ..files.store_files import connect_ro, refuse_special_store_files
 from ..processes import checkpoint_lock, holders
 from .snapshot_images import (
     BUSY_TIMEOUT_S,
@@ -52,7 +53,6 @@ from .snapshot_images import (
     inspect_image,
     iso_epoch,
     iso_now,
-    ro_uri,
     sanitize_reason,
     stamp_iso,
     store_sizes,
@@ -581,9 +581,10 @@ def _restore_locked(db: Path, snapshot_id: str, image: Path, keep: int
                             f"failed snapshot {pre['id']}")
         _refuse_if_held(db, snapshot_id)
 
+    refuse_special_store_files(db, what="restore into the session store")
     dst = sqlite3.connect(os.fspath(db), timeout=BUSY_TIMEOUT_S, isolation_level=None)
     try:
-        src = sqlite3.connect(ro_uri(image), uri=True, timeout=BUSY_TIMEOUT_S)
+        src = connect_ro(image, timeout=BUSY_TIMEOUT_S)
         try:
             backup_bounded(src, dst)
         finally:
