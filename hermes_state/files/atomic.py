@@ -183,6 +183,18 @@ def create_file(path: str | os.PathLike, *, mode: int = FILE_MODE) -> int:
     return fd
 
 
+#: Called with each path between its check and its use (``lstat`` passed, the open not yet
+#: made): the planted-file matrix removes or replaces the path here, so "changed between check
+#: and use" is tested deterministically (tests/helpers/planted_child.py). Empty: no cost.
+RACE_HOOKS: list[Callable[[str], None]] = []
+
+
+def checked(path: str | os.PathLike) -> None:
+    """Run :data:`RACE_HOOKS` for ``path`` (after a check, before the use)."""
+    for hook in RACE_HOOKS:
+        hook(os.fspath(path))
+
+
 def _refuse_special(path: str | os.PathLike, what: str, fix: str, *,
                     follow: bool = False) -> None:
     """Refuse a non-regular file at ``path`` WITHOUT opening it (opening a device can act)."""
@@ -192,6 +204,7 @@ def _refuse_special(path: str | os.PathLike, what: str, fix: str, *,
         return
     if not stat.S_ISREG(st.st_mode):
         raise _unsafe(path, what, st.st_mode, fix.format(path=path), NotRegularFileError)
+    checked(path)
 
 
 def _open_existing_or_new(path: str | os.PathLike, flags: int, what: str) -> int:

@@ -20,7 +20,7 @@ import sqlite3
 import stat
 from pathlib import Path
 
-from .atomic import UnsafePathError, describe_mode
+from .atomic import UnsafePathError, checked, describe_mode
 from .paths import sqlite_uri
 
 __all__ = ["STORE_SUFFIXES", "refuse_special_store_files", "connect_ro"]
@@ -57,6 +57,18 @@ def refuse_special_store_files(db_path: str | os.PathLike, *,
                 "the files state.db, state.db-wal and state.db-shm must be plain files in one "
                 "directory (SPEC §1); replace it with the real file or move it away.",
                 path=str(p))
+        if suffix and st.st_nlink > 1:
+            # SQLite rewrites a WAL, a wal-index and a journal in place: through a hard link it
+            # would write into another file (the main file may be hard-linked: rsnapshot-style
+            # backups do that, and it is the same database).
+            raise UnsafePathError(
+                f"refusing to {what}: {p} has {st.st_nlink} hard links, so SQLite would write "
+                "into another file through it.",
+                f"stop every process using the store, then remove the other links (find "
+                f"{p.parent} -samefile {p}) or move {p} away; never delete a -wal that holds "
+                "data: copy it first",
+                path=str(p))
+        checked(p)
 
 
 def connect_ro(db_path: str | os.PathLike, *, timeout: float = 1.0, immutable: bool = False,

@@ -36,6 +36,7 @@ from typing import Callable
 from .. import failpoints
 from ..errors import HermesStateError, is_lock_error
 from ..files import atomic
+from ..files.names import name_problem, shown_name
 from ..files.paths import utc_stamp
 from ..files.sqlite_format import is_sqlite
 from ..files.store_files import connect_ro, refuse_special_store_files
@@ -416,9 +417,11 @@ def list_snapshots(db_path: str | os.PathLike) -> list[dict]:
 
 def _locate(db: Path, snapshot_id: str) -> tuple[Path, dict | None]:
     """``(image path, manifest or None)`` of ``snapshot_id``; raises SnapshotNotFound."""
-    sid = str(snapshot_id)
-    if not sid or "/" in sid or "\\" in sid or sid in (".", "..") or sid.endswith(".partial"):
-        raise SnapshotNotFound(f"{snapshot_id!r} is not a snapshot id; not restored.",
+    sid = snapshot_id if isinstance(snapshot_id, str) else str(snapshot_id)
+    problem = name_problem(sid)
+    if problem is not None or sid.endswith(".partial"):
+        raise SnapshotNotFound(f"{shown_name(sid)} is not a snapshot id (it "
+                               f"{problem or 'names an unfinished snapshot'}); not restored.",
                                "list them with `backup list`")
     directory = db.parent / SNAPSHOT_DIR / sid
     if _is_dir(directory) and _is_regular(directory / IMAGE):
