@@ -26,7 +26,7 @@ import time
 
 from ..errors import HermesStateError
 from .filters import activity, is_branch_child, is_branched, is_continuation
-from .text import clean_text
+from .text import clean_text, int_arg
 
 MAX_CHAIN_HOPS = 100
 MAX_RESUME_HOPS = 32
@@ -286,7 +286,7 @@ class CompressionLocksMixin:
 
     def set_compression_fallback_streak(self, session_id: str, streak: int) -> None:
         """Store ``max(0, int(streak))``."""
-        value = max(0, int(streak))
+        value = max(0, int_arg(streak, "streak"))
         self._write(lambda c: c.execute(
             "UPDATE sessions SET compression_fallback_streak = ? WHERE id = ?",
             (value, clean_text(session_id))), op="set_compression_fallback_streak")

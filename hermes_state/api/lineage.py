@@ -13,7 +13,7 @@ from typing import Any, Iterator
 from ..store.reads import in_snapshot
 from .messages import ACTIVE_SQL, message_row
 from .sessions import session_row
-from .text import clean_text, display_text
+from .text import clean_text, display_text, int_arg
 
 PREVIEW_CHARS = 60
 #: Characters of the first user message fetched for the preview: enough that a preview longer
@@ -66,7 +66,8 @@ class LineageMixin:
         """
         src = clean_text(source)
         rows = self._read(lambda c: [session_row(r, c) for r in c.execute(
-            _LIST_SQL, (src, src, int(limit), int(offset))).fetchall()])
+            _LIST_SQL, (src, src, int_arg(limit, "limit"),
+                        int_arg(offset, "offset"))).fetchall()])
         out = []
         for d in rows:
             d["preview"] = make_preview(d.pop("_preview_raw"))

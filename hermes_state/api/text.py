@@ -39,6 +39,23 @@ def storable_problem(value: Any) -> str | None:
     return f"a {type(value).__name__} cannot be stored (text, a number, bytes or null)"
 
 
+def int_arg(value: Any, name: str, default: int = 0) -> int:
+    """An integer argument of the API (a limit, an offset, a window, a token count): ``int()``
+    of it, None giving ``default``.
+
+    Raises:
+        ValueError: naming ``name``, for NaN, an infinity or anything ``int()`` refuses (never
+            an OverflowError; issue 22 item 7). An int beyond SQLite's range is refused when
+            it is bound (:class:`UnstorableValueError`).
+    """
+    if value is None:
+        return default
+    try:
+        return int(value)
+    except (TypeError, ValueError, OverflowError):
+        raise ValueError(f"{name} must be an integer, not {ascii(value)[:40]}") from None
+
+
 def _bind_error(params: Any, exc: BaseException) -> UnstorableValueError:
     values = params.values() if isinstance(params, dict) else (
         params if isinstance(params, (tuple, list)) else ())
