@@ -47,6 +47,12 @@ ALLOWED = {
         "backup's flock-ed .partial directory",
     ("operator/snapshots.py", "_restore_locked", "sqlite3.connect"):
         "the live store after refuse_special_store_files, under the write lock, holders refused",
+    ("operator/bundle.py", "_mount_of", ".read_text"): "/proc/mounts",
+    ("operator/bundle_contents.py", "read_contents", "sqlite3.connect"):
+        "':memory:' holding an image read through files/; the immutable=1 fallback opens only "
+        "state.db, whose header that read already found to be a regular SQLite file",
+    ("operator/bundle_processes.py", "proc_state", "open"): "/proc/<pid>/stat",
+    ("operator/bundle_processes.py", "read_proc_locks", ".read_text"): "/proc/locks",
     ("processes/checkpoint_lock.py", "_open", "os.open"):
         "the checkpoint lock: lstat, then O_NONBLOCK|O_NOFOLLOW|O_NOCTTY and fstat regular",
     ("processes/checkpoint_lock.py", "_status", "open"): "/proc/<pid>/stat",
