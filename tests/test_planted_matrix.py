@@ -157,8 +157,14 @@ def all_cases() -> list[tuple[str, str, int]]:
     return out
 
 
+#: Issue 22's own reproductions, always in the sample (a FIFO state.db hung prune --dry-run
+#: through the gateway-owner probe).
+ISSUE_CASES = [("state.db", "fifo", 3), ("state.db-wal", "hardlink", 5),
+               ("state.db-shm", "hardlink", 0), ("old/sessions/sessions.json", "fifo", 0)]
+
+
 def sample_cases() -> list[tuple[str, str, int]]:
-    return [(p.path, kind, 0) for p in PLANTED for kind in SAMPLE_KINDS]
+    return [(p.path, kind, 0) for p in PLANTED for kind in SAMPLE_KINDS] + ISSUE_CASES
 
 
 # --------------------------------------------------------------------------- the template home
