@@ -33,7 +33,7 @@ from .api.search import SearchMixin
 from .api.sessions import SessionsMixin
 from .api.spool import divert_to_spool as _divert
 from .api.telegram import TelegramMixin
-from .api.text import CleaningConnection, clean_text
+from .api.text import CleaningConnection, UnstorableValueError, clean_text
 from .api.titles import TitlesMixin
 from .api.usage import UsageMixin
 from .api.workspace import WorkspaceMixin
@@ -82,6 +82,9 @@ class SessionDB(SessionsMixin, MessagesMixin, ReplayMixin, TitlesMixin, UsageMix
     def _write(self, fn: Callable[[sqlite3.Connection], T], op: str = "write") -> T:
         try:
             return self._conn.execute_write(lambda c: fn(CleaningConnection(c)), op=op)
+        except OverflowError as exc:  # a number no column can hold, met while computing
+            raise UnstorableValueError(f"{op}: a number is out of range ({exc}); nothing was "
+                                       "written") from exc
         except (sqlite3.IntegrityError, sqlite3.OperationalError) as exc:
             named = self._newer_schema_error(exc, op)
             if named is None:
@@ -95,7 +98,10 @@ class SessionDB(SessionsMixin, MessagesMixin, ReplayMixin, TitlesMixin, UsageMix
         return self._conn.read(lambda c: newer_schema_error(c, exc, op))
 
     def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        return self._conn.read(lambda c: fn(CleaningConnection(c)))
+        try:
+            return self._conn.read(lambda c: fn(CleaningConnection(c)))
+        except OverflowError as exc:  # an argument out of range, met while computing
+            raise UnstorableValueError(f"a number is out of range ({exc})") from exc
 
     # -- state_meta
     def get_meta(self, key: str) -> str | None:

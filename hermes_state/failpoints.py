@@ -162,6 +162,25 @@ def reload() -> dict[str, Action]:
     return dict(_active)
 
 
+def _read_spec_file(path: str) -> str:
+    """The armed spec file's text: never blocks on a FIFO, never reads a device or a link
+    (``O_NONBLOCK | O_NOFOLLOW``, then ``fstat``); at most 64 KiB. (This module sits below
+    ``hermes_state.files``, so it cannot use ``files.atomic.read_regular``.)
+
+    Raises:
+        FileNotFoundError: nothing there; ValueError: not a regular file.
+    """
+    import stat
+
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError(f"{FILE_ENV_VAR}={path} is not a regular file")
+        return os.read(fd, 1 << 16).decode("utf-8", "replace")
+    finally:
+        os.close(fd)
+
+
 def _poll_file() -> dict[str, Action]:
     """Re-read the arm file if its (inode, size, mtime) changed; return the active map."""
     global _active, _file_key, _file_map
@@ -174,8 +193,7 @@ def _poll_file() -> dict[str, Action]:
         new: dict[str, Action] = {}
         if key is not None:
             try:
-                with open(_file, encoding="utf-8") as fh:  # type: ignore[arg-type]
-                    new = parse(fh.read())
+                new = parse(_read_spec_file(_file))  # type: ignore[arg-type]
             except FileNotFoundError:
                 new = {}
         for name in set(new) | set(_file_map):

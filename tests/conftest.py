@@ -149,12 +149,16 @@ def db(tmp_path):
 
 # ---------------------------------------------------------------------- generator figures
 #: ``record_property(GENERATOR_CASES, (generator, cases))`` in a test: the session's closing
-#: summary adds the cases each generator ran (issue 22: "quote how many cases each ran").
+#: summary adds the cases each generator ran (issue 22: "quote how many cases each ran");
+#: ``record_property(GENERATOR_FINDINGS, (generator, [finding, ...]))`` what it found
+#: (``tests/sweep.py``'s ``tally`` records both).
 GENERATOR_CASES = "generator_cases"
+GENERATOR_FINDINGS = "generator_findings"
 
 
 def pytest_terminal_summary(terminalreporter):
     totals: dict[str, int] = {}
+    findings: dict[str, list] = {}
     for key in ("passed", "failed"):
         for report in terminalreporter.stats.get(key, []):
             if getattr(report, "when", "call") != "call":
@@ -163,7 +167,19 @@ def pytest_terminal_summary(terminalreporter):
                 if name == GENERATOR_CASES:
                     generator, cases = value
                     totals[generator] = totals.get(generator, 0) + int(cases)
+                elif name == GENERATOR_FINDINGS:
+                    generator, found = value
+                    findings.setdefault(generator, []).extend(found)
     if totals:
+        from sweep import FULL
+
         terminalreporter.write_sep("-", "generator cases (issue 22)")
+        terminalreporter.write_line("tier: " + ("full sweep" if FULL else "sample (the full "
+                                    "sweep: HERMES_FULL_SWEEP=1 or CHAOS_GENERATORS=full)"))
         for generator, cases in sorted(totals.items()):
-            terminalreporter.write_line(f"{generator}: {cases} cases")
+            found = findings.get(generator, [])
+            terminalreporter.write_line(f"{generator}: {cases} cases"
+                                        + (f", {len(found)} finding(s)" if generator in findings
+                                           else ""))
+            for finding in found[:10]:
+                terminalreporter.write_line(f"    {finding}")

@@ -26,7 +26,7 @@ import time
 
 from ..errors import HermesStateError
 from .filters import activity, is_branch_child, is_branched, is_continuation
-from .text import clean_text
+from .text import clean_text, int_arg
 
 MAX_CHAIN_HOPS = 100
 MAX_RESUME_HOPS = 32
@@ -153,18 +153,20 @@ class CompressionMixin:
 log = logging.getLogger("hermes_state")
 
 DEFAULT_TTL_S = 300.0
-_PID = re.compile(r"\bpid=(\d+)\b")
+_PID = re.compile(r"\bpid=(\d{1,30})\b")
+#: Linux's largest pid (``pid_max`` cannot exceed 2**22); psutil cannot even ask beyond a C int.
+PID_MAX = 1 << 22
 _HOST = re.compile(r"\bhost=([^\s,;]+)")
 
 
 def holder_is_dead(holder: str | None) -> bool:
     """True when ``holder`` names (``pid=<n>``) a local process that no longer exists. A holder
     naming another host (``host=<name>``) or no pid is never judged dead."""
-    if not holder:
-        return False
+    if not holder or not isinstance(holder, str):
+        return False  # a holder of another type (a foreign client's BLOB) names no process
     pid = _PID.search(holder)
-    if pid is None:
-        return False
+    if pid is None or not 0 < int(pid.group(1)) <= PID_MAX:
+        return False  # a pid no process can have proves nothing (issue 22 item 7)
     host = _HOST.search(holder)
     if host is not None and host.group(1) != socket.gethostname():
         return False
@@ -284,7 +286,7 @@ class CompressionLocksMixin:
 
     def set_compression_fallback_streak(self, session_id: str, streak: int) -> None:
         """Store ``max(0, int(streak))``."""
-        value = max(0, int(streak))
+        value = max(0, int_arg(streak, "streak"))
         self._write(lambda c: c.execute(
             "UPDATE sessions SET compression_fallback_streak = ? WHERE id = ?",
             (value, clean_text(session_id))), op="set_compression_fallback_streak")

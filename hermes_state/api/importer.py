@@ -15,13 +15,14 @@ in total (compact UTF-8 JSON).
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
 import time
 from typing import Any
 
 from ..processes.writer_gate import gate_held
-from .rewrite import insert_rows
-from .text import clean_text
+from .rewrite import insert_rows, row_values
+from .text import clean_text, storable_problem
 from .titles import MAX_TITLE_LENGTH, clean_title
 
 MAX_SESSIONS = 500
@@ -60,12 +61,51 @@ def _bytes_as_text(value: Any) -> str:
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
+def _number_error(entry: dict, prefix: str = "") -> str | None:
+    """A numeric field SQLite cannot store as the import would write it: not finite, or an
+    integer outside SQLite's 64-bit range (issue 22 item 7: validated, not an OverflowError at
+    the write)."""
+    for field in _COUNTS + _COSTS + ("started_at", "ended_at"):
+        value = entry.get(field)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        if isinstance(value, float) and not math.isfinite(value):
+            return f"{prefix}{field} must be a finite number, not {value!r}"
+        problem = storable_problem(int(value) if field in _COUNTS else value)
+        if problem:
+            return f"{prefix}{field}: {problem}"
+    return None
+
+
+def _written_error(entry: dict, sid: str, messages: list) -> str | None:
+    """Build the rows the import would write (after cleaning) and check every value with the
+    ranges SQLite accepts; the first problem, or None."""
+    row = _session_row(entry, sid, _title(entry.get("title")), now=0.0)
+    for col, value in row.items():
+        problem = storable_problem(value)
+        if problem:
+            return f"{col}: {problem}"
+    for j, msg in enumerate(messages):
+        try:
+            values = row_values(sid, _message_for_insert(msg), 0.0)
+        except (TypeError, ValueError) as exc:
+            return f"messages[{j}]: {exc}"
+        for col, value in values.items():
+            problem = storable_problem(value)
+            if problem:
+                return f"messages[{j}].{col}: {problem}"
+    return None
+
+
 def _entry_error(entry: Any, seen_ids: set) -> tuple[str | None, str | None, int, int]:
-    """``(error, session_id, size_bytes, messages)`` of one entry; error None when valid."""
+    """``(error, session_id, size_bytes, messages)`` of one entry; error None when valid.
+
+    The id is compared as it will be written (text-cleaned: two ids that differ only in lone
+    surrogates are the same id), and every value is checked as it will be written."""
     if not isinstance(entry, dict):
         return "session must be an object", None, 0, 0
     raw_id = entry.get("id")
-    sid = str(raw_id).strip() if raw_id is not None else ""
+    sid = clean_text(str(raw_id).strip()) if raw_id is not None else ""
     sid_out = sid or None
     try:
         size = len(json.dumps(entry, separators=(",", ":"), ensure_ascii=False,
@@ -108,6 +148,9 @@ def _entry_error(entry: Any, seen_ids: set) -> tuple[str | None, str | None, int
         tc = msg.get("token_count")
         if tc is not None and (isinstance(tc, bool) or not isinstance(tc, int)):
             return "token_count must be an integer", sid, size, len(messages)
+    error = _number_error(entry) or _written_error(entry, sid, messages)
+    if error:
+        return error, sid, size, len(messages)
     return None, sid, size, len(messages)
 
 
@@ -156,13 +199,14 @@ def _message_for_insert(msg: dict) -> dict:
     return out
 
 
-def _session_row(entry: dict, sid: str, title: str | None) -> dict:
+def _session_row(entry: dict, sid: str, title: str | None, *, now: float | None = None) -> dict:
     config = entry.get("model_config")
     if isinstance(config, dict):
         config = json.dumps(config) if config else None
     row: dict[str, Any] = {
         "id": sid, "source": entry.get("source") or "import",
-        "started_at": _number(entry.get("started_at"), float) or time.time(),
+        "started_at": _number(entry.get("started_at"), float) or (
+            time.time() if now is None else now),
         "ended_at": _number(entry.get("ended_at"), float), "model_config": config,
         "title": title, "archived": 1 if entry.get("archived") else 0,
     }
@@ -273,7 +317,7 @@ class ImportMixin:
         if not sessions:
             return {"ok": True, "imported": 0, "skipped": 0, "detached": 0, "imported_ids": [],
                     "skipped_ids": [], "errors": []}
-        clean_ids = [clean_text(i) for i in ids]
+        clean_ids = list(ids)  # already cleaned by validate (the duplicate check compared these)
         with gate_held(self.db_path, "import", force=force):
             return self._write(lambda c: write_batch(c, sessions, clean_ids),
                                op="import_sessions")

@@ -8,12 +8,12 @@ are recorded in docs/decisions/0007-session-api.md.
 from __future__ import annotations
 
 import sqlite3
-from typing import Iterator
+from typing import Any, Iterator
 
 from ..store.reads import in_snapshot
 from .messages import ACTIVE_SQL, message_row
 from .sessions import session_row
-from .text import clean_text
+from .text import clean_text, display_text, int_arg
 
 PREVIEW_CHARS = 60
 #: Characters of the first user message fetched for the preview: enough that a preview longer
@@ -34,11 +34,12 @@ LIMIT ? OFFSET ?
 """
 
 
-def make_preview(raw: str | None) -> str:
-    """Preview text of a first user message (SPEC §5 ``list_sessions``)."""
+def make_preview(raw: Any) -> str:
+    """Preview text of a first user message (SPEC §5 ``list_sessions``); a value of any type
+    (a foreign client's BLOB) is shown as text, never an error."""
     if not raw:
         return ""
-    text = raw.replace("\r\n", " ").replace("\n", " ").replace("\r", " ")
+    text = display_text(raw).replace("\r\n", " ").replace("\n", " ").replace("\r", " ")
     if len(text) > PREVIEW_CHARS:
         return text[:PREVIEW_CHARS] + "..."
     return text
@@ -65,7 +66,8 @@ class LineageMixin:
         """
         src = clean_text(source)
         rows = self._read(lambda c: [session_row(r, c) for r in c.execute(
-            _LIST_SQL, (src, src, int(limit), int(offset))).fetchall()])
+            _LIST_SQL, (src, src, int_arg(limit, "limit"),
+                        int_arg(offset, "offset"))).fetchall()])
         out = []
         for d in rows:
             d["preview"] = make_preview(d.pop("_preview_raw"))

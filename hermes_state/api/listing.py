@@ -31,7 +31,7 @@ from .filters import (
     is_listable,
 )
 from .sessions import session_row
-from .text import clean_text
+from .text import clean_text, int_arg
 
 PREVIEW_SOURCE_CHARS = 63
 PREVIEW_CHARS = 60
@@ -199,7 +199,7 @@ class ListingMixin:
             source=source, exclude_sources=exclude_sources, cwd_prefix=cwd_prefix,
             min_message_count=min_message_count, include_archived=include_archived,
             archived_only=archived_only, listable_only=not include_children)
-        page = [int(limit), max(int(offset or 0), 0)]
+        page = [int_arg(limit, "limit"), max(int_arg(offset or 0, "offset"), 0)]
 
         def fn(c: sqlite3.Connection) -> list[dict]:
             if order_by_last_active:
@@ -243,7 +243,7 @@ class ListingMixin:
             f"SELECT s.*, {activity('s')} AS last_active FROM sessions s "
             "WHERE (? IS NULL OR s.source = ?) "
             "ORDER BY last_active DESC, s.started_at DESC, s.id DESC LIMIT ? OFFSET ?",
-            (src, src, int(limit), max(int(offset or 0), 0)))])
+            (src, src, int_arg(limit, "limit"), max(int_arg(offset or 0, "offset"), 0)))])
 
     def search_sessions_by_id(self, query: str, limit: int = 20,
                               include_archived: bool = True) -> list[dict]:
@@ -255,9 +255,10 @@ class ListingMixin:
         ``limit``. ``[]`` for a blank query or ``limit <= 0``.
         """
         needle = (query or "").strip().lower() if isinstance(query, str) else ""
-        if not needle or int(limit) <= 0:
+        limit = int_arg(limit, "limit")
+        if not needle or limit <= 0:
             return []
-        rows = self.list_sessions_rich(limit=4 * int(limit), order_by_last_active=True,
+        rows = self.list_sessions_rich(limit=4 * limit, order_by_last_active=True,
                                        id_query=needle, include_archived=include_archived)
 
         def rank(row: dict) -> int:
@@ -272,7 +273,7 @@ class ListingMixin:
                     best = min(best, 2)
             return best
 
-        return sorted(rows, key=rank)[:int(limit)]
+        return sorted(rows, key=rank)[:limit]
 
     def list_cron_job_runs(self, job_id: str, limit: int = 20, offset: int = 0) -> list[dict]:
         """The sessions of one cron job (``source='cron'``, id ``cron_<job_id>_...``), newest
@@ -291,6 +292,7 @@ class ListingMixin:
             return [finish_row(r, c) for r in c.execute(
                 f"SELECT s.*, {ROW_EXTRAS} FROM sessions s{hint} WHERE s.source = 'cron' "
                 "AND s.id >= ? AND s.id < ? ORDER BY s.started_at DESC, s.id DESC "
-                "LIMIT ? OFFSET ?", (prefix, upper, int(limit), max(int(offset or 0), 0)))]
+                "LIMIT ? OFFSET ?", (prefix, upper, int_arg(limit, "limit"),
+                                     max(int_arg(offset or 0, "offset"), 0)))]
 
         return self._read(fn)

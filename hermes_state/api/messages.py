@@ -26,6 +26,7 @@ from .text import (
     decode_tool_calls,
     encode_content,
     encode_json_field,
+    int_arg,
 )
 
 #: Optional keyword columns of append_message beyond upstream's parameters (schema 23 only).
@@ -218,8 +219,8 @@ class MessagesMixin:
         """
         sid = clean_text(session_id)
         where = "" if include_inactive else f" AND {ACTIVE_SQL}"
-        lim = -1 if limit is None else max(int(limit), 0)
-        off = max(int(offset or 0), 0)
+        lim = -1 if limit is None else max(int_arg(limit, "limit"), 0)
+        off = max(int_arg(offset or 0, "offset"), 0)
         return self._read(lambda c: [message_row(r) for r in c.execute(
             f"SELECT * FROM messages WHERE session_id = ?{where} ORDER BY id LIMIT ? OFFSET ?",
             (sid, lim, off))])
@@ -256,7 +257,7 @@ class MessagesMixin:
         where = "" if include_inactive else f" AND {ACTIVE_SQL}"
         rows = self._read(lambda c: c.execute(
             f"SELECT id, timestamp, content FROM messages WHERE session_id = ? AND role = 'user'"
-            f"{where} ORDER BY id DESC LIMIT ?", (clean_text(session_id), int(limit))).fetchall())
+            f"{where} ORDER BY id DESC LIMIT ?", (clean_text(session_id), int_arg(limit, "limit"))).fetchall())
         return [{"id": r["id"], "timestamp": r["timestamp"],
                  "preview": recent_preview(decode_content(r["content"]))} for r in rows]
 
@@ -288,7 +289,7 @@ def _window(c: sqlite3.Connection, sid: str, anchor: int, window: int) -> dict |
                     (anchor, sid)).fetchone()
     if row is None:
         return None
-    n = max(int(window or 0), 0)
+    n = max(int_arg(window or 0, "window"), 0)
     before = c.execute("SELECT * FROM messages WHERE session_id = ? AND id < ? "
                        "ORDER BY id DESC LIMIT ?", (sid, anchor, n)).fetchall()[::-1]
     after = c.execute("SELECT * FROM messages WHERE session_id = ? AND id > ? "
@@ -338,7 +339,7 @@ class AnchorsMixin:
         """
         sid = clean_text(session_id)
         roles = None if keep_roles is None else list(keep_roles)
-        n_book = max(int(bookend or 0), 0)
+        n_book = max(int_arg(bookend or 0, "bookend"), 0)
 
         def kept(r: dict) -> bool:
             return roles is None or r["role"] in roles

@@ -35,6 +35,9 @@ def divert_to_spool(home: str | os.PathLike, session_id: str, messages: list[dic
         ValueError: a session id that cannot name a file.
         OSError: the spool cannot be written (the caller must keep the messages).
     """
+    if not isinstance(messages, (list, tuple)) or not all(isinstance(m, dict) for m in messages):
+        raise TypeError("messages must be a list of dicts (append_message keyword arguments), "
+                        f"not {ascii(messages)[:60]}; nothing was spooled")
     session_id = clean_text(session_id)  # the file must be valid UTF-8 to be replayed
     path = spool_path(home, session_id)
     ensure_home(Path(home))

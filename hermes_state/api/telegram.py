@@ -16,7 +16,7 @@ from typing import Any
 
 from .filters import activity
 from .listing import ROW_EXTRAS, finish_row
-from .text import clean_text
+from .text import clean_text, int_arg
 
 MODE_TABLE = "telegram_dm_topic_mode"
 BINDINGS_TABLE = "telegram_dm_topic_bindings"
@@ -242,6 +242,6 @@ class TelegramMixin:
             return [finish_row(r, c) for r in c.execute(
                 f"SELECT s.*, {ROW_EXTRAS} FROM sessions s WHERE s.source = 'telegram' "
                 f"AND s.user_id = ?{unbound} ORDER BY {activity('s')} DESC, s.started_at DESC "
-                "LIMIT ?", (_s(user_id), int(limit)))]
+                "LIMIT ?", (_s(user_id), int_arg(limit, "limit")))]
 
         return self._read(fn)

@@ -8,9 +8,61 @@ from __future__ import annotations
 
 import json
 import re
+import sqlite3
 from typing import Any
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
+#: SQLite's INTEGER range (a Python int outside it cannot be bound: OverflowError).
+INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
+
+
+class UnstorableValueError(ValueError):
+    """A value the store cannot write as given: an integer outside SQLite's 64-bit range, or an
+    object of a type SQLite cannot bind (a list, a dict, ...). Nothing was written. SPEC §2.2."""
+
+
+def storable_problem(value: Any) -> str | None:
+    """Why SQLite cannot store ``value`` as it is (None when it can).
+
+    Text (cleaned), bytes, None, bool and finite or infinite floats are stored as given; an int
+    must be within [-2**63, 2**63 - 1]; NaN would silently become NULL, so it is refused too.
+    """
+    if value is None or isinstance(value, (str, bytes, bytearray, memoryview, bool)):
+        return None
+    if isinstance(value, int):
+        if INT64_MIN <= value <= INT64_MAX:
+            return None
+        text = str(value) if value.bit_length() < 200 else f"a {value.bit_length()}-bit integer"
+        return f"{text} is outside SQLite's integer range (-2**63 .. 2**63-1)"
+    if isinstance(value, float):
+        return None if value == value else "NaN is not a number SQLite can store"
+    return f"a {type(value).__name__} cannot be stored (text, a number, bytes or null)"
+
+
+def int_arg(value: Any, name: str, default: int = 0) -> int:
+    """An integer argument of the API (a limit, an offset, a window, a token count): ``int()``
+    of it, None giving ``default``.
+
+    Raises:
+        ValueError: naming ``name``, for NaN, an infinity or anything ``int()`` refuses (never
+            an OverflowError; issue 22 item 7). An int beyond SQLite's range is refused when
+            it is bound (:class:`UnstorableValueError`).
+    """
+    if value is None:
+        return default
+    try:
+        return int(value)
+    except (TypeError, ValueError, OverflowError):
+        raise ValueError(f"{name} must be an integer, not {ascii(value)[:40]}") from None
+
+
+def _bind_error(params: Any, exc: BaseException) -> UnstorableValueError:
+    values = params.values() if isinstance(params, dict) else (
+        params if isinstance(params, (tuple, list)) else ())
+    problems = [p for p in map(storable_problem, values) if p]
+    return UnstorableValueError(
+        f"cannot store {problems[0] if problems else 'a value'}; nothing was written "
+        f"({type(exc).__name__}: {exc})")
 
 
 def clean_text(value: Any) -> Any:
@@ -24,7 +76,8 @@ def clean_params(params: Any) -> Any:
     """SQL parameters with every text value cleaned (:func:`clean_text`); SPEC §2.2.
 
     A sequence gives a tuple, a mapping (named parameters) a dict; values that are not text
-    pass through. The common case (no lone surrogate anywhere) returns ``params`` itself.
+    pass through (a value SQLite cannot bind surfaces as :class:`UnstorableValueError` from
+    :class:`CleaningConnection`, never as an OverflowError or a binding error). The common case (no lone surrogate anywhere) returns ``params`` itself.
     """
     if isinstance(params, dict):
         if any(isinstance(v, str) and not v.isascii() and _SURROGATE.search(v)
@@ -53,10 +106,21 @@ class CleaningConnection:
         self._conn = conn
 
     def execute(self, sql: str, params: Any = ()) -> Any:
-        return self._conn.execute(sql, clean_params(params))
+        cleaned = clean_params(params)
+        try:
+            return self._conn.execute(sql, cleaned)
+        except (OverflowError, sqlite3.InterfaceError) as exc:
+            raise _bind_error(cleaned, exc) from exc
+        except sqlite3.ProgrammingError as exc:
+            if "binding parameter" not in str(exc) and "supported" not in str(exc):
+                raise
+            raise _bind_error(cleaned, exc) from exc
 
     def executemany(self, sql: str, seq: Any) -> Any:
-        return self._conn.executemany(sql, (clean_params(p) for p in seq))
+        try:
+            return self._conn.executemany(sql, (clean_params(p) for p in seq))
+        except (OverflowError, sqlite3.InterfaceError) as exc:
+            raise _bind_error((), exc) from exc
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._conn, name)
@@ -119,6 +183,22 @@ def content_text(value: Any) -> str:
         joined = " ".join(t for t in texts if t)
         return joined or MULTIMODAL_PLACEHOLDER
     return str(value)
+
+
+def display_text(value: Any) -> str:
+    """Text of a stored value of ANY type for a preview or a listing (issue 22 item 7): None →
+    ``""``; text as is; bytes (a foreign client's BLOB) decoded as UTF-8 with U+FFFD for bad
+    bytes; anything else its ``str()``. Never raises."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).decode("utf-8", "replace")
+    try:
+        return str(value)
+    except Exception:  # noqa: BLE001 - an object whose __str__ fails is still shown
+        return f"<{type(value).__name__}>"
 
 
 def encode_json_field(value: Any) -> str | None:

@@ -16,11 +16,13 @@ import stat
 from pathlib import Path
 from typing import Iterable
 
+from ..files.names import name_problem
+
 
 def _safe_id(session_id: str) -> bool:
-    return (isinstance(session_id, str) and session_id not in ("", ".", "..")
-            and "/" not in session_id and "\\" not in session_id and "\x00" not in session_id
-            and (os.altsep is None or os.altsep not in session_id))
+    """The id can name ``<id>.jsonl`` inside the directory (:mod:`hermes_state.files.names`;
+    a leading ``-`` is allowed: these files are only ever removed, never created)."""
+    return name_problem(session_id, suffix=".jsonl", allow_dash=True) is None
 
 
 def transcript_paths(sessions_dir: str | os.PathLike, session_id: str) -> list[Path]:

@@ -32,7 +32,7 @@ import time
 
 from . import system_prompts
 from .sessions import upsert_session
-from .text import clean_text
+from .text import clean_text, int_arg
 
 _COUNT_COLUMNS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens",
                   "reasoning_tokens", "api_call_count")
@@ -40,8 +40,8 @@ _ROUTE_COLUMNS = ("model", "billing_provider", "billing_base_url", "billing_mode
 _USAGE_KEY = "session_id, model, billing_provider, billing_base_url, billing_mode, task"
 
 
-def _int(value: object) -> int:
-    return int(value or 0)
+def _int(value: object, name: str = "a token count") -> int:
+    return int_arg(value or 0, name)
 
 
 def _float(value: object) -> float | None:

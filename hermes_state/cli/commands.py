@@ -27,6 +27,8 @@ from .common import (
     open_rw,
     print_json,
     require_store,
+    safe_streams,
+    shown,
     store_exists,
     store_path,
 )
@@ -119,9 +121,9 @@ def cmd_list(args: argparse.Namespace) -> int:
         print_json(rows)
         return EXIT_OK
     for r in rows:
-        title = r.get("title") or ""
-        print(f"{r['id']}  {r['source']:<9} {r.get('message_count', 0):>5} msgs  "
-              f"{title[:30]:<30}  {r.get('preview') or ''}")
+        print(f"{shown(r.get('id'))}  {shown(r.get('source'), 9)} "
+              f"{shown(r.get('message_count', 0), 5, right=True)} msgs  "
+              f"{shown(r.get('title'), 30, cut=30)}  {shown(r.get('preview'))}")
     if not rows:
         print("no sessions")
     return EXIT_OK
@@ -152,7 +154,8 @@ def cmd_search(args: argparse.Namespace) -> int:
         print_json(hits)
         return EXIT_OK
     for h in hits:
-        print(f"{h['session_id']}  #{h['id']}  {h['role']}: {h['snippet']}")
+        print(f"{shown(h.get('session_id'))}  #{shown(h.get('id'))}  {shown(h.get('role'))}: "
+              f"{shown(h.get('snippet'))}")
     if not hits:
         print("no matches")
     return EXIT_OK
@@ -175,8 +178,9 @@ def cmd_prune(args: argparse.Namespace) -> int:
     say(f"{len(preview)} ended session(s) older than {args.older_than:g} days"
         + (f" from {args.source}" if args.source else "") + " would be pruned")
     for r in rows[:20]:
-        say(f"  {r['id']}  {r['source']:<9} {r['message_count'] or 0:>5} msgs  "
-            f"{(r['title'] or '')[:40]}")
+        say(f"  {shown(r.get('id'))}  {shown(r.get('source'), 9)} "
+            f"{shown(r.get('message_count') or 0, 5, right=True)} msgs  "
+            f"{shown(r.get('title'), cut=40)}")
     if len(preview) > 20:
         say(f"  ... and {len(preview) - 20} more")
     if decision.action == "dry_run":
@@ -317,7 +321,8 @@ def cmd_replay_spool(args: argparse.Namespace) -> int:
     from ..api.spool import replay_spool
 
     require_store(args, "replay-spool imports into an existing store")
-    with open_rw(args) as db:
+    # --dry-run only counts: read-only, so it never migrates or writes the store (issue 22.6)
+    with (open_ro(args) if args.dry_run else open_rw(args)) as db:
         result = replay_spool(db, dry_run=args.dry_run)
     print_json(result) if args.json else print(
         f"imported {result['imported']} message(s), {result['skipped']} already imported, "
@@ -331,8 +336,10 @@ def cmd_replay_spool(args: argparse.Namespace) -> int:
 
 
 def cmd_salvage(args: argparse.Namespace) -> int:
-    """``sessions salvage [CAPTURE_DIR...] [--apply]``: what retired-WAL captures hold that the
-    store lacks; ``--apply`` appends it in one transaction behind the gate (issue 16)."""
+    """``sessions salvage [CAPTURE_DIR...] [--apply] [--allow-foreign]``: what retired-WAL
+    captures hold that the store lacks; ``--apply`` appends it in one transaction behind the
+    gate (issue 16). A capture of another store is refused unless ``--allow-foreign``; rows that
+    cannot be added are listed with why, and the exit code is then 1 (issue 22 item 5)."""
     from ..operator import salvage
 
     path = require_store(args, "salvage appends into an existing store")
@@ -341,10 +348,12 @@ def cmd_salvage(args: argparse.Namespace) -> int:
         raise CliError(f"no retired-WAL capture beside {path}",
                        "name one: `sessions salvage DIR` (doctor lists them)")
     if args.apply and not args.dry_run:
-        results = salvage.apply_captures(path, captures, force=args.force)
+        results = salvage.apply_captures(path, captures, force=args.force,
+                                         allow_foreign=args.allow_foreign)
+        failed = [row for res in results for row in res["not_salvaged"]]
         if args.json:
             print_json(results)
-            return EXIT_OK
+            return EXIT_FAIL if failed else EXIT_OK
         for res in results:
             plan = res["plan"]
             print(f"{Path(plan['capture']).name}: appended {res['messages_added_total']} "
@@ -353,8 +362,10 @@ def cmd_salvage(args: argparse.Namespace) -> int:
                   "the store)")
             if res["record_key"]:
                 print(f"  recorded in state_meta as {res['record_key']}")
-        return EXIT_OK
-    plans = [salvage.plan_capture(path, c).to_dict() for c in captures]
+            _print_not_salvaged(res["not_salvaged"], "not salvaged")
+        return EXIT_FAIL if failed else EXIT_OK
+    plans = [salvage.plan_capture(path, c, allow_foreign=args.allow_foreign).to_dict()
+             for c in captures]
     if args.json:
         print_json(plans)
         return EXIT_OK
@@ -363,6 +374,11 @@ def cmd_salvage(args: argparse.Namespace) -> int:
               f"{plan['captured_by_pid']}, {plan['trigger']}): {plan['capture_sessions']} "
               f"session(s), {plan['capture_messages']} message(s), "
               f"{plan['matched_messages']} already in the store")
+        if plan["identity"].get("allowed_foreign"):
+            print(f"  a capture of ANOTHER store (token {plan['identity']['capture_token']}; "
+                  f"this store: {plan['identity']['store_token']}), compared as asked "
+                  "(--allow-foreign)")
+        _print_not_salvaged(plan["not_salvageable"], "cannot be salvaged")
         if not plan["missing_messages"] and not plan["missing_sessions"]:
             print("  the store has every session and message of this capture: nothing to salvage")
             continue
@@ -377,8 +393,20 @@ def cmd_salvage(args: argparse.Namespace) -> int:
     if any(p["missing_messages"] or p["missing_sessions"] for p in plans):
         print("append them with `hermes-state sessions salvage "
               + " ".join(str(c) for c in args.capture) + (" " if args.capture else "")
+              + ("--allow-foreign " if args.allow_foreign else "")
               + "--apply` after stopping every process using the store")
     return EXIT_OK
+
+
+def _print_not_salvaged(rows: list[dict], what: str) -> None:
+    """One line per capture row that cannot be (or was not) added, with why (stderr)."""
+    for row in rows[:200]:
+        where = (f"message #{row['capture_row_id']} ({row['role']}) of session "
+                 f"{row['session_id']!r}" if row["table"] == "messages"
+                 else f"session {row['session_id']!r}")
+        print(f"  {what}: {where}: {row['why']}", file=sys.stderr)
+    if len(rows) > 200:
+        print(f"  ... and {len(rows) - 200} more (--json lists every one)", file=sys.stderr)
 
 
 # --------------------------------------------------------------------------- parser
@@ -555,6 +583,9 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--dry-run", action="store_true", help="only list (the default without "
                     "--apply; wins over --apply)")
     sv.add_argument("--force", action="store_true", help="skip the live-writer gate")
+    sv.add_argument("--allow-foreign", action="store_true",
+                    help="also salvage a capture taken from ANOTHER store (its token differs "
+                    "from this store's: another profile, or this store was rebuilt since)")
     sv.add_argument("--json", action="store_true", help=JSON_HELP)
     sv.set_defaults(fn=cmd_salvage)
     rs = ss.add_parser("replay-spool", help="import spooled (refused) messages exactly once")
@@ -582,6 +613,7 @@ def _refusal_dict(exc: HermesStateError) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``hermes-state`` console script. Returns the exit code."""
+    safe_streams()
     args = build_parser().parse_args(argv)
     try:
         return args.fn(args)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,34 @@ class CliError(Exception):
 
 def print_json(obj: Any) -> None:
     print(json.dumps(obj, indent=2, ensure_ascii=False, default=str))
+
+
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def shown(value: Any, width: int = 0, *, cut: int = 0, right: bool = False) -> str:
+    """Any stored value as one printable cell of human output (issue 22 item 7).
+
+    None → ``""``; bytes decoded with U+FFFD; numbers and other objects by ``str``; control
+    characters (a terminal escape in a title) written as ``\\xNN``; cut to ``cut`` characters,
+    then padded to ``width`` (left-aligned, or ``right``). Never raises.
+    """
+    from ..api.text import display_text
+
+    text = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", display_text(value))
+    if cut:
+        text = text[:cut]
+    return text.rjust(width) if right else text.ljust(width)
+
+
+def safe_streams() -> None:
+    """stdout/stderr write what they cannot encode as backslash escapes (a lone surrogate from
+    a command line argument), never a UnicodeEncodeError."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(errors="backslashreplace")
+        except (AttributeError, ValueError, OSError):
+            pass
 
 
 def store_path(args: argparse.Namespace) -> Path:
@@ -59,6 +88,11 @@ def open_ro(args: argparse.Namespace):
     db = SessionDB(path, read_only=True)
     # the open's own settled scan (it chose immutable=1 for them): one wait, not two
     _warn_if_retired(path, [h for h in db.connection.retired_holders if h.pid != os.getpid()])
+    copy = db.connection.migrated_copy
+    if copy is not None and sys.stderr.isatty():
+        print(f"note: {path} is at schema {copy['schema_version']}: shown from a migrated "
+              "private copy (the store is unchanged; the next writable open migrates it)",
+              file=sys.stderr)
     return db
 
 

@@ -21,10 +21,14 @@ from .progress import progress_display
 
 
 def markdown(data: dict) -> str:
-    lines = [f"# {data.get('title') or data['id']}", "",
-             f"session `{data['id']}` · source {data.get('source')} · model {data.get('model')}", ""]
+    """One session as Markdown; a value of any type is shown as text (issue 22 item 7)."""
+    from ..api.text import display_text
+
+    lines = [f"# {display_text(data.get('title') or data.get('id'))}", "",
+             f"session `{display_text(data.get('id'))}` · source "
+             f"{display_text(data.get('source'))} · model {display_text(data.get('model'))}", ""]
     for m in data.get("messages", []):
-        lines.append(f"**{m['role']}**: {m.get('content') or ''}")
+        lines.append(f"**{display_text(m.get('role'))}**: {display_text(m.get('content'))}")
         lines.append("")
     return "\n".join(lines)
 

@@ -115,9 +115,11 @@ def cmd_search_by_id(args: argparse.Namespace) -> int:
         cli.print_json(rows)
         return cli.EXIT_OK
     for r in rows:
-        root = f"  (lineage of {r['_lineage_root_id']})" if r.get("_lineage_root_id") else ""
-        print(f"{r['id']}  {r.get('source') or '':<9} {r.get('message_count') or 0:>5} msgs  "
-              f"{(r.get('title') or '')[:30]:<30}{root}")
+        root = (f"  (lineage of {cli.shown(r['_lineage_root_id'])})"
+                if r.get("_lineage_root_id") else "")
+        print(f"{cli.shown(r.get('id'))}  {cli.shown(r.get('source'), 9)} "
+              f"{cli.shown(r.get('message_count') or 0, 5, right=True)} msgs  "
+              f"{cli.shown(r.get('title'), 30, cut=30)}{root}")
     if not rows:
         print("no matching session id")
     return cli.EXIT_OK

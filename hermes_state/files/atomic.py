@@ -54,6 +54,7 @@ __all__ = [
     "open_append",
     "open_regular",
     "read_regular",
+    "copy_regular",
     "fsync_dir",
     "rename_noreplace",
     "numbered",
@@ -182,6 +183,18 @@ def create_file(path: str | os.PathLike, *, mode: int = FILE_MODE) -> int:
     return fd
 
 
+#: Called with each path between its check and its use (``lstat`` passed, the open not yet
+#: made): the planted-file matrix removes or replaces the path here, so "changed between check
+#: and use" is tested deterministically (tests/helpers/planted_child.py). Empty: no cost.
+RACE_HOOKS: list[Callable[[str], None]] = []
+
+
+def checked(path: str | os.PathLike) -> None:
+    """Run :data:`RACE_HOOKS` for ``path`` (after a check, before the use)."""
+    for hook in RACE_HOOKS:
+        hook(os.fspath(path))
+
+
 def _refuse_special(path: str | os.PathLike, what: str, fix: str, *,
                     follow: bool = False) -> None:
     """Refuse a non-regular file at ``path`` WITHOUT opening it (opening a device can act)."""
@@ -191,6 +204,7 @@ def _refuse_special(path: str | os.PathLike, what: str, fix: str, *,
         return
     if not stat.S_ISREG(st.st_mode):
         raise _unsafe(path, what, st.st_mode, fix.format(path=path), NotRegularFileError)
+    checked(path)
 
 
 def _open_existing_or_new(path: str | os.PathLike, flags: int, what: str) -> int:
@@ -291,6 +305,29 @@ def read_regular(path: str | os.PathLike, *, limit: int, follow: bool = False) -
     if len(data) > limit:
         raise ValueError(f"{path} grew past the {limit} bytes expected while it was read")
     return data
+
+
+def copy_regular(src: str | os.PathLike, dst: str | os.PathLike, *, follow: bool = False,
+                 chunk: int = 1 << 20) -> int:
+    """Copy the regular file ``src`` into the NEW file ``dst`` (0600, exclusive, no link
+    followed at ``dst``); returns the bytes copied.
+
+    ``src`` is opened with :func:`open_regular` (never a FIFO, a device or, unless ``follow``,
+    a symlink): ``shutil.copyfile`` would read ``/dev/zero`` until the disk is full.
+
+    Raises:
+        FileNotFoundError, NotRegularFileError: see :func:`open_regular`.
+        FileExistsError: something is at ``dst``.
+    """
+    total = 0
+    with open_regular(src, follow=follow) as fin, os.fdopen(create_file(dst), "wb") as fout:
+        while True:
+            data = fin.read(chunk)
+            if not data:
+                break
+            fout.write(data)
+            total += len(data)
+    return total
 
 
 def read_json(path: str | os.PathLike, *, limit: int = 4 << 20) -> Any:

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import time
 from pathlib import Path
 
 from ..errors import StorePermissionError
+from .names import check_name, is_portable
 
 DB_NAME = "state.db"
 SIDECAR_SUFFIXES = ("-wal", "-shm")
@@ -28,7 +28,8 @@ def hermes_home(home: str | os.PathLike | None = None, profile: str | None = Non
     Returns:
         An absolute path (not created).
     Raises:
-        ValueError: the profile name is empty or contains a path separator.
+        UnsafeNameError (a ValueError): the profile name cannot be a directory name
+            (:func:`hermes_state.files.names.name_problem`).
     """
     root = Path(home) if home is not None else None
     if root is None:
@@ -36,9 +37,7 @@ def hermes_home(home: str | os.PathLike | None = None, profile: str | None = Non
         root = Path(env) if env else Path.home() / ".hermes"
     root = root.expanduser().absolute()
     if profile is not None:
-        if not profile or "/" in profile or "\\" in profile or profile in (".", ".."):
-            raise ValueError(f"invalid profile name {profile!r}: use a plain name like 'work'")
-        root = root / "profiles" / profile
+        root = root / "profiles" / check_name("profile name", profile)
     return root
 
 
@@ -68,7 +67,8 @@ def retired_wal_dir(db_path: str | os.PathLike, pid: int, stamp: str | None = No
     return db.with_name(f"{db.name}.retired-wal-{stamp or utc_stamp()}-{pid}")
 
 
-_SAFE_SPOOL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+=-]{0,150}")
+#: Longest session id used as a spool file name as it is (longer ones are hashed).
+SPOOL_NAME_MAX = 151
 
 
 def spool_path(home: str | os.PathLike, session_id: str) -> Path:
@@ -83,7 +83,7 @@ def spool_path(home: str | os.PathLike, session_id: str) -> Path:
     """
     if not isinstance(session_id, str) or not session_id:
         raise ValueError("an empty session id cannot be spooled")
-    if _SAFE_SPOOL_NAME.fullmatch(session_id):
+    if is_portable(session_id, max_bytes=SPOOL_NAME_MAX):
         name = session_id
     else:
         digest = hashlib.sha256(session_id.encode("utf-8", "surrogatepass")).hexdigest()[:32]

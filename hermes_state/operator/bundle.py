@@ -29,7 +29,7 @@ from pathlib import Path
 
 from .. import __version__
 from ..files import sqlite_format as fmt
-from ..files.atomic import read_json, write_file
+from ..files.atomic import open_regular, read_json, write_file
 from ..processes import checkpoint_lock
 from ..processes.checkpoint_lock import LOCK_SUFFIX, wal_reset_exposure
 from . import bundle_processes
@@ -205,7 +205,7 @@ def _retired(processes: list[dict], db: Path) -> list[dict]:
                     continue
                 st = os.stat(f"/proc/{p['pid']}/fd/{fd}")
                 frames = None
-                with open(f"/proc/{p['pid']}/fd/{fd}", "rb") as fh:
+                with open_regular(f"/proc/{p['pid']}/fd/{fd}", follow=True) as fh:  # no FIFO
                     head = fmt.wal_header(fh.read(fmt.WAL_HEADER_SIZE))
                 if head is not None:
                     frames = fmt.wal_frame_count(st.st_size, head["page_size"])

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import corruption_kind
-from ..files.paths import access_problem, sqlite_uri
+from ..files.paths import access_problem
 from ..processes import checkpoint_lock, holders
 from ..processes.checkpoint_lock import wal_reset_exposure
 from ..schema.tables import FTS_TABLES, SCHEMA_VERSION
@@ -117,10 +117,9 @@ def _size(path: Path) -> int | None:
 
 
 def _ro_connect(db_path: Path) -> sqlite3.Connection:
-    conn = sqlite3.connect(sqlite_uri(db_path, mode="ro"), uri=True, timeout=1.0,
-                           isolation_level=None)
-    conn.row_factory = sqlite3.Row
-    return conn
+    from ..files.store_files import connect_ro
+
+    return connect_ro(db_path, timeout=1.0, row_factory=sqlite3.Row)
 
 
 def _holder_dict(h: holders.Holder) -> dict:
@@ -289,7 +288,10 @@ def _health(conn: sqlite3.Connection, report: DoctorReport) -> None:
                        "an older program is reading a newer store; it adds no downgrade")
         else:
             report.add(WARN, f"schema version {version} (this code: {SCHEMA_VERSION}); it is "
-                             "migrated on the next writable open")
+                             "migrated on the next writable open",
+                       "until then read-only commands (list, show, search, export, ...) read a "
+                       "migrated private copy in the temporary directory; the store itself is "
+                       "not changed by them")
         sessions = conn.execute("SELECT count(*) FROM sessions").fetchone()[0]
         messages = conn.execute("SELECT count(*) FROM messages").fetchone()[0]
         report.stats.update(sessions=sessions, messages=messages)

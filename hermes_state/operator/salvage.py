@@ -23,6 +23,16 @@ store lacks.
   moment. Salvaged rows keep their content and timestamps; they get new row ids after the
   existing ones. Session counters grow by what was appended. A session whose parent is nowhere
   is added as a root, a title another session already has is dropped (titles are unique).
+- Identity: a capture is salvaged only into the store it was taken from. The capture's store
+  token (``manifest.generation.token``, else ``state_meta['db_file_generation']`` read from the
+  capture's own copy; SPEC §10.1) must equal the live store's. A capture of another store (another
+  profile, a copy from elsewhere, the store before ``sessions recover --output`` rebuilt it) or one
+  whose token cannot be read is refused with :class:`ForeignCaptureError`, naming both tokens and
+  databases, unless the caller passes ``allow_foreign`` (``--allow-foreign``): the same session id
+  in two stores names two unrelated conversations.
+- Partial salvage: a row that cannot be added (a message whose session is in neither the capture
+  nor the store, a value the live schema refuses) is skipped under its own SAVEPOINT and listed
+  in ``not_salvaged`` with why; every other row is still appended in the same transaction.
 - The record: one ``state_meta`` row ``salvage:<capture name>:<UTCSTAMP>`` with what was added
   (session ids, message ids per session). Applying twice adds nothing the second time (every row
   now has its partner), and nothing is recorded then.
@@ -47,7 +57,8 @@ from ..api.text import CleaningConnection
 from ..db import SessionDB
 from ..errors import HermesStateError
 from ..files import atomic
-from ..files.paths import sqlite_uri, utc_stamp
+from ..files.paths import utc_stamp
+from ..files.store_files import connect_ro
 from ..processes.writer_gate import gate_held
 from .recover_source import SourceChangedError, copy_source
 
@@ -66,6 +77,25 @@ class SalvageError(HermesStateError):
     the one the manifest describes, an unreadable copy). Nothing was written."""
 
 
+class ForeignCaptureError(SalvageError):
+    """The capture was taken from another store (its token differs from this store's), or its
+    store cannot be told (no token): refused unless ``allow_foreign``. Nothing was written.
+
+    Attributes:
+        capture_token, store_token: the two ``db_file_generation`` tokens (None when unknown).
+    """
+
+    def __init__(self, user_message: str, operator_detail: str = "", *,
+                 capture_token: str | None = None, store_token: str | None = None) -> None:
+        self.capture_token = capture_token
+        self.store_token = store_token
+        super().__init__(user_message, operator_detail)
+
+
+#: ``state_meta`` key of a store's identity token (SPEC §10.1).
+TOKEN_KEY = "db_file_generation"
+
+
 @dataclass
 class CapturePlan:
     """What one capture holds that the store lacks.
@@ -77,6 +107,9 @@ class CapturePlan:
         missing: ``{session id: [message rows]}`` in the capture's order, the store lacking them.
         matched: capture messages found in the store.
         differing_sessions: ``[{"id", "fields": {name: [store, capture]}}]`` (not applied).
+        identity: ``{"capture_token", "store_token", "same_store", "allowed_foreign"}``.
+        not_salvageable: ``[{"table", "session_id", "capture_row_id", "role", "timestamp",
+            "why"}]``: capture rows the store lacks that cannot be added (found while planning).
     """
 
     capture: Path
@@ -87,6 +120,8 @@ class CapturePlan:
     missing: dict[str, list[dict]] = field(default_factory=dict)
     matched: int = 0
     differing_sessions: list[dict] = field(default_factory=list)
+    identity: dict = field(default_factory=dict)
+    not_salvageable: list[dict] = field(default_factory=list)
 
     @property
     def missing_messages(self) -> int:
@@ -111,7 +146,8 @@ class CapturePlan:
                 "matched_messages": self.matched,
                 "missing_sessions": [s["id"] for s in self.new_sessions],
                 "missing_messages": self.missing_messages, "by_session": by_session,
-                "differing_sessions": self.differing_sessions}
+                "differing_sessions": self.differing_sessions, "identity": self.identity,
+                "not_salvageable": self.not_salvageable}
 
 
 def _brief(row: dict) -> dict:
@@ -189,6 +225,7 @@ class _CaptureRows:
     messages: dict[str, list[dict]]
     session_cols: list[str]
     message_cols: list[str]
+    token: str | None = None
 
 
 def _read_capture(capture: Path, manifest: dict, tmp_dir: str | None) -> _CaptureRows:
@@ -207,13 +244,73 @@ def _read_capture(capture: Path, manifest: dict, tmp_dir: str | None) -> _Captur
             messages: dict[str, list[dict]] = {}
             for r in conn.execute("SELECT * FROM messages ORDER BY session_id, id"):
                 messages.setdefault(r["session_id"], []).append(dict(r))
+            token = _token(conn)
         except sqlite3.DatabaseError as exc:
             raise SalvageError(f"{capture}: the captured store cannot be read ({exc}); "
                                f"`sessions recover {capture}/state.db --inspect-only` shows what "
                                "is readable. Nothing was salvaged.") from None
         finally:
             conn.close()
-    return _CaptureRows(sessions, messages, scols, mcols)
+    return _CaptureRows(sessions, messages, scols, mcols, token)
+
+
+def _token(conn: sqlite3.Connection) -> str | None:
+    """``state_meta['db_file_generation']`` of a store, None when absent or not text."""
+    try:
+        row = conn.execute("SELECT value FROM state_meta WHERE key = ?", (TOKEN_KEY,)).fetchone()
+    except sqlite3.OperationalError:  # no state_meta (an old or foreign store)
+        return None
+    value = None if row is None else row[0]
+    return value if isinstance(value, str) and value else None
+
+
+def capture_token(manifest: dict, rows: "_CaptureRows | None" = None) -> str | None:
+    """The token of the store a capture was taken from: the manifest's ``generation.token``
+    (recorded at the writer's open), else the one in the capture's own copy."""
+    gen = manifest.get("generation") if isinstance(manifest.get("generation"), dict) else {}
+    token = gen.get("token")
+    if isinstance(token, str) and token:
+        return token
+    return rows.token if rows is not None else None
+
+
+def check_identity(capture: Path, manifest: dict, rows: "_CaptureRows",
+                   store_token: str | None, db_path: str | os.PathLike, *,
+                   allow_foreign: bool = False) -> dict:
+    """Whether ``capture`` was taken from the store at ``db_path`` (module docstring).
+
+    Returns:
+        ``{"capture_token", "store_token", "same_store", "allowed_foreign"}``.
+    Raises:
+        ForeignCaptureError: the tokens differ or one is unknown, and not ``allow_foreign``.
+    """
+    cap_token = capture_token(manifest, rows)
+    same = cap_token is not None and cap_token == store_token
+    out = {"capture_token": cap_token, "store_token": store_token, "same_store": same,
+           "allowed_foreign": (not same) and allow_foreign}
+    if same or allow_foreign:
+        return out
+    database = manifest.get("database")
+    here = os.path.realpath(os.fspath(db_path))
+    at_same_path = isinstance(database, str) and os.path.realpath(database) == here
+    if cap_token is None or store_token is None:
+        which = "the capture" if cap_token is None else "this store"
+        why = (f"{which} carries no store token (state_meta['{TOKEN_KEY}']), so it cannot be "
+               "shown to be this store's")
+    elif at_same_path:
+        why = (f"it was taken from the store then at {database} (token {cap_token}), and the "
+               f"file now at that path is another store (token {store_token}): it was replaced "
+               "since (restored from elsewhere, rebuilt by `sessions recover --output`, or "
+               "copied over)")
+    else:
+        why = (f"it was taken from another store ({database!s}, token {cap_token}); this store "
+               f"is {here} (token {store_token})")
+    raise ForeignCaptureError(
+        f"refusing to salvage {capture}: {why}. A session id in another store names another "
+        "conversation; nothing was salvaged.",
+        "salvage it into the store it came from; if this store really continues that one (you "
+        "rebuilt or copied it), re-run with --allow-foreign",
+        capture_token=cap_token, store_token=store_token)
 
 
 def _columns(conn: sqlite3.Connection, table: str) -> list[str]:
@@ -246,8 +343,16 @@ def _plan(rows: _CaptureRows, capture: Path, manifest: dict, c: sqlite3.Connecti
                        messages=sum(map(len, rows.messages.values())))
     live_mcols = set(_columns(c, "messages"))
     key_cols = tuple(k for k in MESSAGE_KEY if k in live_mcols and k in rows.message_cols)
-    for sid in sorted(set(rows.sessions) | set(rows.messages)):
+    for sid in sorted(set(rows.sessions) | set(rows.messages), key=_order):
         live = c.execute("SELECT * FROM sessions WHERE id = ?", (sid,)).fetchone()
+        if live is None and sid not in rows.sessions:
+            # Messages whose session is in neither the capture nor the store: the foreign key
+            # would refuse them, so they are named, not attempted.
+            plan.not_salvageable += [
+                _row_note("messages", sid, m, f"its session {sid!r} is in neither the capture "
+                          "nor the store (FOREIGN KEY messages.session_id -> sessions.id)")
+                for m in rows.messages.get(sid, [])]
+            continue
         if live is None and sid in rows.sessions:
             plan.new_sessions.append(rows.sessions[sid])
         elif live is not None and sid in rows.sessions:
@@ -271,22 +376,47 @@ def _plan(rows: _CaptureRows, capture: Path, manifest: dict, c: sqlite3.Connecti
     return plan
 
 
+def _order(value) -> tuple:
+    """Sort key for ids of any type (a foreign client may have stored a BLOB or NULL id)."""
+    return (type(value).__name__, value if isinstance(value, (str, bytes)) else repr(value))
+
+
+def _printable(value):
+    """A JSON-safe form of a cell of any type (bytes and other objects by their repr)."""
+    return value if value is None or isinstance(value, (str, int, float)) else repr(value)
+
+
+def _row_note(table: str, sid, row: dict, why: str) -> dict:
+    """One entry of ``not_salvaged``: which capture row, and why it could not be added."""
+    return {"table": table, "session_id": _printable(sid),
+            "capture_row_id": _printable(row.get("id")) if table == "messages" else None,
+            "role": _printable(row.get("role")), "timestamp": _printable(row.get("timestamp")),
+            "why": why}
+
+
 def plan_capture(db_path: str | os.PathLike, capture_dir: str | os.PathLike, *,
-                 tmp_dir: str | None = None) -> CapturePlan:
+                 tmp_dir: str | None = None, allow_foreign: bool = False) -> CapturePlan:
     """What ``capture_dir`` holds that the store at ``db_path`` lacks (read-only on both).
 
+    Args:
+        allow_foreign: compare a capture of another store too (module docstring).
     Raises:
+        ForeignCaptureError: the capture was taken from another store (not ``allow_foreign``).
         SalvageError: the capture cannot be read (see :func:`read_manifest`).
         sqlite3.Error: the live store cannot be read.
     """
     capture = _capture_path(capture_dir)
     manifest = read_manifest(capture)
     rows = _read_capture(capture, manifest, tmp_dir)
-    conn = sqlite3.connect(sqlite_uri(db_path, mode="ro"), uri=True, timeout=5.0)
+    conn = connect_ro(db_path, timeout=5.0)
     try:
-        return _plan(rows, capture, manifest, conn)
+        identity = check_identity(capture, manifest, rows, _token(conn), db_path,
+                                  allow_foreign=allow_foreign)
+        plan = _plan(rows, capture, manifest, conn)
     finally:
         conn.close()
+    plan.identity = identity
+    return plan
 
 
 def _capture_path(capture_dir: str | os.PathLike) -> Path:
@@ -316,70 +446,120 @@ def _tool_calls(value) -> int:
     return count_tool_calls(value)
 
 
-def _write_plan(c: sqlite3.Connection, plan: CapturePlan, rows: _CaptureRows) -> dict:
-    """Append ``plan`` inside the caller's write transaction; returns what was added."""
-    live_scols = set(_columns(c, "sessions"))
-    live_mcols = set(_columns(c, "messages"))
-    added_sessions, detached, titles_dropped = [], [], []
+def _try_insert(c: sqlite3.Connection, table: str, row: dict) -> tuple[int | None, str]:
+    """Insert ``row`` under its own SAVEPOINT: ``(row id, "")``, or ``(None, why)`` when the
+    live schema refuses it (a constraint, a value SQLite cannot bind); the transaction goes on.
+    Lock errors and damage are not caught: the whole salvage retries or stops."""
+    c.execute("SAVEPOINT salvage_row")
+    try:
+        rid = _insert(c, table, row)
+    except (sqlite3.IntegrityError, sqlite3.InterfaceError, sqlite3.ProgrammingError,
+            OverflowError, ValueError, TypeError) as exc:
+        c.execute("ROLLBACK TO salvage_row")
+        c.execute("RELEASE salvage_row")
+        return None, f"{type(exc).__name__}: {exc}"
+    c.execute("RELEASE salvage_row")
+    return rid, ""
+
+
+def _add_sessions(c: sqlite3.Connection, plan: CapturePlan, live_scols: set) -> dict:
+    """Insert the plan's new sessions, parents first; returns what happened to them."""
+    added, detached, titles_dropped, failed = [], [], [], {}
     new_ids = {s["id"] for s in plan.new_sessions}
     pending = list(plan.new_sessions)
-    # Parents first: a session is inserted once its parent is in the store or nowhere to come.
     while pending:
         progressed = False
         for s in list(pending):
             parent = s.get("parent_session_id")
-            if parent and parent in new_ids and parent not in added_sessions:
+            waiting = parent and parent in new_ids and parent not in added and parent not in failed
+            if waiting and any(p["id"] == parent for p in pending):
                 continue
             row = {k: v for k, v in s.items() if k in live_scols}
-            if parent and parent not in new_ids and c.execute(
+            if parent and (parent in failed or parent not in new_ids) and c.execute(
                     "SELECT 1 FROM sessions WHERE id = ?", (parent,)).fetchone() is None:
                 row["parent_session_id"] = None
                 detached.append(s["id"])
-            if row.get("title") and c.execute("SELECT 1 FROM sessions WHERE title = ?",
-                                              (row["title"],)).fetchone():
-                titles_dropped.append(s["id"])
-                row["title"] = None
-            for counter in ("message_count", "tool_call_count"):
-                if counter in row:
-                    row[counter] = 0
-            _insert(c, "sessions", row)
-            added_sessions.append(s["id"])
+            _add_one_session(c, s, row, added, titles_dropped, failed, plan)
             pending.remove(s)
             progressed = True
         if not progressed:  # a parent cycle among the new sessions: add the rest as roots
             for s in pending:
-                s = dict(s, parent_session_id=None)
                 detached.append(s["id"])
-                _insert(c, "sessions", {k: v for k, v in s.items() if k in live_scols})
-                added_sessions.append(s["id"])
+                row = {k: v for k, v in s.items() if k in live_scols}
+                row["parent_session_id"] = None
+                _add_one_session(c, s, row, added, titles_dropped, failed, plan)
             pending = []
+    return {"added": added, "detached": detached, "titles_dropped": titles_dropped,
+            "failed": failed}
+
+
+def _add_one_session(c: sqlite3.Connection, s: dict, row: dict, added: list,
+                     titles_dropped: list, failed: dict, plan: CapturePlan) -> None:
+    if row.get("title") and c.execute("SELECT 1 FROM sessions WHERE title = ?",
+                                      (row["title"],)).fetchone():
+        titles_dropped.append(s["id"])
+        row["title"] = None
+    for counter in ("message_count", "tool_call_count"):
+        if counter in row:
+            row[counter] = 0
+    _rid, why = _try_insert(c, "sessions", row)
+    if why:
+        failed[s["id"]] = why
+        plan.not_salvageable.append(_row_note("sessions", s["id"], s, why))
+    else:
+        added.append(s["id"])
+
+
+def _write_plan(c: sqlite3.Connection, plan: CapturePlan, rows: _CaptureRows) -> dict:
+    """Append ``plan`` inside the caller's write transaction; returns what was added.
+
+    Every row goes in under its own SAVEPOINT: one the live schema refuses is listed in
+    ``not_salvaged`` with why, and the others are still added (issue 22 item 5)."""
+    live_scols = set(_columns(c, "sessions"))
+    live_mcols = set(_columns(c, "messages"))
+    sessions = _add_sessions(c, plan, live_scols)
     added_messages: dict[str, list[int]] = {}
     for sid, msgs in plan.missing.items():
+        if sid in sessions["failed"]:
+            plan.not_salvageable += [_row_note("messages", sid, m, f"its session {sid!r} could "
+                                               f"not be added ({sessions['failed'][sid]})")
+                                     for m in msgs]
+            continue
         ids, calls = [], 0
         for m in msgs:
-            ids.append(_insert(c, "messages", {k: v for k, v in m.items()
-                                               if k in live_mcols and k != "id"}))
+            rid, why = _try_insert(c, "messages", {k: v for k, v in m.items()
+                                                   if k in live_mcols and k != "id"})
+            if why:
+                plan.not_salvageable.append(_row_note("messages", sid, m, why))
+                continue
+            ids.append(rid)
             calls += _tool_calls(m.get("tool_calls"))
+        if not ids:
+            continue
         c.execute("UPDATE sessions SET message_count = COALESCE(message_count, 0) + ?, "
                   "tool_call_count = COALESCE(tool_call_count, 0) + ? WHERE id = ?",
                   (len(ids), calls, sid))
         added_messages[sid] = ids
+    added_sessions = sessions["added"]
     record = {"capture": str(plan.capture), "captured_at": plan.manifest.get("captured_at"),
               "wal_sha256": (plan.manifest.get("wal") or {}).get("sha256"),
               "applied_at": time.time(), "by_pid": os.getpid(),
               "sessions_added": added_sessions, "messages_added": added_messages,
-              "detached_sessions": detached, "titles_dropped": titles_dropped}
+              "detached_sessions": sessions["detached"],
+              "titles_dropped": sessions["titles_dropped"], "identity": plan.identity,
+              "not_salvaged": plan.not_salvageable}
     key = None
     if added_sessions or added_messages:
         key = f"{RECORD_PREFIX}{plan.capture.name}:{utc_stamp()}"
         c.execute("INSERT OR REPLACE INTO state_meta(key, value) VALUES (?, ?)",
-                  (key, json.dumps(record)))
+                  (key, json.dumps(record, default=repr)))
     return {**record, "record_key": key,
             "messages_added_total": sum(map(len, added_messages.values()))}
 
 
 def apply_captures(db_path: str | os.PathLike, captures: list[str | os.PathLike], *,
-                   force: bool = False, tmp_dir: str | None = None) -> list[dict]:
+                   force: bool = False, tmp_dir: str | None = None,
+                   allow_foreign: bool = False) -> list[dict]:
     """Append what each capture holds that the store lacks, in ONE write transaction under the
     live-writer gate with the store's write lock held (module docstring).
 
@@ -388,11 +568,15 @@ def apply_captures(db_path: str | os.PathLike, captures: list[str | os.PathLike]
         captures: capture directories, applied in this order (a later one is compared with the
             store including what an earlier one added).
         force: skip the holder refusal (never the write lock).
+        allow_foreign: also apply a capture of another store (module docstring).
     Returns:
         One dict per capture: the plan (:meth:`CapturePlan.to_dict`) under ``"plan"`` and what
         was added (``sessions_added``, ``messages_added`` {session: [new row ids]},
-        ``messages_added_total``, ``detached_sessions``, ``titles_dropped``, ``record_key``).
+        ``messages_added_total``, ``detached_sessions``, ``titles_dropped``, ``record_key``,
+        ``identity``, ``not_salvaged``: the capture rows that could not be added, with why).
     Raises:
+        ForeignCaptureError: a capture of another store (not ``allow_foreign``); nothing
+            written.
         MaintenanceRefused: another process holds the store (SPEC §11), or the lock is busy.
         SalvageError: a capture cannot be read (nothing written).
         HermesStateError: the store refused the write (nothing written).
@@ -406,7 +590,10 @@ def apply_captures(db_path: str | os.PathLike, captures: list[str | os.PathLike]
         def fn(c: sqlite3.Connection) -> list[dict]:
             out = []
             for path, manifest, rows in loaded:
+                identity = check_identity(path, manifest, rows, _token(c), db_path,
+                                          allow_foreign=allow_foreign)
                 plan = _plan(rows, path, manifest, c)
+                plan.identity = identity
                 out.append({"plan": plan.to_dict(), **_write_plan(c, plan, rows)})
             return out
         return db.connection.execute_write(lambda c: fn(CleaningConnection(c)), op="salvage")

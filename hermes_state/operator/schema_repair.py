@@ -27,7 +27,15 @@ import shutil
 import sqlite3
 from pathlib import Path
 
-from ..files.atomic import PartialDir, clean_partials, fsync_dir, move_aside, numbered
+from ..files.atomic import (
+    PartialDir,
+    clean_partials,
+    copy_regular,
+    fsync_dir,
+    move_aside,
+    numbered,
+)
+from ..files.store_files import refuse_special_store_files
 from ..files.paths import utc_stamp
 from ..processes import holders
 from ..schema.tables import create_fts
@@ -123,10 +131,11 @@ _ACTIONS = {"rebuild_fts": _rebuild_fts, "dedup_schema": _dedup_schema,
 
 
 def _copy_store(src: Path, dst: Path) -> None:
-    shutil.copyfile(src, dst)
+    """The live ``state.db`` and its WAL into the private directory (regular files only)."""
+    copy_regular(src, dst)
     wal = Path(f"{src}-wal")
-    if wal.exists():
-        shutil.copyfile(wal, Path(f"{dst}-wal"))
+    if os.path.lexists(wal):
+        copy_regular(wal, Path(f"{dst}-wal"))
 
 
 def _fold_wal(path: Path) -> None:
@@ -156,8 +165,13 @@ def repair_state_db_schema(db_path: str | os.PathLike, *, backup: bool = True) -
     """
     path = Path(db_path).absolute()
     out: dict = {"repaired": False, "strategy": None, "backup_path": None, "error": None}
-    if not path.exists():
+    if not os.path.lexists(path):
         out["error"] = f"{path} does not exist"
+        return out
+    try:  # a link, FIFO or device at a store path: named, never copied (issue 22 item 9)
+        refuse_special_store_files(path, what="repair the session store")
+    except OSError as exc:
+        out["error"] = getattr(exc, "user_message", str(exc))
         return out
     scan = holders.scan(path, include_self=True)
     if scan.holders or not scan.complete:

@@ -20,6 +20,7 @@ from urllib.parse import quote
 
 from ..errors import SQLITE_BUSY, SQLITE_LOCKED
 from ..files import atomic
+from ..files.store_files import connect_ro, refuse_special_store_files
 
 BUSY_TIMEOUT_S = 10.0
 _REASON_MAX = 40
@@ -89,7 +90,7 @@ def ro_uri(path: Path) -> str:
 
 
 def fsync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)  # our own new file
     try:
         os.fsync(fd)
     finally:
@@ -113,9 +114,9 @@ def inspect_image(image: Path) -> dict:
                  "sessions": None, "messages": None, "page_size": None, "page_count": None,
                  "error": None}
     try:
-        conn = sqlite3.connect(ro_uri(image), uri=True, timeout=BUSY_TIMEOUT_S)
-    except sqlite3.Error as exc:
-        out["error"] = f"cannot open the image: {exc}"
+        conn = connect_ro(image, timeout=BUSY_TIMEOUT_S)
+    except (sqlite3.Error, OSError) as exc:  # a FIFO or link beside the image: named
+        out["error"] = f"cannot open the image: {getattr(exc, 'user_message', exc)}"
         return out
     try:
         try:
@@ -207,6 +208,7 @@ def backup_image(db: Path, dest: Path) -> None:
     Raises:
         sqlite3.Error: the source cannot be read as a database.
     """
+    refuse_special_store_files(db, what="back up the session store")  # never a FIFO (SPEC §1)
     src = sqlite3.connect(ro_uri(db), uri=True, timeout=BUSY_TIMEOUT_S)
     try:
         dst = sqlite3.connect(os.fspath(dest), timeout=BUSY_TIMEOUT_S)

@@ -36,8 +36,10 @@ from typing import Callable
 from .. import failpoints
 from ..errors import HermesStateError, is_lock_error
 from ..files import atomic
+from ..files.names import name_problem, shown_name
 from ..files.paths import utc_stamp
 from ..files.sqlite_format import is_sqlite
+from ..files.store_files import connect_ro, refuse_special_store_files
 from ..processes import checkpoint_lock, holders
 from .snapshot_images import (
     BUSY_TIMEOUT_S,
@@ -52,7 +54,6 @@ from .snapshot_images import (
     inspect_image,
     iso_epoch,
     iso_now,
-    ro_uri,
     sanitize_reason,
     stamp_iso,
     store_sizes,
@@ -416,9 +417,11 @@ def list_snapshots(db_path: str | os.PathLike) -> list[dict]:
 
 def _locate(db: Path, snapshot_id: str) -> tuple[Path, dict | None]:
     """``(image path, manifest or None)`` of ``snapshot_id``; raises SnapshotNotFound."""
-    sid = str(snapshot_id)
-    if not sid or "/" in sid or "\\" in sid or sid in (".", "..") or sid.endswith(".partial"):
-        raise SnapshotNotFound(f"{snapshot_id!r} is not a snapshot id; not restored.",
+    sid = snapshot_id if isinstance(snapshot_id, str) else str(snapshot_id)
+    problem = name_problem(sid)
+    if problem is not None or sid.endswith(".partial"):
+        raise SnapshotNotFound(f"{shown_name(sid)} is not a snapshot id (it "
+                               f"{problem or 'names an unfinished snapshot'}); not restored.",
                                "list them with `backup list`")
     directory = db.parent / SNAPSHOT_DIR / sid
     if _is_dir(directory) and _is_regular(directory / IMAGE):
@@ -581,9 +584,10 @@ def _restore_locked(db: Path, snapshot_id: str, image: Path, keep: int
                             f"failed snapshot {pre['id']}")
         _refuse_if_held(db, snapshot_id)
 
+    refuse_special_store_files(db, what="restore into the session store")
     dst = sqlite3.connect(os.fspath(db), timeout=BUSY_TIMEOUT_S, isolation_level=None)
     try:
-        src = sqlite3.connect(ro_uri(image), uri=True, timeout=BUSY_TIMEOUT_S)
+        src = connect_ro(image, timeout=BUSY_TIMEOUT_S)
         try:
             backup_bounded(src, dst)
         finally:

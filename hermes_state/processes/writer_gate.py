@@ -28,7 +28,6 @@ from typing import Iterator
 
 from .. import failpoints
 from ..errors import HermesStateError
-from ..files.paths import sqlite_uri
 from . import checkpoint_lock, holders
 
 log = logging.getLogger("hermes_state")
@@ -183,13 +182,16 @@ def gateway_owner_pid(db_path: str | os.PathLike) -> int | None:
     """The owning gateway's pid if it is recorded AND that process is alive, else None."""
     import sqlite3
 
-    try:
-        conn = sqlite3.connect(sqlite_uri(db_path, mode="ro"), uri=True, timeout=1.0)
+    from ..files.atomic import UnsafePathError
+    from ..files.store_files import connect_ro
+
+    try:  # a FIFO or device at a store path is refused by name by the command's own open
+        conn = connect_ro(db_path, timeout=1.0)
         try:
             row = conn.execute("SELECT value FROM state_meta WHERE key='gateway_owner'").fetchone()
         finally:
             conn.close()
-    except sqlite3.Error:
+    except (sqlite3.Error, UnsafePathError):
         return None
     if not row:
         return None

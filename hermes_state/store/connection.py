@@ -9,6 +9,7 @@ damage, and a close that never checkpoints a retired generation. Opening is
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import random
@@ -58,6 +59,27 @@ HOLD_WAIT_S = 0.025
 # Connections of retired generations this process must never close (Python 3.11 fallback when
 # NO_CKPT_ON_CLOSE cannot be set): kept alive until the process exits (SPEC §10.5).
 _UNCLOSABLE: list[sqlite3.Connection] = []
+
+
+def decode_lenient(data: bytes) -> str:
+    """A text factory that reads invalid UTF-8 with U+FFFD (never raises)."""
+    return data.decode("utf-8", "replace")
+
+
+def is_decode_error(exc: BaseException) -> bool:
+    """True for sqlite3's "Could not decode to UTF-8 column ..." (a TEXT value that is not
+    UTF-8: a foreign client's bytes), which is not damage."""
+    return isinstance(exc, sqlite3.OperationalError) and "Could not decode to UTF-8" in str(exc)
+
+
+@contextlib.contextmanager
+def lenient_text(conn: sqlite3.Connection):
+    """Read text as :func:`decode_lenient` inside the block; the default factory after."""
+    conn.text_factory = decode_lenient
+    try:
+        yield conn
+    finally:
+        conn.text_factory = str
 
 
 def exposed_to_wal_reset() -> bool:
@@ -130,6 +152,10 @@ class StoreConnection(GenerationTracking):
         self.retired_holders: list = list(retired_holders or [])
         self.quarantined_to = quarantined_to
         self.migration_report = None  # migrations.MigrationReport of this open, None if settled
+        #: A read-only handle on a migrated private copy of an older store (store/migrated_copy):
+        #: ``{"schema_version", "pending", "directory"}``; None otherwise.
+        self.migrated_copy: dict | None = None
+        self._on_close: list[Callable[[], object]] = []
         self.generation: Generation | None = None  # set by record_generation (writable)
         self._lock = threading.RLock()
         self._rng = random.Random()  # seeded from os.urandom: jitter must not follow a run seed
@@ -210,6 +236,7 @@ class StoreConnection(GenerationTracking):
         with self._lock:
             self._check_usable()
             conn = self.conn
+            conn.text_factory = str  # lenient only for a retry after a decode error (below)
             t0 = time.monotonic()
             attempt = 0
             fts_repaired = False
@@ -252,6 +279,11 @@ class StoreConnection(GenerationTracking):
                     wait_first = True
                     continue
                 except sqlite3.DatabaseError as exc:
+                    if is_decode_error(exc) and self.conn.text_factory is str:
+                        # A row a foreign client wrote as invalid UTF-8: the same transaction
+                        # again (it was rolled back), reading such text with U+FFFD.
+                        self.conn.text_factory = decode_lenient
+                        continue
                     kind = corruption_kind(exc)
                     if (kind is None and not fts_repaired and op != "rebuild_fts"
                             and self._fts_damage_behind(exc)):
@@ -280,6 +312,7 @@ class StoreConnection(GenerationTracking):
                     t_attempt = time.monotonic()
                     continue
                 break
+            conn.text_factory = str
             failpoints.hit("write.after_commit")
             self._writes += 1
             events.enabled() and events.emit(
@@ -623,12 +656,23 @@ class StoreConnection(GenerationTracking):
 
     # ------------------------------------------------------------------ reads
     def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Run ``fn(conn)`` under the lock; autocommit, so no read transaction outlives the call."""
+        """Run ``fn(conn)`` under the lock; autocommit, so no read transaction outlives the call.
+
+        Text that is not valid UTF-8 (a foreign client's bytes in a TEXT column) is read with
+        U+FFFD in place of the bad bytes instead of failing the whole read (issue 22 item 7):
+        ``fn`` runs again with a lenient text factory, only after such a failure.
+        """
         with self._lock:
             if self._closed:
                 raise sqlite3.ProgrammingError("Cannot operate on a closed session store.")
             try:
-                return fn(self.conn)
+                try:
+                    return fn(self.conn)
+                except sqlite3.OperationalError as exc:
+                    if not is_decode_error(exc):
+                        raise
+                with lenient_text(self.conn):
+                    return fn(self.conn)
             except sqlite3.DatabaseError as exc:
                 if corruption_kind(exc) == "structural":
                     if not self.read_only:
@@ -637,6 +681,10 @@ class StoreConnection(GenerationTracking):
                 raise
 
     # ------------------------------------------------------------------ close
+    def on_close(self, fn: Callable[[], object]) -> None:
+        """Call ``fn()`` once after the connection is closed (a private copy's cleanup)."""
+        self._on_close.append(fn)
+
     def close(self) -> None:
         """SPEC §10.5: healthy ⇒ PASSIVE checkpoint then close; retired ⇒ capture, no checkpoint.
 
@@ -683,3 +731,5 @@ class StoreConnection(GenerationTracking):
                     if took:
                         self._guard.release()
                     self._guard.close()
+                for fn in self._on_close:
+                    fn()

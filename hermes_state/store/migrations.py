@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from .. import events, failpoints
 from ..errors import WriteContentionError
+from ..files import atomic
 from ..files.paths import sessions_json_path
 from ..fts.backfill import AUTO_KEY
 from ..fts.switch import replace_layout
@@ -293,20 +294,17 @@ def load_sessions_json(path: Path) -> list[dict]:
     a string ``session_id`` are dropped, and so are keys starting with ``_`` (upstream skips
     them). An entry of the ``{session_key: entry}`` shape carries its key as ``"_key"``.
     """
-    try:
-        size = path.stat().st_size
+    try:  # never through a link, never blocking on a FIFO, never more than the limit
+        raw = atomic.read_regular(path, limit=SESSIONS_JSON_MAX_BYTES)
     except FileNotFoundError:
         return []
-    except OSError as exc:
-        log.warning("v18: cannot read %s (%s); gateway metadata not back-filled", path, exc)
-        return []
-    if size > SESSIONS_JSON_MAX_BYTES:
-        log.warning("v18: %s is %d bytes (> %d); gateway metadata not back-filled", path, size,
-                    SESSIONS_JSON_MAX_BYTES)
+    except (OSError, ValueError) as exc:
+        log.warning("v18: cannot read %s (%s); gateway metadata not back-filled", path,
+                    getattr(exc, "user_message", exc))
         return []
     try:
-        data = json.loads(path.read_bytes().decode("utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         log.warning("v18: %s is not valid JSON (%s); gateway metadata not back-filled", path,
                     exc)
         return []

@@ -18,7 +18,6 @@ import logging
 import os
 import random
 import sqlite3
-import stat
 from pathlib import Path
 from typing import TypeVar
 
@@ -32,12 +31,12 @@ from ..errors import (
     OpenContentionError,
     is_lock_error,
 )
-from ..files import atomic
 from ..files.paths import access_problem, ensure_home, sqlite_uri
+from ..files.store_files import refuse_special_store_files
 from ..processes import holders
 from ..processes.checkpoint_lock import CheckpointLock, wal_reset_exposure
 from ..schema.shape import pending_work, stored_version
-from . import migrations
+from . import migrated_copy, migrations
 from .connection import (
     BUSY_TIMEOUT_S,
     StoreConnection,
@@ -74,6 +73,11 @@ def open_connection(db_path: Path, *, read_only: bool = False,
     if read_only:
         _refuse_unsafe_files(db_path)
         conn, retired = _connect_ro(db_path)
+        pending = _pending_for_reads(db_path, conn)
+        if pending:  # an older store: read a migrated private copy (issue 22 item 6)
+            sc = migrated_copy.open_copy(db_path, conn, pending, open_writable=open_connection)
+            sc.retired_holders = list(retired)
+            return sc
         return StoreConnection(db_path, conn, read_only=True, retired_holders=retired)
     ensure_home(db_path.parent)
     _refuse_unsafe_files(db_path)
@@ -161,25 +165,19 @@ def _connect_ro(db_path: Path) -> tuple[sqlite3.Connection, list]:
     return conn, retired
 
 
-def _refuse_unsafe_files(db_path: Path) -> None:
-    """The three store files must be plain files or absent: never a link, FIFO or device.
+def _pending_for_reads(db_path: Path, conn: sqlite3.Connection) -> list[str]:
+    """:func:`migrated_copy.pending_for_reads`, its read errors named like the open's."""
+    try:
+        return migrated_copy.pending_for_reads(conn)
+    except sqlite3.DatabaseError as exc:
+        conn.close()
+        raise_named(db_path, exc)
 
-    Checked with ``lstat`` before anything opens them (a FIFO would block the open, a device
-    would be read as a database). Raises :class:`~hermes_state.files.atomic.UnsafePathError`.
-    """
-    for suffix in ("", "-wal", "-shm"):
-        p = Path(f"{db_path}{suffix}")
-        try:
-            st = os.lstat(p)
-        except (FileNotFoundError, NotADirectoryError):
-            continue
-        if not stat.S_ISREG(st.st_mode):
-            raise atomic.UnsafePathError(
-                f"refusing to open the session store: {p} is "
-                f"{atomic.describe_mode(st.st_mode)}, not a regular file.",
-                "the three files state.db, state.db-wal and state.db-shm must be plain files "
-                "in one directory (SPEC §1); replace it with the real file or move it away.",
-                path=str(p))
+
+def _refuse_unsafe_files(db_path: Path) -> None:
+    """The store files must be plain files or absent: never a link, FIFO or device (checked
+    with ``lstat`` before anything opens them: :mod:`hermes_state.files.store_files`)."""
+    refuse_special_store_files(db_path)
 
 
 def _refuse_if_retired_holders(db_path: Path) -> None:

@@ -18,6 +18,7 @@ import sqlite3
 import sys
 import threading
 
+from ..files import atomic
 from ..processes.generation import own_descriptors
 
 log = logging.getLogger("hermes_state")
@@ -48,7 +49,7 @@ def _disk_is_wal(conn: sqlite3.Connection) -> bool:
         else:
             # No descriptor of this process on the file: opening and closing one here cannot
             # drop a POSIX lock this process holds (it holds none on this inode).
-            with open(path, "rb") as fh:
+            with atomic.open_regular(path) as fh:  # never a FIFO or a device
                 header = fh.read(20)
     except OSError:
         return True
