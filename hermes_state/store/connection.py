@@ -30,8 +30,9 @@ from ..errors import (
 from ..fts import backfill as fts_backfill
 from ..processes import checkpoint_lock, holders
 from ..processes.checkpoint_lock import CheckpointLock, wal_reset_exposure
-from ..processes.generation import Generation, diff
+from ..processes.generation import Generation, diff, own_descriptors
 from ..schema.tables import FTS_TABLES
+from . import wal_index
 from .generation_tracking import GenerationTracking
 from .pragmas import disable_checkpoint_on_close
 from .quarantine import raise_named
@@ -144,6 +145,9 @@ class StoreConnection(GenerationTracking):
         self._initial_disk_app_id: int | None = None
         self._backfill = None  # fts_backfill.BackfillThread after a deferred FTS re-index
         self._guard = guard
+        self._lock_mode = "shared"  # what the last write transaction needed of the lock
+        self._shm_fd: int | None = None  # SQLite's own -shm descriptor (wal_index reads)
+        self._wal_seen: wal_index.WalIndex | None = None  # the last write's wal-index header
         self._exposed = exposed_to_wal_reset()
         # Checkpoints take the lock only where SQLite has the WAL-reset race (issue 12).
         self._lock_checkpoints = guard is not None and self._exposed and guard.usable
@@ -285,7 +289,8 @@ class StoreConnection(GenerationTracking):
             events.enabled() and events.emit(
                 "write", seq=self._writes, attempts=attempt, op=op, t_begin=t_begin,
                 t_commit=t_commit, t_precommit=self._t_precommit, met=met,
-                lock="shared" if held else self._unlocked_why())
+                lock=self._lock_mode if held else self._unlocked_why(),
+                wal=self._wal_seen.as_list() if held and self._wal_seen else None)
             if self._writes % _CHECKPOINT_EVERY_N_WRITES == 0:
                 self.checkpoint("PASSIVE", trigger="cadence")
             return result
@@ -326,8 +331,13 @@ class StoreConnection(GenerationTracking):
                 self._guard.release()  # type: ignore[union-attr]
 
     def _enter_shared(self) -> bool:
-        """Take the checkpoint lock SHARED for one write transaction (issue 12), waiting at most
+        """Take the checkpoint lock for one write transaction (issue 12), waiting at most
         :data:`HOLD_WAIT_S` while SQLite's write lock is held (nothing written yet).
+
+        SHARED for a write that cannot restart the WAL (it excludes maintenance only);
+        EXCLUSIVE, on an SQLite with the WAL-reset race, for one that may (it excludes every
+        checkpoint too, which holds the lock SHARED): see :meth:`_write_may_restart` and
+        docs/decisions/0001-checkpoint-lock.md (issue 24 item 3).
 
         Returns:
             True when taken (the caller releases it); False when there is nothing to take (lock
@@ -338,13 +348,42 @@ class StoreConnection(GenerationTracking):
         guard = self._guard
         if guard is None or guard.fd is None or checkpoint_lock.held_here(self.db_path):
             return False
-        if guard.try_shared() or guard.acquire_shared_polling(
+        may_restart = self._write_may_restart()
+        exclusive = self._lock_checkpoints and may_restart
+        self._lock_mode = "exclusive" if exclusive else "shared"
+        wait = (guard.acquire_exclusive_polling if exclusive else guard.acquire_shared_polling)
+        if (guard.try_exclusive() if exclusive else guard.try_shared()) or wait(
                 HOLD_WAIT_S, before_try=lambda: failpoints.hit("write.lock_wait")):
             return True
         raise _CheckpointLockMet()
 
+    def _write_may_restart(self) -> bool:
+        """Whether the write transaction this connection just began (``BEGIN IMMEDIATE``
+        returned) can restart the WAL, from the wal-index header read through SQLite's own
+        ``-shm`` descriptor (:mod:`hermes_state.store.wal_index`; True when unreadable).
+
+        Holding SQLite's write lock, ``mxFrame`` is this snapshot's and ``nBackfill`` only
+        grows: ``nBackfill < mxFrame`` now means it was so when the snapshot began, so the
+        snapshot did not take read slot 0 and ``walRestartLog`` cannot restart the log.
+        The header seen is kept for the ``write`` event (``wal``).
+        """
+        fd = self._shm_fd
+        if fd is None:
+            shm = self.generation.shm if self.generation is not None else None
+            fds = own_descriptors(shm) if shm is not None else []
+            if not fds:
+                self._wal_seen = None
+                return True
+            fd = self._shm_fd = fds[0]
+        seen = self._wal_seen = wal_index.read(fd)
+        if seen is None:
+            self._shm_fd = None  # look for SQLite's descriptor again next time
+            return True
+        return seen.may_restart
+
     def _wait_lock_free(self) -> None:
-        """Wait, holding nothing, until no checkpoint holds the lock (at most the busy timeout).
+        """Wait, holding nothing, until the lock could be had in the mode the last attempt
+        needed (at most the busy timeout).
 
         Raises:
             sqlite3.OperationalError: still held; coded SQLITE_BUSY (a lock error of SPEC §4:
@@ -353,16 +392,25 @@ class StoreConnection(GenerationTracking):
         guard = self._guard
         if guard is None or guard.fd is None:
             return
-        if not guard.acquire_shared(BUSY_TIMEOUT_S):
+        take = guard.acquire_exclusive if self._lock_mode == "exclusive" else \
+            guard.acquire_shared
+        if not take(BUSY_TIMEOUT_S):
             raise self._lock_busy_error()
         guard.release()
 
     def _lock_busy_error(self) -> sqlite3.OperationalError:
         found = checkpoint_lock.lock_holders(self.db_path)
-        who = ", ".join(h.line() for h in found if h.mode == "exclusive") or "another process"
-        exc = sqlite3.OperationalError(
-            f"the store's checkpoint lock is held exclusively by {who} (a checkpoint or a "
-            f"maintenance command)")
+        if self._lock_mode == "exclusive":
+            who = ", ".join(h.line() for h in found if not h.waiting) or "another process"
+            exc = sqlite3.OperationalError(
+                f"the store's checkpoint lock is held by {who} (a checkpoint, a maintenance "
+                f"command or a write); this write may restart the WAL and needs it alone")
+        else:
+            who = ", ".join(h.line() for h in found if h.mode == "exclusive") or \
+                "another process"
+            exc = sqlite3.OperationalError(
+                f"the store's checkpoint lock is held exclusively by {who} (a maintenance "
+                f"command, or a write that may restart the WAL)")
         exc.sqlite_errorcode = SQLITE_BUSY  # type: ignore[attr-defined]
         exc.sqlite_errorname = "SQLITE_BUSY"  # type: ignore[attr-defined]
         exc.checkpoint_lock = True  # type: ignore[attr-defined]
@@ -473,8 +521,11 @@ class StoreConnection(GenerationTracking):
     def _exclusive_owner(self) -> tuple[int, str] | None:
         """``(pid, command)`` of the process holding the checkpoint lock exclusively (issue 12);
         a frozen one is marked ``stopped`` in the command."""
+        me = os.getpid()
         for h in checkpoint_lock.lock_holders(self.db_path):
-            if h.mode == "exclusive" and not h.waiting:
+            # a write that needs it EXCLUSIVELY is held off by a holder of either mode
+            if not h.waiting and (h.mode == "exclusive" or (
+                    self._lock_mode == "exclusive" and h.pid != me)):
                 return h.pid, h.command + (", stopped" if h.status == "stopped" else "")
         return None
 
@@ -489,7 +540,9 @@ class StoreConnection(GenerationTracking):
         """
         ckpt = bool(getattr(exc, "checkpoint_lock", False))
         owner = self._exclusive_owner() if ckpt else holders.write_lock_owner(self.db_path)
-        which = "state.db checkpoint lock held exclusively" if ckpt else "state.db write lock held"
+        which = ("state.db write lock held" if not ckpt else
+                 "state.db checkpoint lock held" if self._lock_mode == "exclusive" else
+                 "state.db checkpoint lock held exclusively")
         owner_line = None
         seen_s = None
         if owner:
@@ -531,35 +584,38 @@ class StoreConnection(GenerationTracking):
             if self._retired or self._sticky is not None or self.journal_mode != "wal":
                 return None
             failpoints.hit("checkpoint.before")
-            took = self._enter_exclusive(wait, passive=mode.upper() == "PASSIVE")
+            took = self._enter_for_checkpoint(wait, passive=mode.upper() == "PASSIVE")
             if took is None or took == "running":
                 self._skipped_checkpoint(mode, trigger, running=took == "running")
                 return None
             try:
-                return self._checkpoint_locked(mode, trigger, "exclusive" if took
+                return self._checkpoint_locked(mode, trigger, "shared" if took
                                                else self._unlocked_checkpoint_why())
             finally:
                 if took:
                     self._guard.release()  # type: ignore[union-attr]
 
-    def _enter_exclusive(self, wait: float, *, passive: bool = False) -> bool | str | None:
-        """Take the checkpoint lock EXCLUSIVELY before a checkpoint (issue 12).
+    def _enter_for_checkpoint(self, wait: float, *, passive: bool = False
+                              ) -> bool | str | None:
+        """Take the checkpoint lock SHARED before a checkpoint (issue 12; issue 24 item 3: a
+        checkpoint excludes maintenance and the writes that may restart the WAL, which hold it
+        EXCLUSIVELY, and runs beside every other write).
 
         Args:
-            wait: seconds to wait for writers' shared holds (0 = one try).
-            passive: a PASSIVE checkpoint: when another checkpoint (or maintenance) holds the
-                lock exclusively, give up at once, as SQLite's PASSIVE returns busy at once
-                when another connection checkpoints (issue 18).
+            wait: seconds to wait for an exclusive holder (0 = one try).
+            passive: a PASSIVE checkpoint: when maintenance (or a write that may restart the
+                WAL, i.e. one that follows a complete checkpoint) holds the lock exclusively,
+                give up at once, as SQLite's PASSIVE returns busy at once (issue 18).
         Returns:
             True when taken (the caller releases it), False when not needed (fixed SQLite, lock
             off or degraded, or already held by this process for maintenance), ``"running"``
-            when ``passive`` and another process holds it exclusively, None when it stayed
+            when ``passive`` and another description holds it exclusively, None when it stayed
             busy for ``wait`` seconds.
         """
         if not self._lock_checkpoints or checkpoint_lock.held_here(self.db_path):
             return False
         guard = self._guard
-        if guard.acquire_exclusive(0):  # type: ignore[union-attr]
+        if guard.try_shared():  # type: ignore[union-attr]
             return True
         if wait <= 0:
             return None
@@ -567,9 +623,8 @@ class StoreConnection(GenerationTracking):
             return "running"
         # Queue for SQLite's write lock like any writer (its busy timeout): while this
         # connection holds it, no write transaction can start, and a writer holds the
-        # checkpoint lock only while it holds the write lock, so only writers finishing their
-        # COMMIT still hold it. Without this, writers chaining their shared holds under load
-        # starve the checkpoint. Nothing is written: the transaction is rolled back.
+        # checkpoint lock exclusively only while it holds the write lock, so only a writer
+        # finishing its COMMIT can still hold it. Nothing is written: rolled back.
         try:
             self.conn.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError as exc:
@@ -577,12 +632,10 @@ class StoreConnection(GenerationTracking):
                 return None
             raise
         try:
-            # A checkpointer that queued for the write lock ahead of this one now checkpoints
-            # holding the lock: waiting for it would only hold every writer off for its
-            # checkpoint and then this one (issue 18).
+            # Maintenance that took the lock while this one queued: a PASSIVE gives way.
             if passive and guard.exclusive_elsewhere():  # type: ignore[union-attr]
                 return "running"
-            ok = guard.acquire_exclusive(wait)  # type: ignore[union-attr]
+            ok = guard.acquire_shared(wait)  # type: ignore[union-attr]
         finally:
             self.conn.execute("ROLLBACK")
         return True if ok else None
@@ -593,8 +646,9 @@ class StoreConnection(GenerationTracking):
         return "not needed" if not self._exposed else "off"
 
     def _skipped_checkpoint(self, mode: str, trigger: str, *, running: bool = False) -> None:
-        why = ("another process checkpoints (the checkpoint lock is held exclusively)"
-               if running else "the checkpoint lock is busy")
+        why = ("the checkpoint lock is held exclusively (maintenance, or a write that may "
+               "restart the WAL after a complete checkpoint)" if running
+               else "the checkpoint lock is busy")
         log.info("%s checkpoint of %s skipped: %s", mode, self.db_path, why)
         if events.enabled():
             events.emit("checkpoint", mode=mode, trigger=trigger, seq=self._writes,
@@ -666,12 +720,12 @@ class StoreConnection(GenerationTracking):
                     elif self._sticky is None and self.journal_mode == "wal":
                         failpoints.hit("close.before_checkpoint")
                         failpoints.hit("checkpoint.before")
-                        took = self._enter_exclusive(0)
+                        took = self._enter_for_checkpoint(0)
                         if took is None:
                             self._skipped_checkpoint("PASSIVE", "close")
                             disable_checkpoint_on_close(conn, str(self.db_path))
                         else:
-                            self._checkpoint_locked("PASSIVE", "close", "exclusive" if took
+                            self._checkpoint_locked("PASSIVE", "close", "shared" if took
                                                     else self._unlocked_checkpoint_why())
                 if self._retired or self._sticky is not None:
                     if not disable_checkpoint_on_close(conn, str(self.db_path)):

@@ -1,0 +1,71 @@
+"""The wal-index header of a store, read through SQLite's own ``-shm`` descriptor (issue 24).
+
+SQLite keeps the WAL's state in shared memory (``state.db-shm``, wal.c ``WalIndexHdr`` twice
+at offsets 0 and 48, ``WalCkptInfo`` at 96, native byte order). The write path reads the first
+100 bytes with ``os.pread`` on the descriptor SQLite itself holds (found by identity in
+``/proc/self/fd``): nothing is opened or closed, so no POSIX lock of this process is dropped
+(SPEC §4). Which write transactions need the checkpoint lock follows from it
+(docs/decisions/0001-checkpoint-lock.md, "Amended 2026-12-05").
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from dataclasses import dataclass
+
+#: WalIndexHdr: iVersion, unused, iChange, isInit, bigEndCksum, szPage, mxFrame, nPage,
+#: aFrameCksum[2], aSalt[2], aCksum[2] (48 bytes).
+_HDR = struct.Struct("=3I2BH8I")
+_HDR_SIZE = 48
+_NBACKFILL = struct.Struct("=I")
+_NBACKFILL_AT = 96
+WALINDEX_VERSION = 3007000
+
+
+@dataclass(frozen=True)
+class WalIndex:
+    """What a write transaction needs of the wal-index header.
+
+    Attributes:
+        mx_frame: last valid frame of the WAL (``mxFrame``).
+        n_backfill: frames already copied into the database (``nBackfill``).
+        salt1: the WAL's first salt (changes at every restart of the log).
+        change: ``iChange``, incremented at every commit.
+    """
+
+    mx_frame: int
+    n_backfill: int
+    salt1: int
+    change: int
+
+    @property
+    def may_restart(self) -> bool:
+        """True when a write transaction whose snapshot began now could restart the WAL: the
+        whole log is backfilled (``nBackfill == mxFrame``) and not empty (wal.c
+        ``walRestartLog`` restarts only for a reader of slot 0, taken by ``walTryBeginRead``
+        exactly then, and only when ``nBackfill > 0``)."""
+        return self.mx_frame > 0 and self.n_backfill >= self.mx_frame
+
+    def as_list(self) -> list[int]:
+        return [self.mx_frame, self.n_backfill]
+
+
+def parse(data: bytes) -> WalIndex | None:
+    """The header from the first 100 bytes of ``-shm``; None when it is not a settled one (too
+    short, the two copies differ, not initialised, another version)."""
+    if len(data) < _NBACKFILL_AT + 4 or data[:_HDR_SIZE] != data[_HDR_SIZE:2 * _HDR_SIZE]:
+        return None
+    f = _HDR.unpack_from(data)
+    version, change, is_init, mx_frame, salt1 = f[0], f[2], f[3], f[6], f[10]
+    if not is_init or version != WALINDEX_VERSION:
+        return None
+    return WalIndex(mx_frame, _NBACKFILL.unpack_from(data, _NBACKFILL_AT)[0], salt1, change)
+
+
+def read(fd: int) -> WalIndex | None:
+    """:func:`parse` of ``pread(fd, 100, 0)``; None on any error."""
+    try:
+        return parse(os.pread(fd, _NBACKFILL_AT + 4, 0))
+    except OSError:
+        return None
