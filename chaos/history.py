@@ -577,7 +577,7 @@ def observed_states(history: Iterable[dict]) -> dict[str, dict]:
         if "lock_wait" not in out and s.get("waiting"):
             out["lock_wait"] = s
         if "checkpoint_lock_held" not in out and any(
-                h.get("mode") == "exclusive" for h in s.get("checkpoint_lock") or []):
+                not h.get("waiting") for h in s.get("checkpoint_lock") or []):
             out["checkpoint_lock_held"] = s
     return out
 

@@ -32,7 +32,7 @@ from ..processes import checkpoint_lock, holders
 from ..processes.checkpoint_lock import CheckpointLock, wal_reset_exposure
 from ..processes.generation import Generation, diff, own_descriptors
 from ..schema.tables import FTS_TABLES
-from . import wal_index
+from . import wal_index, wal_sync
 from .generation_tracking import GenerationTracking
 from .pragmas import disable_checkpoint_on_close
 from .quarantine import raise_named
@@ -119,11 +119,14 @@ class StoreConnection(GenerationTracking):
         journal_mode: what ``PRAGMA journal_mode`` answered at open (``"wal"``, ``"delete"``).
         retired_holders: processes holding a retired sidecar at a read-only open (issue 11.5).
         quarantined_to: where a file that was not SQLite was moved before this open (SPEC §12).
+        synchronous: the connection's level; at ``NORMAL`` in WAL mode the WAL is synced at
+            most :data:`~hermes_state.store.wal_sync.SYNC_DELAY_S` after a commit (SPEC §4).
     """
 
     def __init__(self, db_path: Path, conn: sqlite3.Connection, *, read_only: bool = False,
                  guard: CheckpointLock | None = None, journal_mode: str = "?",
-                 retired_holders: list | None = None, quarantined_to: Path | None = None):
+                 retired_holders: list | None = None, quarantined_to: Path | None = None,
+                 synchronous: str = "NORMAL"):
         self.db_path = Path(db_path)
         self.conn = conn
         self.read_only = read_only
@@ -148,6 +151,12 @@ class StoreConnection(GenerationTracking):
         self._lock_mode = "shared"  # what the last write transaction needed of the lock
         self._shm_fd: int | None = None  # SQLite's own -shm descriptor (wal_index reads)
         self._wal_seen: wal_index.WalIndex | None = None  # the last write's wal-index header
+        # The time bound of the loss window (SPEC §4; issue 24 item 1): None = not wanted
+        self._sync_delay = (wal_sync.delay_s() if not read_only and journal_mode == "wal"
+                            and str(synchronous).upper() == "NORMAL" else None)
+        self._sync_pending = False  # a commit not yet covered by a WAL sync
+        self._sync_lock = threading.Lock()  # the syncer's fdatasync vs close()
+        self._wal_fd: int | None = None  # SQLite's own -wal descriptor
         self._exposed = exposed_to_wal_reset()
         # Checkpoints take the lock only where SQLite has the WAL-reset race (issue 12).
         self._lock_checkpoints = guard is not None and self._exposed and guard.usable
@@ -291,9 +300,75 @@ class StoreConnection(GenerationTracking):
                 t_commit=t_commit, t_precommit=self._t_precommit, met=met,
                 lock=self._lock_mode if held else self._unlocked_why(),
                 wal=self._wal_seen.as_list() if held and self._wal_seen else None)
+            if self._sync_delay is not None and not self._sync_pending:
+                self._sync_pending = True
+                wal_sync.SYNCER.schedule(self, self._sync_delay)
             if self._writes % _CHECKPOINT_EVERY_N_WRITES == 0:
                 self.checkpoint("PASSIVE", trigger="cadence")
             return result
+
+    # ------------------------------------------------------------------ the loss window
+    def sync_wal(self) -> bool:
+        """Make every commit of this connection so far durable: ``fdatasync`` of the ``-wal``
+        through SQLite's own descriptor (SPEC §4: nothing opened or closed). Called by the
+        :mod:`~hermes_state.store.wal_sync` thread; takes no lock a writer takes, and never
+        syncs a retired generation or a closed handle.
+
+        Returns:
+            True when the WAL was synced. A failed sync is logged and emitted (``wal_sync``
+            with ``error``), never raised.
+        """
+        with self._sync_lock:
+            if not self._sync_pending:
+                return False
+            self._sync_pending = False  # before the sync: a commit after this schedules again
+            if self._closed or self._retired or self._sticky is not None:
+                return False
+            return self._fdatasync_wal("idle")
+
+    def _fdatasync_wal(self, trigger: str) -> bool:
+        fd = self._own_wal_fd()
+        if fd is None:
+            return False
+        t_start = time.monotonic()
+        failpoints.hit("wal_sync.before")
+        try:
+            os.fdatasync(fd)
+        except OSError as exc:
+            log.error("fdatasync of %s-wal failed: %s (commits since the last checkpoint may "
+                      "not survive a power cut)", self.db_path, exc)
+            events.enabled() and events.emit("wal_sync", trigger=trigger, error=str(exc),
+                                             t_start=t_start, t_end=time.monotonic())
+            return False
+        events.enabled() and events.emit("wal_sync", trigger=trigger, t_start=t_start,
+                                         t_end=time.monotonic(), seq=self._writes)
+        return True
+
+    def _own_wal_fd(self) -> int | None:
+        """SQLite's descriptor of this generation's ``-wal``, or None when the ``-wal`` at the
+        path is another file (a retired generation: never synced, SPEC §10.5) or no
+        descriptor of ours has it."""
+        gen = self.generation
+        if gen is None or gen.wal is None:
+            return None
+        want = tuple(gen.wal)
+        try:
+            st = os.lstat(f"{self.db_path}-wal")
+            if (st.st_dev, st.st_ino) != want:
+                return None
+        except OSError:
+            return None
+        fd = self._wal_fd
+        if fd is not None:
+            try:
+                st = os.fstat(fd)
+                if (st.st_dev, st.st_ino) == want:
+                    return fd
+            except OSError:
+                pass
+        fds = own_descriptors(want)
+        self._wal_fd = fds[0] if fds else None
+        return self._wal_fd
 
     def _transaction(self, fn: Callable[[sqlite3.Connection], T]
                      ) -> tuple[T, float, float, bool]:
@@ -721,17 +796,24 @@ class StoreConnection(GenerationTracking):
                         failpoints.hit("close.before_checkpoint")
                         failpoints.hit("checkpoint.before")
                         took = self._enter_for_checkpoint(0)
+                        row = None
                         if took is None:
                             self._skipped_checkpoint("PASSIVE", "close")
                             disable_checkpoint_on_close(conn, str(self.db_path))
                         else:
-                            self._checkpoint_locked("PASSIVE", "close", "shared" if took
-                                                    else self._unlocked_checkpoint_why())
+                            row = self._checkpoint_locked("PASSIVE", "close", "shared" if took
+                                                          else self._unlocked_checkpoint_why())
+                        if self._sync_pending and not (row and row[0] == 0 and row[1] == row[2]):
+                            # the close checkpoint did not copy (and so sync) the whole WAL
+                            with self._sync_lock:
+                                self._fdatasync_wal("close")
+                self._sync_pending = False
                 if self._retired or self._sticky is not None:
                     if not disable_checkpoint_on_close(conn, str(self.db_path)):
                         _UNCLOSABLE.append(conn)  # SPEC §10.5 fallback: never close it
                         return
-                conn.close()
+                with self._sync_lock:  # never beside the syncer's use of SQLite's descriptor
+                    conn.close()
             finally:
                 if self._guard is not None:
                     if took:

@@ -107,7 +107,7 @@ def _connect_and_prepare(db_path: Path, guard: CheckpointLock, synchronous: str,
         _raise_named_lock(db_path, exc, "set up the connection")
         raise_named(db_path, exc)
     sc = StoreConnection(db_path, conn, guard=guard, journal_mode=journal_mode,
-                         quarantined_to=quarantined_to)
+                         quarantined_to=quarantined_to, synchronous=synchronous)
     try:
         _prepare_schema(sc)
         failpoints.hit("open.after_schema")
