@@ -14,7 +14,7 @@ import threading
 
 import pytest
 
-from hermes_state import DeletedWalGenerationError, SessionDB, events
+from hermes_state import DeletedWalGenerationError, SessionDB, events, failpoints
 from hermes_state.store import wal_sync
 
 HANG_GUARD_S = 60.0
@@ -46,8 +46,11 @@ def synced(monkeypatch):
     events.remove_listener(listen)
 
 
-def test_a_commit_at_normal_is_synced_soon_through_sqlites_own_wal_descriptor(tmp_path, synced):
+def test_a_commit_at_normal_is_synced_soon_through_sqlites_own_wal_descriptor(tmp_path, synced,
+                                                                              monkeypatch):
     calls, seen, done = synced
+    monkeypatch.setenv(failpoints.ENV_VAR, "wal_sync.before=off")  # 'off' counts the hits
+    failpoints.reload()
     with SessionDB(tmp_path / "state.db") as db:
         db.create_session("s", source="cli")
         done.clear()
@@ -59,6 +62,9 @@ def test_a_commit_at_normal_is_synced_soon_through_sqlites_own_wal_descriptor(tm
         assert [ident for _, ident in calls] == [wal]
         assert calls[0][0] in [int(n) for n in before]  # a descriptor SQLite already had
         assert seen[-1]["trigger"] == "idle" and "error" not in seen[-1]
+        assert failpoints.hits("wal_sync.before") >= 1
+    monkeypatch.delenv(failpoints.ENV_VAR)
+    failpoints.reload()
 
 
 def test_full_and_read_only_handles_have_no_sync_thread_work(tmp_path, synced):

@@ -95,9 +95,9 @@ class RoleContext:
 
         level = self.cfg.synchronous.upper()
         if level == "OFF":  # a store that never syncs: its WAL sync thread off too (issue 24)
-            from hermes_state.store import wal_sync
+            from hermes_state.testing import WAL_SYNC_ENV_VAR
 
-            os.environ[wal_sync.ENV_VAR] = "off"
+            os.environ[WAL_SYNC_ENV_VAR] = "off"
         db = SessionDB(self.cfg.db_path, synchronous="NORMAL" if level == "OFF" else level)
         if level == "OFF":
             db.connection.conn.execute("PRAGMA synchronous=OFF")

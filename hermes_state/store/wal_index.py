@@ -11,15 +11,10 @@ at offsets 0 and 48, ``WalCkptInfo`` at 96, native byte order). The write path r
 from __future__ import annotations
 
 import os
-import struct
 from dataclasses import dataclass
 
-#: WalIndexHdr: iVersion, unused, iChange, isInit, bigEndCksum, szPage, mxFrame, nPage,
-#: aFrameCksum[2], aSalt[2], aCksum[2] (48 bytes).
-_HDR = struct.Struct("=3I2BH8I")
-_HDR_SIZE = 48
-_NBACKFILL = struct.Struct("=I")
-_NBACKFILL_AT = 96
+from ..files import sqlite_format
+
 WALINDEX_VERSION = 3007000
 
 
@@ -52,20 +47,18 @@ class WalIndex:
 
 
 def parse(data: bytes) -> WalIndex | None:
-    """The header from the first 100 bytes of ``-shm``; None when it is not a settled one (too
-    short, the two copies differ, not initialised, another version)."""
-    if len(data) < _NBACKFILL_AT + 4 or data[:_HDR_SIZE] != data[_HDR_SIZE:2 * _HDR_SIZE]:
+    """The header from the first bytes of ``-shm``
+    (:func:`hermes_state.files.sqlite_format.wal_index_header`); None when it is not a settled
+    one (too short, the two copies differ, not initialised, another version)."""
+    h = sqlite_format.wal_index_header(data)
+    if h is None or not h["copies_agree"] or not h["is_init"] or h["version"] != WALINDEX_VERSION:
         return None
-    f = _HDR.unpack_from(data)
-    version, change, is_init, mx_frame, salt1 = f[0], f[2], f[3], f[6], f[10]
-    if not is_init or version != WALINDEX_VERSION:
-        return None
-    return WalIndex(mx_frame, _NBACKFILL.unpack_from(data, _NBACKFILL_AT)[0], salt1, change)
+    return WalIndex(h["mx_frame"], h["n_backfill"], h["salt1"], h["change"])
 
 
 def read(fd: int) -> WalIndex | None:
-    """:func:`parse` of ``pread(fd, 100, 0)``; None on any error."""
+    """:func:`parse` of ``pread(fd, 136, 0)``; None on any error."""
     try:
-        return parse(os.pread(fd, _NBACKFILL_AT + 4, 0))
+        return parse(os.pread(fd, sqlite_format.WAL_INDEX_HEADER_SIZE, 0))
     except OSError:
         return None

@@ -23,6 +23,9 @@ import threading
 import time
 import weakref
 
+from .. import events, failpoints
+from ..processes.generation import own_descriptors
+
 log = logging.getLogger("hermes_state")
 
 ENV_VAR = "HERMES_STATE_WAL_SYNC_S"
@@ -91,3 +94,72 @@ class WalSyncer:
 
 
 SYNCER = WalSyncer()
+
+
+class WalSyncing:
+    """Mixin of :class:`~hermes_state.store.connection.StoreConnection`: the WAL sync of the
+    loss window's time bound. It needs ``db_path``, ``generation``, ``_sync_pending``,
+    ``_sync_lock``, ``_wal_fd``, ``_closed``, ``_retired``, ``_sticky`` and ``_writes``."""
+
+    def sync_wal(self) -> bool:
+        """Make every commit of this connection so far durable: ``fdatasync`` of the ``-wal``
+        through SQLite's own descriptor (SPEC §4: nothing opened or closed). Called by the
+        :mod:`~hermes_state.store.wal_sync` thread; takes no lock a writer takes, and never
+        syncs a retired generation or a closed handle.
+
+        Returns:
+            True when the WAL was synced. A failed sync is logged and emitted (``wal_sync``
+            with ``error``), never raised.
+        """
+        with self._sync_lock:
+            if not self._sync_pending:
+                return False
+            self._sync_pending = False  # before the sync: a commit after this schedules again
+            if self._closed or self._retired or self._sticky is not None:
+                return False
+            return self._fdatasync_wal("idle")
+
+    def _fdatasync_wal(self, trigger: str) -> bool:
+        fd = self._own_wal_fd()
+        if fd is None:
+            return False
+        t_start = time.monotonic()
+        failpoints.hit("wal_sync.before")
+        try:
+            os.fdatasync(fd)
+        except OSError as exc:
+            log.error("fdatasync of %s-wal failed: %s (commits since the last checkpoint may "
+                      "not survive a power cut)", self.db_path, exc)
+            events.enabled() and events.emit("wal_sync", trigger=trigger, error=str(exc),
+                                             t_start=t_start, t_end=time.monotonic())
+            return False
+        events.enabled() and events.emit("wal_sync", trigger=trigger, t_start=t_start,
+                                         t_end=time.monotonic(), seq=self._writes)
+        return True
+
+    def _own_wal_fd(self) -> int | None:
+        """SQLite's descriptor of this generation's ``-wal``, or None when the ``-wal`` at the
+        path is another file (a retired generation: never synced, SPEC §10.5) or no
+        descriptor of ours has it."""
+        gen = self.generation
+        if gen is None or gen.wal is None:
+            return None
+        want = tuple(gen.wal)
+        try:
+            st = os.lstat(f"{self.db_path}-wal")
+            if (st.st_dev, st.st_ino) != want:
+                return None
+        except OSError:
+            return None
+        fd = self._wal_fd
+        if fd is not None:
+            try:
+                st = os.fstat(fd)
+                if (st.st_dev, st.st_ino) == want:
+                    return fd
+            except OSError:
+                pass
+        fds = own_descriptors(want)
+        self._wal_fd = fds[0] if fds else None
+        return self._wal_fd
+

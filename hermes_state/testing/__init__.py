@@ -44,6 +44,7 @@ from ..processes.holders import (
 )
 from ..processes.holders import scan as scan_holders
 from ..schema.fts_inventory import LEGACY_KINDS, inventory
+from ..store.wal_sync import ENV_VAR as WAL_SYNC_ENV_VAR
 from ..schema.fts_layout import verify_fts
 from ..schema.history import (
     CURRENT_VERSION,
@@ -69,7 +70,7 @@ from .fixtures import (
 from .upstream_shapes import FIXTURE_ROOT, copy_store
 
 __all__ = [
-    "BASE_TIME", "CURRENT_VERSION", "FIXTURE_ROOT", "FTS_LAYOUTS", "HAVE_PROC", "INLINE_TEXT",
+    "BASE_TIME", "CURRENT_VERSION", "WAL_SYNC_ENV_VAR", "FIXTURE_ROOT", "FTS_LAYOUTS", "HAVE_PROC", "INLINE_TEXT",
     "LEGACY_KINDS", "LockRecord", "OWN_META_KEYS", "PENDING_BYTE", "PRE_RESTORE_REASON",
     "ROW_KEYS", "VERSIONS", "append_messages", "build_fixture", "check_migrated", "cjk_number",
     "copy_store", "create_store_schema", "default_db_path", "describe_pid", "exposure_line",
