@@ -70,14 +70,15 @@ from .fixtures import (
 from .upstream_shapes import FIXTURE_ROOT, copy_store
 
 __all__ = [
-    "BASE_TIME", "CURRENT_VERSION", "WAL_SYNC_ENV_VAR", "FIXTURE_ROOT", "FTS_LAYOUTS", "HAVE_PROC", "INLINE_TEXT",
+    "BASE_TIME", "CURRENT_VERSION", "FIXTURE_ROOT", "FTS_LAYOUTS", "HAVE_PROC", "INLINE_TEXT",
     "LEGACY_KINDS", "LockRecord", "OWN_META_KEYS", "PENDING_BYTE", "PRE_RESTORE_REASON",
     "ROW_KEYS", "VERSIONS", "append_messages", "build_fixture", "check_migrated", "cjk_number",
     "copy_store", "create_store_schema", "default_db_path", "describe_pid", "exposure_line",
     "history_layout", "infer_version", "inventory", "list_snapshots", "live_fts_layout",
     "lock_holders", "prompt_hash", "read_locks", "scan_holders", "schema_at", "sessions_json_path",
     "sqlite_problems", "sqlite_uri", "utc_stamp", "verify_fts", "version_table", "wal_header",
-    "wal_reset_exposure", "SHM_LOCK_NAMES", "WAL_HEADER_SIZE", "db_header", "is_sqlite",
+    "wal_reset_exposure", "WAL_SYNC_ENV_VAR", "SHM_LOCK_NAMES", "WAL_HEADER_SIZE",
+    "db_header", "is_sqlite",
     "wal_frames", "wal_index_header",
 ]
 
