@@ -124,6 +124,7 @@ class _Causes:
         self.met_total = 0
         self.ckpt = {"n": 0, "skipped": 0, "s": 0.0, "max_s": 0.0}
         self.ran_checkpoint = False  # the write now timed ran its cadence checkpoint
+        self.locks: Counter = Counter()  # write transactions by the lock mode they took
 
     def __call__(self, ev: dict) -> None:
         kind = ev["event"]
@@ -132,9 +133,11 @@ class _Causes:
             when = ("at once" if waited is not None and waited < 0.9 * BUSY_TIMEOUT_S
                     else "after the busy timeout")
             self.retries[f"{ev.get('stage', '?')} | {ev.get('code') or '-'} | {when}"] += 1
-        elif kind == "write" and ev.get("met"):
-            self.met_writes += 1
-            self.met_total += ev["met"]
+        elif kind == "write":
+            self.locks[str(ev.get("lock"))] += 1
+            if ev.get("met"):
+                self.met_writes += 1
+                self.met_total += ev["met"]
         elif kind == "checkpoint":
             self.ran_checkpoint = True
             self.ckpt["n"] += 1
@@ -147,7 +150,8 @@ class _Causes:
 
     def as_dict(self) -> dict:
         return {"retries": dict(self.retries), "met_writes": self.met_writes,
-                "met_total": self.met_total, "checkpoints": self.ckpt}
+                "met_total": self.met_total, "checkpoints": self.ckpt,
+                "locks": dict(self.locks)}
 
 
 def _writer(spec: dict) -> dict:
@@ -398,6 +402,7 @@ def measure_stall(duration: float = 15.0, runs: int = 3, writers: int = WRITERS,
 def _merge(causes: list[dict | None]) -> dict:
     """Sum cause dicts (:class:`_Causes`.as_dict, or earlier merges)."""
     retries: Counter = Counter()
+    locks: Counter = Counter()
     met_writes = met_total = 0
     ck: Counter = Counter()
     max_s = 0.0
@@ -405,12 +410,22 @@ def _merge(causes: list[dict | None]) -> dict:
         if not c:
             continue
         retries.update(c["retries"])
+        locks.update(c.get("locks") or {})
         met_writes += c["met_writes"]
         met_total += c["met_total"]
         ck.update({k: v for k, v in c["checkpoints"].items() if k != "max_s"})
         max_s = max(max_s, c["checkpoints"].get("max_s", 0.0))
     return {"retries": dict(retries), "met_writes": met_writes, "met_total": met_total,
-            "checkpoints": {**dict(ck), "max_s": max_s}}
+            "checkpoints": {**dict(ck), "max_s": max_s}, "locks": dict(locks)}
+
+
+def merged_write_locks(samples: list[dict]) -> dict:
+    """Write transactions by the checkpoint-lock mode they took (``shared``: beside
+    checkpoints; ``exclusive``: may restart the WAL, issue 24 item 3), over run dicts."""
+    out: Counter = Counter()
+    for s in samples:
+        out.update(((s.get("causes") or {}).get("locks")) or {})
+    return dict(out)
 
 
 def merged_causes(samples: list[dict]) -> dict:
