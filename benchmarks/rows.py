@@ -62,7 +62,7 @@ class Sizes:
     open_runs: int = 5
     open_n: int = 40
     open_procs: int = 1000
-    sync_n: int = 2000
+    sync_n: int = 5000
     out_dir: str = ""  # where the run's results (and the growth plot) go
 
     def scaled(self, factor: float) -> "Sizes":
@@ -90,7 +90,7 @@ QUICK = Sizes(append_n=1000, append_runs=5, per_writer=100, contention_runs=3, s
               stall_runs=1, search_messages=20_000, search_runs=5, migration_messages=10_000,
               migration_runs=3, chaos_runs=1, peer_n=1000, peer_runs=2, big_mb=24, ops_runs=3,
               growth_sizes=bench_growth.SIZES_QUICK, growth_appends=200, quick_suites=True,
-              open_runs=3, open_n=20, open_procs=1000, sync_n=600)
+              open_runs=3, open_n=20, open_procs=1000, sync_n=2000)
 
 
 def stats(vals: list[float]) -> dict:

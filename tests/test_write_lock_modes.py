@@ -15,6 +15,7 @@ import struct
 import pytest
 
 from hermes_state import SessionDB, events
+from hermes_state.files import sqlite_format
 from hermes_state.store import connection, wal_index
 
 EXPOSED = connection.wal_reset_exposure() is not None
@@ -33,6 +34,8 @@ def test_the_header_says_when_a_write_may_restart_the_wal():
     assert not wal_index.parse(header(0, 0)).may_restart  # empty log: nothing to restart
     ix = wal_index.parse(header(10, 4))
     assert (ix.mx_frame, ix.n_backfill, ix.change) == (10, 4, 7)
+    full = sqlite_format.wal_index_header(header(10, 4))
+    assert (full["mx_frame"], full["n_backfill"], full["change"]) == (10, 4, 7)
     for bad in (header(10, 4, init=0), header(10, 4, version=1), header(10, 4, torn=True),
                 header(10, 4)[:135]):
         assert wal_index.parse(bad) is None  # unknown: the caller takes the lock alone

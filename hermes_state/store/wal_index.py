@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from ..files import sqlite_format
 
-WALINDEX_VERSION = 3007000
+WALINDEX_VERSION = sqlite_format.WALINDEX_VERSION
 
 
 @dataclass(frozen=True)
@@ -25,13 +25,11 @@ class WalIndex:
     Attributes:
         mx_frame: last valid frame of the WAL (``mxFrame``).
         n_backfill: frames already copied into the database (``nBackfill``).
-        salt1: the WAL's first salt (changes at every restart of the log).
         change: ``iChange``, incremented at every commit.
     """
 
     mx_frame: int
     n_backfill: int
-    salt1: int
     change: int
 
     @property
@@ -48,12 +46,10 @@ class WalIndex:
 
 def parse(data: bytes) -> WalIndex | None:
     """The header from the first bytes of ``-shm``
-    (:func:`hermes_state.files.sqlite_format.wal_index_header`); None when it is not a settled
+    (:func:`hermes_state.files.sqlite_format.wal_index_frames`); None when it is not a settled
     one (too short, the two copies differ, not initialised, another version)."""
-    h = sqlite_format.wal_index_header(data)
-    if h is None or not h["copies_agree"] or not h["is_init"] or h["version"] != WALINDEX_VERSION:
-        return None
-    return WalIndex(h["mx_frame"], h["n_backfill"], h["salt1"], h["change"])
+    frames = sqlite_format.wal_index_frames(data)
+    return None if frames is None else WalIndex(*frames)
 
 
 def read(fd: int) -> WalIndex | None:
