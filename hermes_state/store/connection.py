@@ -531,8 +531,9 @@ class StoreConnection(GenerationTracking, wal_sync.WalSyncing):
         return (pid, now, now, 1)
 
     def _exclusive_owner(self) -> tuple[int, str] | None:
-        """``(pid, command)`` of the process holding the checkpoint lock exclusively (issue 12);
-        a frozen one is marked ``stopped`` in the command."""
+        """``(pid, command)`` of the process holding the checkpoint lock in the way that keeps
+        this write out (exclusively; or in either mode when this write needs it exclusively,
+        issue 24 item 3); a frozen one is marked ``stopped`` in the command."""
         me = os.getpid()
         for h in checkpoint_lock.lock_holders(self.db_path):
             # a write that needs it EXCLUSIVELY is held off by a holder of either mode
@@ -586,9 +587,10 @@ class StoreConnection(GenerationTracking, wal_sync.WalSyncing):
                    wait: float = BUSY_TIMEOUT_S) -> tuple | None:
         """``PRAGMA wal_checkpoint(mode)``; returns ``(busy, log, checkpointed)`` or None.
 
-        On an SQLite exposed to the WAL-reset race it runs holding the checkpoint lock
-        EXCLUSIVELY, so it overlaps no write transaction of the store in any process (issue
-        12); a lock that stays held for ``wait`` seconds skips this checkpoint (event with
+        On an SQLite exposed to the WAL-reset race it runs holding the checkpoint lock SHARED,
+        so it overlaps no write transaction of the store that may restart the WAL (those hold
+        it EXCLUSIVELY) in any process (issue 12, issue 24 item 3); a lock that stays held
+        exclusively for ``wait`` seconds skips this checkpoint (event with
         ``skipped``), it never hangs. Never runs on a retired/replaced/corrupt handle. Failures
         are logged, not raised (SPEC §4: a checkpoint is housekeeping).
         """
@@ -707,10 +709,11 @@ class StoreConnection(GenerationTracking, wal_sync.WalSyncing):
         """SPEC §10.5: healthy ⇒ PASSIVE checkpoint then close; retired ⇒ capture, no checkpoint.
 
         On an exposed SQLite both the PASSIVE checkpoint and the close (where SQLite's last
-        connection checkpoints too) run holding the checkpoint lock exclusively; close never
-        waits for it: when it is busy the checkpoint is skipped and SQLite's close-time
-        checkpoint switched off (a busy lock means another connection is live, so this one is
-        not the last anyway), issue 12.
+        connection checkpoints too) run holding the checkpoint lock (SHARED); close never
+        waits for it: when it is held exclusively the checkpoint is skipped and SQLite's
+        close-time checkpoint switched off (an exclusive holder means another connection is
+        live, so this one is not the last anyway), issue 12. At NORMAL, a close whose
+        checkpoint did not copy the whole WAL syncs it (the loss window's time bound, §4).
         """
         if self._backfill is not None:
             self._backfill.stop()  # before taking the lock: it may be waiting for it
