@@ -79,8 +79,10 @@ def parse(text: str) -> list[Lock]:
 def read() -> list[Lock] | None:
     """The lock table now, or None when it cannot be read."""
     try:
-        with open("/proc/locks", encoding="ascii", errors="replace") as fh:
-            return parse(fh.read())
+        with open("/proc/locks", "rb") as fh:
+            # bytes decoded as UTF-8: no codec lookup (a process that dropped its privileges
+            # may not be able to import one)
+            return parse(fh.read().decode("utf-8", "replace"))
     except OSError:
         return None
 

@@ -54,6 +54,10 @@ _MAX_CHECKPOINTS_MET = 10 * _WRITE_MAX_RETRIES
 #: waits holding nothing, so a holder that needs the write lock (TRUNCATE, maintenance) is
 #: never kept waiting longer (docs/decisions/0001-checkpoint-lock.md; issue 18).
 HOLD_WAIT_S = 0.025
+#: A checkpoint that finds more frames than this in the WAL holds the checkpoint lock
+#: EXCLUSIVELY (every writer waits) so that it copies the whole log and the next write
+#: restarts it (issue 24 item 3; 4,000 frames = 16 MiB at the default page size).
+DRAIN_FRAMES = 4000
 
 
 # Connections of retired generations this process must never close (Python 3.11 fallback when
@@ -149,6 +153,7 @@ class StoreConnection(GenerationTracking, wal_sync.WalSyncing):
         self._backfill = None  # fts_backfill.BackfillThread after a deferred FTS re-index
         self._guard = guard
         self._lock_mode = "shared"  # what the last write transaction needed of the lock
+        self._drain_after = 0  # frames the WAL must exceed before the next draining checkpoint
         self._shm_fd: int | None = None  # SQLite's own -shm descriptor (wal_index reads)
         self._wal_seen: wal_index.WalIndex | None = None  # the last write's wal-index header
         # The time bound of the loss window (SPEC §4; issue 24 item 1): None = not wanted
@@ -360,7 +365,9 @@ class StoreConnection(GenerationTracking, wal_sync.WalSyncing):
         guard = self._guard
         if guard is None or guard.fd is None or checkpoint_lock.held_here(self.db_path):
             return False
-        may_restart = self._write_may_restart()
+        # read where it decides (an exposed SQLite) or is evidence (the write event)
+        may_restart = self._lock_checkpoints and self._write_may_restart() \
+            if not events.enabled() else self._write_may_restart()
         exclusive = self._lock_checkpoints and may_restart
         self._lock_mode = "exclusive" if exclusive else "shared"
         wait = (guard.acquire_exclusive_polling if exclusive else guard.acquire_shared_polling)
@@ -598,22 +605,44 @@ class StoreConnection(GenerationTracking, wal_sync.WalSyncing):
             if self._retired or self._sticky is not None or self.journal_mode != "wal":
                 return None
             failpoints.hit("checkpoint.before")
-            took = self._enter_for_checkpoint(wait, passive=mode.upper() == "PASSIVE")
+            drain = self._wal_needs_drain()
+            took = self._enter_for_checkpoint(wait, passive=mode.upper() == "PASSIVE",
+                                              exclusive=drain)
             if took is None or took == "running":
                 self._skipped_checkpoint(mode, trigger, running=took == "running")
                 return None
             try:
-                return self._checkpoint_locked(mode, trigger, "shared" if took
-                                               else self._unlocked_checkpoint_why())
+                return self._checkpoint_locked(mode, trigger, ("exclusive" if drain else "shared")
+                                               if took else self._unlocked_checkpoint_why())
             finally:
                 if took:
                     self._guard.release()  # type: ignore[union-attr]
 
-    def _enter_for_checkpoint(self, wait: float, *, passive: bool = False
-                              ) -> bool | str | None:
+    def _wal_needs_drain(self) -> bool:
+        """True when the WAL holds more than :data:`DRAIN_FRAMES` frames (wal-index header,
+        SQLite's own ``-shm`` descriptor), on an exposed SQLite: the checkpoint then holds
+        every writer off, copies the whole log, and the next write restarts it. Checkpoints
+        beside writes cannot finish a log that writes keep extending (issue 24 item 3)."""
+        if not self._lock_checkpoints:
+            return False
+        if self._shm_fd is None:
+            self._write_may_restart()  # finds SQLite's -shm descriptor
+        ix = wal_index.read(self._shm_fd) if self._shm_fd is not None else None
+        if ix is None or ix.mx_frame <= max(DRAIN_FRAMES, self._drain_after):
+            if ix is not None and ix.mx_frame < self._drain_after - DRAIN_FRAMES:
+                self._drain_after = 0  # the log restarted since
+            return False
+        # A drain a reader keeps from finishing is not tried again before the log has grown
+        # by as much once more (it would hold writers off for nothing).
+        self._drain_after = ix.mx_frame + DRAIN_FRAMES
+        return True
+
+    def _enter_for_checkpoint(self, wait: float, *, passive: bool = False,
+                              exclusive: bool = False) -> bool | str | None:
         """Take the checkpoint lock SHARED before a checkpoint (issue 12; issue 24 item 3: a
         checkpoint excludes maintenance and the writes that may restart the WAL, which hold it
-        EXCLUSIVELY, and runs beside every other write).
+        EXCLUSIVELY, and runs beside every other write), or EXCLUSIVELY for one that drains a
+        long WAL (:meth:`_wal_needs_drain`: no write runs beside it).
 
         Args:
             wait: seconds to wait for an exclusive holder (0 = one try).
@@ -629,7 +658,7 @@ class StoreConnection(GenerationTracking, wal_sync.WalSyncing):
         if not self._lock_checkpoints or checkpoint_lock.held_here(self.db_path):
             return False
         guard = self._guard
-        if guard.try_shared():  # type: ignore[union-attr]
+        if guard.try_exclusive() if exclusive else guard.try_shared():  # type: ignore[union-attr]
             return True
         if wait <= 0:
             return None
@@ -649,7 +678,8 @@ class StoreConnection(GenerationTracking, wal_sync.WalSyncing):
             # Maintenance that took the lock while this one queued: a PASSIVE gives way.
             if passive and guard.exclusive_elsewhere():  # type: ignore[union-attr]
                 return "running"
-            ok = guard.acquire_shared(wait)  # type: ignore[union-attr]
+            take = guard.acquire_exclusive if exclusive else guard.acquire_shared  # type: ignore
+            ok = take(wait)
         finally:
             self.conn.execute("ROLLBACK")
         return True if ok else None
