@@ -54,9 +54,10 @@ _MAX_CHECKPOINTS_MET = 10 * _WRITE_MAX_RETRIES
 #: waits holding nothing, so a holder that needs the write lock (TRUNCATE, maintenance) is
 #: never kept waiting longer (docs/decisions/0001-checkpoint-lock.md; issue 18).
 HOLD_WAIT_S = 0.025
-#: A checkpoint that finds more frames than this in the WAL holds the checkpoint lock
-#: EXCLUSIVELY (every writer waits) so that it copies the whole log and the next write
-#: restarts it (issue 24 item 3; 4,000 frames = 16 MiB at the default page size).
+#: A checkpoint that finds more frames than this in the WAL is followed by one that holds the
+#: checkpoint lock EXCLUSIVELY (every writer waits) for the frames written beside the first,
+#: so that the log ends complete and the next write restarts it (issue 24 item 3; 4,000
+#: frames = 16 MiB at the default page size).
 DRAIN_FRAMES = 4000
 
 
@@ -606,23 +607,35 @@ class StoreConnection(GenerationTracking, wal_sync.WalSyncing):
                 return None
             failpoints.hit("checkpoint.before")
             drain = self._wal_needs_drain()
-            took = self._enter_for_checkpoint(wait, passive=mode.upper() == "PASSIVE",
-                                              exclusive=drain)
-            if took is None or took == "running":
-                self._skipped_checkpoint(mode, trigger, running=took == "running")
-                return None
-            try:
-                return self._checkpoint_locked(mode, trigger, ("exclusive" if drain else "shared")
-                                               if took else self._unlocked_checkpoint_why())
-            finally:
-                if took:
-                    self._guard.release()  # type: ignore[union-attr]
+            row = self._checkpoint_once(mode, trigger, wait)
+            if drain and row is not None and row[0] == 0 and 0 <= row[2] < row[1]:
+                # Writes beside it added frames: copy that tail with every writer held off
+                # (a short hold), so the log ends complete and the next write restarts it.
+                row = self._checkpoint_once(mode, "drain", wait, exclusive=True) or row
+            return row
+
+    def _checkpoint_once(self, mode: str, trigger: str, wait: float, *,
+                         exclusive: bool = False) -> tuple | None:
+        """One checkpoint holding the lock as :meth:`_enter_for_checkpoint` takes it."""
+        took = self._enter_for_checkpoint(wait, passive=mode.upper() == "PASSIVE",
+                                          exclusive=exclusive)
+        if took is None or took == "running":
+            self._skipped_checkpoint(mode, trigger, running=took == "running")
+            return None
+        try:
+            return self._checkpoint_locked(mode, trigger, (
+                "exclusive" if exclusive else "shared") if took
+                else self._unlocked_checkpoint_why())
+        finally:
+            if took:
+                self._guard.release()  # type: ignore[union-attr]
 
     def _wal_needs_drain(self) -> bool:
         """True when the WAL holds more than :data:`DRAIN_FRAMES` frames (wal-index header,
-        SQLite's own ``-shm`` descriptor), on an exposed SQLite: the checkpoint then holds
-        every writer off, copies the whole log, and the next write restarts it. Checkpoints
-        beside writes cannot finish a log that writes keep extending (issue 24 item 3)."""
+        SQLite's own ``-shm`` descriptor), on an exposed SQLite: after the checkpoint beside
+        the writers, the frames they added meanwhile are copied with every writer held off,
+        so the log ends complete and the next write restarts it. Checkpoints beside writes
+        alone cannot finish a log that writes keep extending (issue 24 item 3)."""
         if not self._lock_checkpoints:
             return False
         if self._shm_fd is None:
