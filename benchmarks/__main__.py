@@ -21,9 +21,10 @@ or ``~/.cache/hermes-state-bench``), keyed by size, generator and schema version
 time is reported apart from the measurement.
 
 ``--quick`` is a smoke gate that holds under load (issue 24 item 5): every ratio is the median
-of several interleaved runs, the operator rows' fixed costs (process start, imports) are
-measured apart and the ratio is of the work past them, every row records the load it ran
-under, and a row that misses its target is measured once more and judged by that rerun
+of several interleaved runs, the operator rows run on a 1 MiB store too and their ratio is of
+what the extra size costs each side (the fixed costs shown apart), the contention rows start
+their processes together once every one has opened the store, every row records the load it
+ran under, and a row that misses its target is measured once more and judged by that rerun
 (``--rerun-misses``; both kept in the results).
 
 Exit status: 0 when every row with a target passes, 1 otherwise, 2 on bad arguments.

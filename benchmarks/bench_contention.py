@@ -210,6 +210,7 @@ def _writer(spec: dict) -> dict:
     lat: list[float] = []
     lat_ckpt: list[float] = []  # latencies of the appends that ran their cadence checkpoint
     errors: list[str] = []
+    _await_gun(spec, spec["sid"])
     n, until, think = spec.get("n"), spec.get("until"), spec.get("think", 0.0)
     delay = spec["start_at"] - time.time()
     if delay > 0:
@@ -251,6 +252,7 @@ def _staller(spec: dict) -> dict:
     conn = sqlite3.connect(path, timeout=60.0, isolation_level=None)
     guard = CheckpointLock(path)
     holds = []
+    _await_gun(spec, "staller")
     t = spec["start_at"] + spec["first"]
     while t + spec["hold"] < spec["until"]:
         delay = t - time.time()
@@ -297,6 +299,43 @@ def _without(sorted_all: list[float], some: list[float]) -> list[float]:
     return out
 
 
+#: Longest wait for every process of a workload to have opened the store (a hang guard).
+READY_GUARD_S = 180.0
+
+
+def _await_gun(spec: dict, name: str) -> None:
+    """Say this process is ready (store open), then wait for the parent's start time: every
+    process starts together however long a loaded machine took to start them (issue 24 item 5:
+    at ``--quick`` sizes a late start was most of the measured window). Sets
+    ``spec["start_at"]`` and ``spec["until"]``."""
+    gate = spec.get("gate")
+    if not gate:
+        return
+    Path(gate, f"ready-{name}").touch()
+    go = Path(gate, "go")
+    deadline = time.monotonic() + READY_GUARD_S
+    while not go.exists():
+        if time.monotonic() > deadline:
+            raise RuntimeError("no start signal from the benchmark within the guard")
+        time.sleep(0.002)
+    spec.update(json.loads(go.read_text()))
+
+
+def _fire(gate: Path, names: list[str], duration: float | None) -> float:
+    """Wait until every process said it is ready, then give them one start time (returned)."""
+    deadline = time.monotonic() + READY_GUARD_S
+    while not all((gate / f"ready-{n}").exists() for n in names):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"benchmark processes not ready within {READY_GUARD_S:g} s")
+        time.sleep(0.01)
+    start_at = time.time() + 0.2
+    tmp = gate / "go.partial"
+    tmp.write_text(json.dumps({"start_at": start_at, "until": start_at + duration
+                               if duration is not None else None}))
+    tmp.rename(gate / "go")
+    return start_at
+
+
 def _spawn(role: str, spec: dict, env: dict) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, str(Path(__file__).resolve()), f"--{role}",
                              json.dumps(spec)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -329,14 +368,15 @@ def run_workload(root: Path, name: str, config: str, writers: int,
     sids = [f"w{k}" for k in range(writers)]
     path = _fresh_store(root, name, sids)
     env = _env(lock)
-    start_at = time.time() + 1.0 + 0.15 * writers  # every process opened before the gun
-    until = start_at + duration if duration is not None else None
+    gate = root / f"{name}.gate"
+    gate.mkdir()
     procs = [_spawn("worker", {"kind": kind, "path": str(path), "sid": sid, "n": per_writer,
-                               "until": until, "think": think, "timeout": timeout,
-                               "start_at": start_at, "spin": spin}, env) for sid in sids]
-    staller = _spawn("staller", {"path": str(path), "start_at": start_at, "until": until,
-                                 "first": FIRST_HOLD_S, "hold": HOLD_S, "period": PERIOD_S},
+                               "think": think, "timeout": timeout, "gate": str(gate),
+                               "spin": spin}, env) for sid in sids]
+    staller = _spawn("staller", {"path": str(path), "gate": str(gate), "first": FIRST_HOLD_S,
+                                 "hold": HOLD_S, "period": PERIOD_S},
                      env) if stall else None
+    start_at = _fire(gate, sids + (["staller"] if stall else []), duration)
     outs = [_collect(p, f"{config} writer") for p in procs]
     holds = _collect(staller, "staller")["holds"] if staller else []
     lat = sorted(x for o in outs for x in o["lat"])

@@ -440,37 +440,8 @@ def measure(store: Path, runs: int = 3, only: list[str] | None = None,
     return out
 
 
-def measure_fixed(runs: int = 3) -> dict:
-    """The fixed cost of each side's process, alternating (issue 24 item 5): ours =
-    ``python -m hermes_state --help`` (interpreter start and the CLI's imports), bare =
-    ``python -m benchmarks.bench_ops --noop`` (interpreter start and this module's imports).
-    At the sizes of ``--quick`` these dominate the commands; the rows show them apart.
-
-    Returns:
-        ``{"ours": [s], "bare": [s]}``.
-    """
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    env.pop("HERMES_HOME", None)
-    home = Path(tempfile.mkdtemp(prefix="bench-fixed-"))
-    out: dict = {"ours": [], "bare": []}
-    try:
-        for k in range(runs):
-            for side in (("ours", "bare") if k % 2 == 0 else ("bare", "ours")):
-                argv = ([sys.executable, "-c", _OURS, "--home", str(home), "--help"]
-                        if side == "ours" else
-                        [sys.executable, "-m", "benchmarks.bench_ops", "--noop"])
-                out[side].append(_child(argv, env)[0])
-    finally:
-        shutil.rmtree(home, ignore_errors=True)
-    return out
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv and argv[0] == "--noop":
-        write_hwm()
-        return 0
     if argv and argv[0] in ("--bare", "--spec"):
         (BARE if argv[0] == "--bare" else SPEC)[argv[1]](argv[2], argv[3] if len(argv) > 3
                                                          else "")

@@ -98,9 +98,9 @@ def _note(r: dict, e: dict) -> str:
                     f"({fmt(sp['min'])}-{fmt(sp['max'])}), ours {e['spec_ratio']:.2f}x of it")
         fixed = ""
         if "fixed_ours_s" in e:
-            fixed = (f"; ratio past the fixed costs (process start and imports: ours "
-                     f"{e['fixed_ours_s']:.2f} s, bare {e['fixed_bare_s']:.2f} s), "
-                     f"{e['raw_ratio']:.2f}x with them")
+            fixed = (f"; ratio of the size-dependent part: past each side's fixed cost (the "
+                     f"same command on a 1 MiB store: ours {e['fixed_ours_s']:.2f} s, bare "
+                     f"{e['fixed_bare_s']:.2f} s), {e['raw_ratio']:.2f}x with it")
         return (f"peak RSS {e['rss_mb']:.0f} MB (bare {e['bare_rss_mb']:.0f} MB)" + spec + fixed
                 + (f"; exits {e['exits']}: {e['stderr_tail']}" if bad else ""))
     if rid in ("gate", "pytest"):
