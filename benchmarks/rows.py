@@ -86,7 +86,7 @@ FULL = Sizes(append_n=5000, append_runs=5, per_writer=500, contention_runs=3, st
              migration_runs=3, chaos_runs=3, peer_n=5000, peer_runs=3, big_mb=1024, ops_runs=3,
              growth_sizes=bench_growth.SIZES_FULL, growth_appends=1000, quick_suites=False)
 #: --quick: small sizes, but every ratio a median of several interleaved runs (issue 24 item 5)
-QUICK = Sizes(append_n=1000, append_runs=5, per_writer=100, contention_runs=3, stall_s=3.5,
+QUICK = Sizes(append_n=1000, append_runs=5, per_writer=250, contention_runs=3, stall_s=3.5,
               stall_runs=1, search_messages=20_000, search_runs=5, migration_messages=10_000,
               migration_runs=3, chaos_runs=1, peer_n=1000, peer_runs=2, big_mb=24, ops_runs=3,
               growth_sizes=bench_growth.SIZES_QUICK, growth_appends=200, quick_suites=True,
