@@ -1,5 +1,5 @@
 """The open's holder scan reads only the processes on the kernel's lock table (issue 24 item 2;
-SPEC §10.2, §10.4; docs/decisions/doctor-and-holders.md).
+SPEC §10.2, §10.4; docs/decisions/0003-doctor-and-holders.md).
 
 Every process attached to a WAL generation holds POSIX locks on its files (deleted or not); the
 open's refusal scan reads the descriptors of those processes only (and its own), flat in the

@@ -75,7 +75,7 @@ def test_the_header_is_read_through_sqlites_own_descriptor(tmp_path):
         for i in range(3):
             db.append_message("s", "user", f"x{i}")
         sc = db.connection
-        assert sc._shm_fd is not None
-        st = os.fstat(sc._shm_fd)
+        assert sc._shm.fd is not None
+        st = os.fstat(sc._shm.fd)
         assert (st.st_dev, st.st_ino) == tuple(sc.generation.shm)
         assert sorted(os.listdir("/proc/self/fd")) == before

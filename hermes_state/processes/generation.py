@@ -121,7 +121,7 @@ class DirStamp:
     the one taken before a clean full check, the three names still name the inodes that check
     saw. Only a stamp already :data:`DIR_SETTLE_NS` old at that check is kept (a change in the
     same clock tick as the last one could otherwise repeat the stamp).
-    docs/decisions/hot-path.md gives the argument and its limits.
+    docs/decisions/0022-hot-path.md gives the argument and its limits.
     """
 
     __slots__ = ("dir", "kept")

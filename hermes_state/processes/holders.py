@@ -165,7 +165,7 @@ def scan(db_path: str | os.PathLike, *, include_self: bool = False,
         locked_only: read the descriptors only of the processes the kernel's lock table shows
             holding the store's files or SQLite locks on its filesystem (and of this process),
             :func:`hermes_state.processes.lock_table.candidates`; every process when the table
-            cannot be trusted. What that leaves out: docs/decisions/doctor-and-holders.md
+            cannot be trusted. What that leaves out: docs/decisions/0003-doctor-and-holders.md
             (issue 24 item 2). The open's refusal (§10.4) uses it; doctor and the maintenance
             gates do not.
     Returns:

@@ -8,7 +8,7 @@ dead-man-switch byte, a SHARED or EXCLUSIVE lock on the main file), whether thos
 still at their paths or deleted. :func:`candidates` returns those processes, on the store's
 filesystem, so :func:`hermes_state.processes.holders.scan` reads only their descriptors. What
 this does not find, and why the open's refusal does not need it, is in
-docs/decisions/doctor-and-holders.md ("The open scans only the processes on the lock table").
+docs/decisions/0003-doctor-and-holders.md ("The open scans only the processes on the lock table").
 
 Fail closed: when ``/proc/locks`` cannot be read, when an OFD lock (no pid) carries SQLite's
 signature on that filesystem, or when the lock table's device numbers cannot be shown to be

@@ -30,7 +30,7 @@ from ..errors import (
 from ..fts import backfill as fts_backfill
 from ..processes import checkpoint_lock, holders
 from ..processes.checkpoint_lock import CheckpointLock, wal_reset_exposure
-from ..processes.generation import Generation, diff, own_descriptors
+from ..processes.generation import Generation, diff
 from ..schema.tables import FTS_TABLES
 from . import wal_index, wal_sync
 from .generation_tracking import GenerationTracking
@@ -155,7 +155,7 @@ class StoreConnection(GenerationTracking, wal_sync.WalSyncing):
         self._guard = guard
         self._lock_mode = "shared"  # what the last write transaction needed of the lock
         self._drain_after = 0  # frames the WAL must exceed before the next draining checkpoint
-        self._shm_fd: int | None = None  # SQLite's own -shm descriptor (wal_index reads)
+        self._shm = wal_index.OwnShm()  # SQLite's own -shm descriptor (wal-index reads)
         self._wal_seen: wal_index.WalIndex | None = None  # the last write's wal-index header
         # The time bound of the loss window (SPEC §4; issue 24 item 1): None = not wanted
         self._sync_delay = (wal_sync.delay_s() if not read_only and journal_mode == "wal"
@@ -387,19 +387,9 @@ class StoreConnection(GenerationTracking, wal_sync.WalSyncing):
         snapshot did not take read slot 0 and ``walRestartLog`` cannot restart the log.
         The header seen is kept for the ``write`` event (``wal``).
         """
-        fd = self._shm_fd
-        if fd is None:
-            shm = self.generation.shm if self.generation is not None else None
-            fds = own_descriptors(shm) if shm is not None else []
-            if not fds:
-                self._wal_seen = None
-                return True
-            fd = self._shm_fd = fds[0]
-        seen = self._wal_seen = wal_index.read(fd)
-        if seen is None:
-            self._shm_fd = None  # look for SQLite's descriptor again next time
-            return True
-        return seen.may_restart
+        seen = self._wal_seen = self._shm.read(
+            self.generation.shm if self.generation is not None else None)
+        return True if seen is None else seen.may_restart
 
     def _wait_lock_free(self) -> None:
         """Wait, holding nothing, until the lock could be had in the mode the last attempt
@@ -638,9 +628,7 @@ class StoreConnection(GenerationTracking, wal_sync.WalSyncing):
         alone cannot finish a log that writes keep extending (issue 24 item 3)."""
         if not self._lock_checkpoints:
             return False
-        if self._shm_fd is None:
-            self._write_may_restart()  # finds SQLite's -shm descriptor
-        ix = wal_index.read(self._shm_fd) if self._shm_fd is not None else None
+        ix = self._shm.read(self.generation.shm if self.generation is not None else None)
         if ix is None or ix.mx_frame <= max(DRAIN_FRAMES, self._drain_after):
             if ix is not None and ix.mx_frame < self._drain_after - DRAIN_FRAMES:
                 self._drain_after = 0  # the log restarted since

@@ -14,6 +14,7 @@ import os
 from dataclasses import dataclass
 
 from ..files import sqlite_format
+from ..processes.generation import own_descriptors
 
 WALINDEX_VERSION = sqlite_format.WALINDEX_VERSION
 
@@ -58,3 +59,27 @@ def read(fd: int) -> WalIndex | None:
         return parse(os.pread(fd, sqlite_format.WAL_INDEX_HEADER_SIZE, 0))
     except OSError:
         return None
+
+
+class OwnShm:
+    """The descriptor SQLite holds for one store's ``-shm`` in this process, found once by
+    identity in ``/proc/self/fd`` and kept (SQLite keeps it while a connection is open)."""
+
+    __slots__ = ("fd",)
+
+    def __init__(self) -> None:
+        self.fd: int | None = None
+
+    def read(self, shm: tuple | None) -> WalIndex | None:
+        """The header through that descriptor (``shm``: the recorded ``(st_dev, st_ino)``);
+        None when none of ours has it or the header is not a settled one (looked for again
+        next time)."""
+        if self.fd is None:
+            fds = own_descriptors(shm) if shm is not None else []
+            if not fds:
+                return None
+            self.fd = fds[0]
+        seen = read(self.fd)
+        if seen is None:
+            self.fd = None
+        return seen

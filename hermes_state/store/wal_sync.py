@@ -9,7 +9,7 @@ quiet. Here every connection that committed has its WAL made durable at most
 :meth:`~hermes_state.store.connection.StoreConnection.sync_wal`, which ``fdatasync``\\ s the
 ``-wal`` through the descriptor SQLite itself holds (found by identity in ``/proc/self/fd``:
 no descriptor of a store file is opened or closed, SPEC §4), outside every lock the writers
-take, and never for a retired generation. docs/decisions/wal-sync.md has the argument.
+take, and never for a retired generation. docs/decisions/0023-wal-sync.md has the argument.
 
 ``HERMES_STATE_WAL_SYNC_S`` sets the delay in seconds (``off`` turns it off: the benchmark's
 reference and the proof that the power-cut scenarios fail without it).
