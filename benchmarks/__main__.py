@@ -3,7 +3,7 @@
 Usage::
 
     python -m benchmarks                 # full sizes (1 GB store, 1 M messages, whole suites)
-    python -m benchmarks --quick         # small sizes, every row, < 2 min on 2 cores
+    python -m benchmarks --quick         # small sizes, every row: the smoke gate
     python -m benchmarks --only search   # some rows (comma-separated)
     python -m benchmarks --readme        # regenerate docs/BENCHMARKS.md from latest.json
 
@@ -19,6 +19,13 @@ Stores that take minutes to build (the 1 GB store of realistic sessions, the 10 
 1 M-message stores) are cached under ``--cache`` (default ``$XDG_CACHE_HOME/hermes-state-bench``
 or ``~/.cache/hermes-state-bench``), keyed by size, generator and schema version; their build
 time is reported apart from the measurement.
+
+``--quick`` is a smoke gate that holds under load (issue 24 item 5): every ratio is the median
+of several interleaved runs, the operator rows run on a 1 MiB store too and their ratio is of
+what the extra size costs each side (the fixed costs shown apart), the contention rows start
+their processes together once every one has opened the store, every row records the load it
+ran under, and a row that misses its target is measured once more and judged by that rerun
+(``--rerun-misses``; both kept in the results).
 
 Exit status: 0 when every row with a target passes, 1 otherwise, 2 on bad arguments.
 """
@@ -79,6 +86,48 @@ def merge_results(earlier: dict, later: dict) -> dict:
             "loadavg_at_end": later.get("loadavg_at_end")}
 
 
+def run_group(group: str, fn, sizes: Sizes, cache: Path) -> list[dict]:
+    """The rows of one group, each with the run's seconds and the 1-minute load beside it
+    (the higher of the start and the end)."""
+    t = time.perf_counter()
+    load = loadavg()
+    print(f"running {group} (load {load[0] if load else '?'}) ...", file=sys.stderr, flush=True)
+    rows = fn(sizes, cache)
+    load_end = loadavg()
+    for r in rows:
+        r["seconds"] = time.perf_counter() - t
+        r["load"] = [max(a, b) for a, b in zip(load, load_end)] if load and load_end else None
+        r["load_start"], r["load_end"] = load, load_end
+    return rows
+
+
+def rerun_misses(rows: list[dict], sizes: Sizes, cache: Path) -> list[dict]:
+    """Measure every group with a row that missed its target once more (issue 24 item 5: on a
+    loaded machine a single miss is noise until it repeats); a row is judged by its rerun,
+    and both measurements and loads are kept in ``extra["rerun"]``."""
+    missed = {ROWS[r["id"]][0] for r in rows if r["pass"] is False and r["id"] in ROWS}
+    again: dict[str, dict] = {}
+    for group in sorted(missed):
+        fn = next(f for g, f in ROWS.values() if g == group)
+        for r in run_group(group, fn, sizes, cache):
+            again[r["id"]] = r
+    out = []
+    for r in rows:
+        second = again.get(r["id"])
+        if second is None or r["pass"] is not False:
+            out.append(r)
+            continue
+        second = dict(second)
+        second["extra"] = dict(second["extra"], rerun={
+            "verdict": "missed twice" if second["pass"] is False else "missed once, passed "
+                       "on the rerun", "first_ratio": r["ratio"],
+            "first_load": (r.get("load") or ["?"])[0],
+            "rerun_load": (second.get("load") or ["?"])[0], "first": {
+                k: r[k] for k in ("ours", "ref", "ratio", "load")}})
+        out.append(second)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks",
                                  description="issue 18 / SPEC §17 benchmarks, side by side.")
@@ -90,6 +139,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="runs of every row (overrides each row's own count; e.g. 1 on a busy "
                          "machine)")
     ap.add_argument("--out", type=Path, default=None, help="results JSON path")
+    ap.add_argument("--rerun-misses", dest="rerun", action=argparse.BooleanOptionalAction,
+                    default=None, help="measure a row that missed its target once more and "
+                    "judge it by the rerun (default: on with --quick, off otherwise)")
     ap.add_argument("--cache", type=Path, default=None, help="where built stores are cached")
     ap.add_argument("--merge", type=Path, default=None, metavar="RESULTS_JSON",
                     help="add this run's rows to an earlier results file (a row of the same id "
@@ -137,22 +189,14 @@ def main(argv: list[str] | None = None) -> int:
     for name in wanted:
         group, fn = ROWS[name]
         if group not in done_groups:
-            t = time.perf_counter()
-            load = loadavg()
-            print(f"running {group} (load {load[0] if load else '?'}) ...", file=sys.stderr,
-                  flush=True)
-            done_groups[group] = fn(sizes, cache)
-            load_end = loadavg()
-            for r in done_groups[group]:
-                r["seconds"] = time.perf_counter() - t
-                r["load"] = [max(a, b) for a, b in zip(load, load_end)] if load and load_end \
-                    else None
-                r["load_start"], r["load_end"] = load, load_end
+            done_groups[group] = run_group(group, fn, sizes, cache)
         result["rows"].extend(r for r in done_groups[group] if r["id"] == name)
         # written after every row: a run stopped half way keeps what it measured
         out.parent.mkdir(parents=True, exist_ok=True)
         out.with_name(out.name + ".partial").write_text(
             json.dumps(result, indent=1, default=str) + "\n")
+    if args.rerun if args.rerun is not None else args.quick:
+        result["rows"] = rerun_misses(result["rows"], sizes, cache)
     result["total_s"] = time.perf_counter() - t0
     result["loadavg_at_end"] = loadavg()
     if args.merge is not None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sqlite3
 import statistics
@@ -35,15 +36,17 @@ def fresh_store(root: Path, name: str) -> Path:
     return path
 
 
-def run_ours(path: Path, n: int) -> float:
+def run_ours(path: Path, n: int, cpu: list | None = None) -> float:
     with SessionDB(path) as db:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         for i in range(n):
             db.append_message("s", "user" if i % 2 else "assistant", f"{i} {TEXT}")
+        if cpu is not None:
+            cpu.append(time.process_time() - c0)
         return time.perf_counter() - t0
 
 
-def run_bare(path: Path, n: int) -> float:
+def run_bare(path: Path, n: int, cpu: list | None = None) -> float:
     conn = sqlite3.connect(str(path), timeout=1.0, isolation_level=None)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA foreign_keys=ON")
@@ -55,7 +58,7 @@ def run_bare(path: Path, n: int) -> float:
               "NULL, NULL, ?, NULL)")
     update = ("UPDATE sessions SET message_count = message_count + 1, "
               "tool_call_count = tool_call_count + ? WHERE id = ?")
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     for i in range(n):
         conn.execute("BEGIN IMMEDIATE")
         conn.execute(insert, ("s", "user" if i % 2 else "assistant", f"{i} {TEXT}", time.time()))
@@ -64,25 +67,71 @@ def run_bare(path: Path, n: int) -> float:
         if (i + 1) % 50 == 0:
             conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
     elapsed = time.perf_counter() - t0
+    if cpu is not None:
+        cpu.append(time.process_time() - c0)
     conn.close()
     return elapsed
 
 
 def measure(n: int = 5000, runs: int = 5) -> dict:
-    """Alternate ours / bare ``runs`` times on fresh stores of ``n`` appends each.
+    """Alternate ours / bare ``runs`` times on fresh stores of ``n`` appends each (the order
+    swapped every run).
 
     Returns:
-        ``{"ours": [s per run], "bare": [s per run]}`` (wall seconds for ``n`` appends).
+        ``{"ours": [s per run], "bare": [s per run], "ours_cpu": [...], "bare_cpu": [...]}``
+        (wall and CPU seconds for ``n`` appends).
     """
     root = Path(tempfile.mkdtemp(prefix="bench-append-"))
-    ours, bare = [], []
+    ours, bare, ours_cpu, bare_cpu = [], [], [], []
     try:
         for k in range(runs):
-            ours.append(run_ours(fresh_store(root, f"ours{k}"), n))
-            bare.append(run_bare(fresh_store(root, f"bare{k}"), n))
+            sides = [("ours", ours, ours_cpu, run_ours), ("bare", bare, bare_cpu, run_bare)]
+            for name, out, cpu, fn in (sides if k % 2 == 0 else sides[::-1]):
+                out.append(fn(fresh_store(root, f"{name}{k}"), n, cpu))
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    return {"ours": ours, "bare": bare}
+    return {"ours": ours, "bare": bare, "ours_cpu": ours_cpu, "bare_cpu": bare_cpu}
+
+
+def measure_sync(n: int = 2000, runs: int = 5) -> dict:
+    """The loss window's time bound at its cost (issue 24 item 1): ``append_message`` x ``n``
+    with the WAL sync thread (the default) and with ``HERMES_STATE_WAL_SYNC_S=off``,
+    alternating on fresh stores.
+
+    Returns:
+        ``{"on": [s], "off": [s], "syncs": [WAL syncs per run with it on]}``.
+    """
+    from hermes_state import events
+    from hermes_state.store import wal_sync
+
+    root = Path(tempfile.mkdtemp(prefix="bench-walsync-"))
+    out: dict = {"on": [], "off": [], "syncs": []}
+    seen: list = []
+    listen = lambda e: e["event"] == "wal_sync" and seen.append(e)  # noqa: E731
+    saved = os.environ.get(wal_sync.ENV_VAR)
+    try:
+        for k in range(runs):
+            for mode in (("on", "off") if k % 2 == 0 else ("off", "on")):
+                if mode == "off":
+                    os.environ[wal_sync.ENV_VAR] = "off"
+                else:
+                    os.environ.pop(wal_sync.ENV_VAR, None)
+                path = fresh_store(root, f"{mode}{k}")
+                seen.clear()
+                events.add_listener(listen)
+                try:
+                    out[mode].append(run_ours(path, n))
+                finally:
+                    events.remove_listener(listen)
+                if mode == "on":
+                    out["syncs"].append(len(seen))
+    finally:
+        if saved is None:
+            os.environ.pop(wal_sync.ENV_VAR, None)
+        else:
+            os.environ[wal_sync.ENV_VAR] = saved
+        shutil.rmtree(root, ignore_errors=True)
+    return out
 
 
 def main() -> int:

@@ -124,6 +124,7 @@ class _Causes:
         self.met_total = 0
         self.ckpt = {"n": 0, "skipped": 0, "s": 0.0, "max_s": 0.0}
         self.ran_checkpoint = False  # the write now timed ran its cadence checkpoint
+        self.locks: Counter = Counter()  # write transactions by the lock mode they took
 
     def __call__(self, ev: dict) -> None:
         kind = ev["event"]
@@ -132,9 +133,11 @@ class _Causes:
             when = ("at once" if waited is not None and waited < 0.9 * BUSY_TIMEOUT_S
                     else "after the busy timeout")
             self.retries[f"{ev.get('stage', '?')} | {ev.get('code') or '-'} | {when}"] += 1
-        elif kind == "write" and ev.get("met"):
-            self.met_writes += 1
-            self.met_total += ev["met"]
+        elif kind == "write":
+            self.locks[str(ev.get("lock"))] += 1
+            if ev.get("met"):
+                self.met_writes += 1
+                self.met_total += ev["met"]
         elif kind == "checkpoint":
             self.ran_checkpoint = True
             self.ckpt["n"] += 1
@@ -147,7 +150,8 @@ class _Causes:
 
     def as_dict(self) -> dict:
         return {"retries": dict(self.retries), "met_writes": self.met_writes,
-                "met_total": self.met_total, "checkpoints": self.ckpt}
+                "met_total": self.met_total, "checkpoints": self.ckpt,
+                "locks": dict(self.locks)}
 
 
 def _writer(spec: dict) -> dict:
@@ -206,6 +210,7 @@ def _writer(spec: dict) -> dict:
     lat: list[float] = []
     lat_ckpt: list[float] = []  # latencies of the appends that ran their cadence checkpoint
     errors: list[str] = []
+    _await_gun(spec, spec["sid"])
     n, until, think = spec.get("n"), spec.get("until"), spec.get("think", 0.0)
     delay = spec["start_at"] - time.time()
     if delay > 0:
@@ -247,6 +252,7 @@ def _staller(spec: dict) -> dict:
     conn = sqlite3.connect(path, timeout=60.0, isolation_level=None)
     guard = CheckpointLock(path)
     holds = []
+    _await_gun(spec, "staller")
     t = spec["start_at"] + spec["first"]
     while t + spec["hold"] < spec["until"]:
         delay = t - time.time()
@@ -293,6 +299,43 @@ def _without(sorted_all: list[float], some: list[float]) -> list[float]:
     return out
 
 
+#: Longest wait for every process of a workload to have opened the store (a hang guard).
+READY_GUARD_S = 180.0
+
+
+def _await_gun(spec: dict, name: str) -> None:
+    """Say this process is ready (store open), then wait for the parent's start time: every
+    process starts together however long a loaded machine took to start them (issue 24 item 5:
+    at ``--quick`` sizes a late start was most of the measured window). Sets
+    ``spec["start_at"]`` and ``spec["until"]``."""
+    gate = spec.get("gate")
+    if not gate:
+        return
+    Path(gate, f"ready-{name}").touch()
+    go = Path(gate, "go")
+    deadline = time.monotonic() + READY_GUARD_S
+    while not go.exists():
+        if time.monotonic() > deadline:
+            raise RuntimeError("no start signal from the benchmark within the guard")
+        time.sleep(0.002)
+    spec.update(json.loads(go.read_text()))
+
+
+def _fire(gate: Path, names: list[str], duration: float | None) -> float:
+    """Wait until every process said it is ready, then give them one start time (returned)."""
+    deadline = time.monotonic() + READY_GUARD_S
+    while not all((gate / f"ready-{n}").exists() for n in names):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"benchmark processes not ready within {READY_GUARD_S:g} s")
+        time.sleep(0.01)
+    start_at = time.time() + 0.2
+    tmp = gate / "go.partial"
+    tmp.write_text(json.dumps({"start_at": start_at, "until": start_at + duration
+                               if duration is not None else None}))
+    tmp.rename(gate / "go")
+    return start_at
+
+
 def _spawn(role: str, spec: dict, env: dict) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, str(Path(__file__).resolve()), f"--{role}",
                              json.dumps(spec)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -325,14 +368,15 @@ def run_workload(root: Path, name: str, config: str, writers: int,
     sids = [f"w{k}" for k in range(writers)]
     path = _fresh_store(root, name, sids)
     env = _env(lock)
-    start_at = time.time() + 1.0 + 0.15 * writers  # every process opened before the gun
-    until = start_at + duration if duration is not None else None
+    gate = root / f"{name}.gate"
+    gate.mkdir()
     procs = [_spawn("worker", {"kind": kind, "path": str(path), "sid": sid, "n": per_writer,
-                               "until": until, "think": think, "timeout": timeout,
-                               "start_at": start_at, "spin": spin}, env) for sid in sids]
-    staller = _spawn("staller", {"path": str(path), "start_at": start_at, "until": until,
-                                 "first": FIRST_HOLD_S, "hold": HOLD_S, "period": PERIOD_S},
+                               "think": think, "timeout": timeout, "gate": str(gate),
+                               "spin": spin}, env) for sid in sids]
+    staller = _spawn("staller", {"path": str(path), "gate": str(gate), "first": FIRST_HOLD_S,
+                                 "hold": HOLD_S, "period": PERIOD_S},
                      env) if stall else None
+    start_at = _fire(gate, sids + (["staller"] if stall else []), duration)
     outs = [_collect(p, f"{config} writer") for p in procs]
     holds = _collect(staller, "staller")["holds"] if staller else []
     lat = sorted(x for o in outs for x in o["lat"])
@@ -398,6 +442,7 @@ def measure_stall(duration: float = 15.0, runs: int = 3, writers: int = WRITERS,
 def _merge(causes: list[dict | None]) -> dict:
     """Sum cause dicts (:class:`_Causes`.as_dict, or earlier merges)."""
     retries: Counter = Counter()
+    locks: Counter = Counter()
     met_writes = met_total = 0
     ck: Counter = Counter()
     max_s = 0.0
@@ -405,12 +450,22 @@ def _merge(causes: list[dict | None]) -> dict:
         if not c:
             continue
         retries.update(c["retries"])
+        locks.update(c.get("locks") or {})
         met_writes += c["met_writes"]
         met_total += c["met_total"]
         ck.update({k: v for k, v in c["checkpoints"].items() if k != "max_s"})
         max_s = max(max_s, c["checkpoints"].get("max_s", 0.0))
     return {"retries": dict(retries), "met_writes": met_writes, "met_total": met_total,
-            "checkpoints": {**dict(ck), "max_s": max_s}}
+            "checkpoints": {**dict(ck), "max_s": max_s}, "locks": dict(locks)}
+
+
+def merged_write_locks(samples: list[dict]) -> dict:
+    """Write transactions by the checkpoint-lock mode they took (``shared``: beside
+    checkpoints; ``exclusive``: may restart the WAL, issue 24 item 3), over run dicts."""
+    out: Counter = Counter()
+    for s in samples:
+        out.update(((s.get("causes") or {}).get("locks")) or {})
+    return dict(out)
 
 
 def merged_causes(samples: list[dict]) -> dict:

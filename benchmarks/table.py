@@ -53,17 +53,42 @@ _NOTES = {
                      "checkpointing) / {busy30_checkpoints_ran} ran. Ours with the checkpoint "
                      "lock off (what a fixed SQLite runs): p99 {p99_nolock_ms:.1f} ms "
                      "({p99_nolock_ratio:.2f}x the busy handler) at {nolock_throughput:,.0f} "
-                     "msg/s"),
+                     "msg/s. Ours {throughput_vs_busy30:.2f}x the busy handler's msg/s, "
+                     "{errors} errors; write transactions by lock mode {write_locks}"),
     "stall": "{errors} caller errors; {holds} holds of {hold_s:.2f} s; {causes_note}",
 }
+
+
+class _Missing(dict):
+    """Format values of an older results file that lacks a figure: ``?``."""
+
+    def __missing__(self, key: str) -> "_Unknown":
+        return _Unknown()
+
+
+class _Unknown:
+    def __format__(self, spec: str) -> str:
+        return "?"
 
 
 def note(r: dict) -> str:
     """The extra figures that decide or explain a row (errors, p99, RSS, causes, ...)."""
     e = r.get("extra", {})
+    rerun = e.get("rerun")
+    text = _note(r, e)
+    if rerun:
+        text += (f"{'; ' if text else ''}{rerun['verdict']}: first run {rerun['first_ratio']:.2f}x"
+                 f" at load {rerun['first_load']}, rerun {r['ratio']:.2f}x at load "
+                 f"{rerun['rerun_load']}")
+    return text
+
+
+def _note(r: dict, e: dict) -> str:
     rid = r["id"]
     if rid in _NOTES:
-        return _NOTES[rid].format(**e)
+        return _NOTES[rid].format_map(_Missing(e))
+    if e.get("note"):
+        return e["note"]
     if "rss_mb" in e:
         bad = [x for x in e.get("exits", []) if x != 0]
         spec = ""
@@ -71,7 +96,12 @@ def note(r: dict) -> str:
             sp = e["spec_s"]
             spec = (f"; SPEC bound ({e['spec_what']}): {fmt(sp['median'])} s "
                     f"({fmt(sp['min'])}-{fmt(sp['max'])}), ours {e['spec_ratio']:.2f}x of it")
-        return (f"peak RSS {e['rss_mb']:.0f} MB (bare {e['bare_rss_mb']:.0f} MB)" + spec
+        fixed = ""
+        if "fixed_ours_s" in e:
+            fixed = (f"; ratio of the size-dependent part: past each side's fixed cost (the "
+                     f"same command on a 1 MiB store: ours {e['fixed_ours_s']:.2f} s, bare "
+                     f"{e['fixed_bare_s']:.2f} s), {e['raw_ratio']:.2f}x with it")
+        return (f"peak RSS {e['rss_mb']:.0f} MB (bare {e['bare_rss_mb']:.0f} MB)" + spec + fixed
                 + (f"; exits {e['exits']}: {e['stderr_tail']}" if bad else ""))
     if rid in ("gate", "pytest"):
         top = "; ".join(f"{n.split('::')[-1]} {s:.0f} s" for s, n in e["slowest"][:3])

@@ -566,7 +566,8 @@ def observed_states(history: Iterable[dict]) -> dict[str, dict]:
     role process holds a ``-wal`` that is not the one at the path), ``write_lock_held`` (someone
     owns the WAL write lock), ``lock_wait`` (a process waits: a blocked lock request, or a write
     in flight while another process owns the write lock), ``checkpoint_lock_held`` (a process
-    holds the checkpoint lock exclusively: a checkpoint or a maintenance command, issue 12)."""
+    holds the checkpoint lock in either mode: a checkpoint (shared), or maintenance or a write
+    that may restart the WAL (exclusive); issue 12, issue 24 item 3)."""
     out: dict[str, dict] = {}
     for s in Samples(history).records:
         if "retired_wal_held" not in out and any(
@@ -577,7 +578,7 @@ def observed_states(history: Iterable[dict]) -> dict[str, dict]:
         if "lock_wait" not in out and s.get("waiting"):
             out["lock_wait"] = s
         if "checkpoint_lock_held" not in out and any(
-                h.get("mode") == "exclusive" for h in s.get("checkpoint_lock") or []):
+                not h.get("waiting") for h in s.get("checkpoint_lock") or []):
             out["checkpoint_lock_held"] = s
     return out
 

@@ -240,10 +240,13 @@ class Watcher:
         self.prev = cur
 
     def _checkpoint_lock(self, rec: dict, now: float) -> None:
-        """Follow the exclusive holder of the checkpoint lock (issue 12): a checkpoint or a
-        maintenance command; one that keeps it, or is frozen with it, stalls every writer."""
-        ex = next((h for h in rec.get("checkpoint_lock") or [] if h.get("mode") == "exclusive"),
-                  None)
+        """Follow the holder of the checkpoint lock that holds others off (issue 12; issue 24
+        item 3): an exclusive one (maintenance, or a write that may restart the WAL: every
+        write waits), else a stopped shared one (a frozen checkpoint: maintenance and the
+        writes that may restart the WAL wait)."""
+        holders = [h for h in rec.get("checkpoint_lock") or [] if not h.get("waiting")]
+        ex = next((h for h in holders if h.get("mode") == "exclusive"), None) or next(
+            (h for h in holders if h.get("status") == "stopped"), None)
         pid = ex["pid"] if ex else None
         if pid != (self.ckpt or {}).get("pid"):
             self.ckpt, self.ckpt_since, self.ckpt_reported = ex, now, False
@@ -254,17 +257,21 @@ class Watcher:
             return
         held = now - self.ckpt_since
         seen = self.ckpt_seen.setdefault(pid, {"pid": pid, "command": ex["command"],
-                                               "longest_hold_s": 0.0, "stopped": False})
+                                               "mode": ex.get("mode"), "longest_hold_s": 0.0,
+                                               "stopped": False})
         seen["longest_hold_s"] = round(max(seen["longest_hold_s"], held), 3)
         seen["stopped"] = seen["stopped"] or ex["status"] == "stopped"
         if not self.ckpt_reported and (held >= LONG_HOLD_S or ex["status"] == "stopped"):
             self.ckpt_reported = True
             self.writer.record("observed", what="checkpoint_lock_held", holder_pid=pid,
                                command=ex["command"], held_s=round(held, 3), status=ex["status"])
-            self.say(f"[yellow]checkpoint lock held exclusively by PID {pid} "
-                     f"({escape(str(ex['command']))})"
+            exclusive = ex.get("mode") == "exclusive"
+            self.say(f"[yellow]checkpoint lock held {'exclusively' if exclusive else 'shared'} "
+                     f"by PID {pid} ({escape(str(ex['command']))})"
                      + (", stopped" if ex["status"] == "stopped" else "")
-                     + f" for {held:.1f}s: every write of the store waits for it[/]")
+                     + f" for {held:.1f}s: " + ("every write of the store waits for it[/]"
+                                                if exclusive else "maintenance, and a write "
+                                                "that may restart the WAL, wait for it[/]"))
 
     def status_line(self) -> str:
         present = [p for p, i in self.seen.items() if i.get("present")]
@@ -303,11 +310,12 @@ class Watcher:
                                            f"on {w['file']}" for w in self.waiting.values())
                                  or "no blocked lock request seen",
             "checkpoint lock": "; ".join(
-                f"PID {c['pid']} ({c['command']}) exclusive, longest hold "
-                f"{c['longest_hold_s']:.1f}s" + (", stopped" if c["stopped"] else "")
-                for c in self.ckpt_seen.values()) or "no exclusive holder seen",
+                f"PID {c['pid']} ({c['command']}) {c.get('mode') or 'exclusive'}, longest "
+                f"hold {c['longest_hold_s']:.1f}s" + (", stopped" if c["stopped"] else "")
+                for c in self.ckpt_seen.values()) or "no exclusive or stopped holder seen",
             "checkpoint lock at the end": (
-                f"held exclusively by PID {self.ckpt['pid']} ({self.ckpt['command']})"
+                f"held {'exclusively' if self.ckpt.get('mode') == 'exclusive' else 'shared'}"
+                f" by PID {self.ckpt['pid']} ({self.ckpt['command']})"
                 + (", stopped" if self.ckpt["status"] == "stopped" else "")
                 if self.ckpt else "free"),
             "retired WAL generation": "; ".join(f"PID {r['pid']} ({r['command']}): "

@@ -61,6 +61,8 @@ NAMES: dict[str, str] = {
     "checkpoint.after": "after a PASSIVE checkpoint returned",
     "capture.mid_copy": "retired-WAL capture: WAL copied into the .partial dir, manifest not yet",
     "close.before_checkpoint": "close(): before the close-time PASSIVE checkpoint",
+    "wal_sync.before": "the loss-window bound: before the fdatasync of the -wal through "
+                       "SQLite's own descriptor (NORMAL, a commit not yet synced)",
     "migrate.v<N>.before_commit": "migration step to version N ran, its COMMIT not yet issued",
     # Commands (not the write path): where a killed command leaves its work behind (issue 11.12)
     "cmd.backup.before_publish": "backup: image and manifest written in the .partial directory, "

@@ -110,3 +110,30 @@ def test_the_held_checkpoint_scenario_fails_the_checker_with_the_lock_off(tmp_pa
     assert results["wal_reset"]["line"] == ("exposed, NOT mitigated (disabled by "
                                             "HERMES_STATE_CHECKPOINT_LOCK=off)")
     assert "exposed, NOT mitigated (disabled by" in proc.stdout and proc.returncode == 1
+
+
+def with_wal(h: list[dict], wal: list[int] | None) -> list[dict]:
+    out = []
+    for r in h:
+        if r.get("event") == "write":
+            r = {**r, "wal": wal}
+        out.append(r)
+    return out
+
+
+def test_a_write_that_could_not_restart_the_wal_may_run_beside_a_checkpoint(tmp_path):
+    """Issue 24 item 3: the write began with frames not yet backfilled (nBackfill < mxFrame),
+    so its snapshot does not use read slot 0 and walRestartLog leaves the log alone."""
+    for wal in ([120, 80], [0, 0]):
+        h = with_wal(history(2.5, 2.6), wal)
+        v = CHECKERS[ci.CHECKPOINT_NAME](ctx(tmp_path, h), {})
+        assert v.status == PASS, v.to_dict()
+        assert v.figures["overlaps_of_writes_that_cannot_restart"] == 1
+        assert v.figures["writes_that_may_restart"] == 0
+
+
+def test_a_write_that_could_restart_the_wal_may_not(tmp_path):
+    for wal in ([120, 120], None, ["?", 1]):
+        h = with_wal(history(2.5, 2.6), wal)
+        v = CHECKERS[ci.CHECKPOINT_NAME](ctx(tmp_path, h), {})
+        assert v.status == FAIL and v.figures["violations"] == {"overlap": 1}, wal

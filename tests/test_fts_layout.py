@@ -236,3 +236,30 @@ def test_switched_off_index_is_settled_at_open_and_rebuilt_by_optimize_storage(t
                    .fetchall()) == 6
     finally:
         conn.close()
+
+
+def test_a_fresh_stores_layout_is_recognised_without_parsing_and_agrees_with_the_parse(
+        tmp_path, monkeypatch):
+    """Issue 24 item 2: every open asks assess(); the v23 layout exactly as this code creates it
+    is recognised by its sqlite_master fingerprint. If this fails after a schema change, put
+    the printed fingerprint into fts_layout.CANONICAL_FINGERPRINTS."""
+    import sqlite3 as _sqlite3
+
+    from hermes_state import SessionDB as _SessionDB
+    from hermes_state.schema import fts_layout as _fl
+
+    path = tmp_path / "state.db"
+    _SessionDB(path).close()
+    conn = _sqlite3.connect(path)
+    has_cjk = conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'messages_fts_cjk'"
+                           ).fetchone()
+    fp = _fl.layout_fingerprint(conn)
+    if not has_cjk:
+        assert fp in _fl.CANONICAL_FINGERPRINTS, fp
+    monkeypatch.setattr(_fl, "CANONICAL_FINGERPRINTS", frozenset())
+    assert _fl.assess(conn) == "ok"  # the full parse says the same
+    conn.execute("DROP TRIGGER messages_fts_update")
+    assert _fl.layout_fingerprint(conn) != fp
+    monkeypatch.undo()
+    assert _fl.assess(conn) == "replace"  # not recognised: parsed, as before
+    conn.close()

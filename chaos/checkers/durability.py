@@ -17,6 +17,11 @@ Each acknowledged append is judged against the first power cut after its ack:
   fsync, a later successful WAL fsync no longer covers writes acknowledged before the failure
   (Linux forgets the pages whose writeback failed: "fsyncgate"); a complete checkpoint still does.
 
+The window of NORMAL is bounded in time too (issue 24 item 1): the store syncs the WAL at most
+1 s after a commit, so a write acknowledged more than ``window_s`` before the cut may not be
+lost whatever the sync points seen (``lost_past_time_bound``); ``max_lost`` caps the lost
+writes per run (an idle pause before the cut: 0).
+
 Rules (cases): ``lost_acknowledged`` (an acknowledged write lost outside the window),
 ``acked_failed_fsync`` (FULL: a write acknowledged although its own commit's WAL fsync, the
 first one of its process during the operation, failed), ``lost_after_failed_fsync`` (a write the
@@ -58,6 +63,13 @@ class Params:
 
     synchronous: Literal["NORMAL", "FULL", "OFF"] | None = param(
         None, "Judge against this level (default: the scenario's store.synchronous, else NORMAL).")
+    window_s: float | None = param(
+        2.0, "NORMAL: no write acknowledged longer than this before a power cut may be lost (the "
+        "store's bound, a WAL sync at most 1 s after a commit, plus 1 s for its thread to run "
+        "on a loaded machine); 0: no time bound.", minimum=0)
+    max_lost: int | None = param(
+        None, "At most this many acknowledged writes lost in the run (e.g. 0 after an idle "
+        "pause); null: no cap.", minimum=0)
 
 
 NAME = "durability"
@@ -183,7 +195,9 @@ def check(ctx: CheckContext, params: Params) -> Verdict:
         present = {}                          # integrity case below says why
     lost, per_cut = [], {c: {"acked": 0, "lost": 0, "lost_allowed": 0} for c in cuts}
     cases: dict[str, list] = {"lost_acknowledged": [], "lost_after_failed_fsync": [],
+                              "lost_past_time_bound": [], "lost_beyond_max": [],
                               "acked_failed_fsync": [], "integrity": []}
+    window = params.window_s if level == "NORMAL" and params.window_s else None
     for op in appends:
         if op.kind != "ok" or op.t_done is None:
             continue
@@ -202,6 +216,16 @@ def check(ctx: CheckContext, params: Params) -> Verdict:
         item = {"payload_id": str(op.payload_id), "process": op.process,
                 "ack_t": round(op.t_done, 6), "cut_t": round(cut, 6), "allowed": why is None,
                 "reason": why or "acknowledged after the last sync point before the cut"}
+        age = cut - op.t_done
+        if why is None and window is not None and age > window:
+            why = (f"acknowledged {age:.3f} s before the cut, past the time bound of "
+                   f"{window:g} s (the store syncs the WAL at most 1 s after a commit)")
+            item.update(allowed=False, reason=why, age_s=round(age, 3))
+            lost.append(item)
+            per_cut[cut]["lost"] += 1
+            cases["lost_past_time_bound"].append({"why": "an acknowledged write was lost past "
+                                                  "the time bound of the loss window", **item})
+            continue
         lost.append(item)
         per_cut[cut]["lost"] += 1
         if why is None:
@@ -211,6 +235,10 @@ def check(ctx: CheckContext, params: Params) -> Verdict:
                 else "lost_acknowledged")
         cases[rule].append({"why": "an acknowledged write was lost outside the loss window of "
                                    f"synchronous={level}", **item})
+    if params.max_lost is not None and len(lost) > params.max_lost:
+        cases["lost_beyond_max"].append({
+            "why": f"{len(lost)} acknowledged writes lost, more than max_lost {params.max_lost}",
+            "lost": [x["payload_id"] for x in lost[:20]]})
     if level == "FULL":
         cases["acked_failed_fsync"] = acked_failed_fsync_cases(ctx.history, appends)
     cases["integrity"], integrity = integrity_cases(ctx.store_path)
@@ -221,6 +249,10 @@ def check(ctx: CheckContext, params: Params) -> Verdict:
         "lost": len(lost), "lost_allowed": sum(1 for x in lost if x["allowed"]),
         "lost_forbidden": sum(1 for x in lost if not x["allowed"]),
         "lost_per_cut": [per_cut[c]["lost"] for c in cuts],
+        "window_s": window, "oldest_lost_age_s": round(max(
+            (x["cut_t"] - x["ack_t"] for x in lost), default=0.0), 3),
+        "store_wal_syncs": sum(1 for r in events_of(ctx.history, "wal_sync")
+                               if not r.get("error")),
         "wal_fsyncs": len(ok_t), "failed_wal_fsyncs": len(failed_t),
         "complete_checkpoints": len(ckpts), "integrity_check": integrity,
         "lost_writes": lost[:MAX_LISTED],

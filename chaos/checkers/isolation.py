@@ -1,8 +1,14 @@
 """Isolation of the store's transactions, judged from the ``write`` and ``checkpoint`` events of
 every process on CLOCK_MONOTONIC (one clock for the whole machine on Linux): two checkers.
 
-``checkpoint_isolation`` -- no checkpoint overlapped a write transaction, in any process
-(issue 12; SPEC §4, the WAL-reset race of SQLite before 3.51.3).
+``checkpoint_isolation`` -- no checkpoint overlapped a write transaction that could restart the
+WAL, in any process (issue 12; SPEC §4, the WAL-reset race of SQLite before 3.51.3; issue 24
+item 3). A write transaction can restart the WAL only when its snapshot began with the whole
+log backfilled (wal.c ``walRestartLog``, read slot 0). Each ``write`` event carries ``wal``:
+``[mxFrame, nBackfill]`` of the wal-index header read right after its ``BEGIN IMMEDIATE``
+(SQLite's write lock held). A write whose ``wal`` shows ``nBackfill < mxFrame`` (or an empty
+log) could not restart it and may run beside a checkpoint; every other write (``wal``
+missing, or ``nBackfill == mxFrame > 0``) may not.
 
 From the store events of every role process, on CLOCK_MONOTONIC (one clock for the whole
 machine on Linux, so intervals of different processes compare):
@@ -62,7 +68,8 @@ CHECKPOINT_NAME = "checkpoint_isolation"
 
 @dataclass(frozen=True, kw_only=True)
 class CheckpointParams:
-    """No checkpoint overlapped a write transaction of the store in any process (issue 12)."""
+    """No checkpoint overlapped a write transaction of the store that could restart the WAL, in
+    any process (issue 12; issue 24 item 3)."""
 
     min_contended: int = param(1, "Checkpoints that must have had a write of another process in "
                                "flight (fewer: INCONCLUSIVE, nothing was tested).", minimum=0)
@@ -93,14 +100,29 @@ def checkpoint_intervals(history: list[dict]) -> list[Interval]:
 
 
 # ------------------------------------------------------------------------------ cases
-def checkpoint_overlap_cases(writes: list[Interval], ckpts: list[Interval]) -> list[dict]:
-    """Every (checkpoint, write transaction) pair whose open intervals intersect."""
+def may_restart(write: dict) -> bool:
+    """Whether a ``write`` event's transaction could restart the WAL (True when unknown)."""
+    wal = write.get("wal")
+    if not isinstance(wal, (list, tuple)) or len(wal) < 2:
+        return True
+    mx, backfill = wal[0], wal[1]
+    return not (isinstance(mx, int) and isinstance(backfill, int)) or (mx > 0 and backfill >= mx)
+
+
+def checkpoint_overlap_cases(writes: list[Interval], ckpts: list[Interval],
+                             allowed: list | None = None) -> list[dict]:
+    """Every (checkpoint, write transaction that could restart the WAL) pair whose open
+    intervals intersect; pairs with a write that could not are appended to ``allowed``."""
     writes = sorted(writes, key=lambda w: w.start)
     starts = [w.start for w in writes]
     out = []
     for c in sorted(ckpts, key=lambda c: c.start):
         for w in writes[:bisect.bisect_left(starts, c.end)]:
             if w.end > c.start:
+                if not may_restart(w.record):
+                    if allowed is not None:
+                        allowed.append((c, w))
+                    continue
                 out.append({
                     "violation": "overlap", "checkpoint": brief(c.record), "write": brief(w.record),
                     "overlap_s": round(min(w.end, c.end) - max(w.start, c.start), 6),
@@ -126,9 +148,12 @@ def check_checkpoints(ctx: CheckContext, params) -> Verdict:
     this module's docstring, the parameters in :class:`CheckpointParams`."""
     p = params_of(CheckpointParams, params)
     writes, ckpts = write_intervals(ctx.history), checkpoint_intervals(ctx.history)
-    cases = {"overlap": checkpoint_overlap_cases(writes, ckpts)}
+    beside: list = []
+    cases = {"overlap": checkpoint_overlap_cases(writes, ckpts, beside)}
     held = contended(ctx.history, ckpts)
     fig = {"writes": len(writes), "checkpoints": len(ckpts), "contended": len(held),
+           "writes_that_may_restart": sum(1 for w in writes if may_restart(w.record)),
+           "overlaps_of_writes_that_cannot_restart": len(beside),
            "write_locks": dict(Counter(str(w.record.get("lock")) for w in writes)),
            "checkpoint_locks": dict(Counter(str(c.record.get("lock")) for c in ckpts)),
            "skipped_checkpoints": sum(1 for r in events_of(ctx.history, "checkpoint")

@@ -7,6 +7,7 @@ plain-dict config. It records every operation as ``invoke`` then ``ok``/``fail``
 
 from __future__ import annotations
 
+import os
 import random
 import sqlite3
 import time
@@ -93,6 +94,10 @@ class RoleContext:
         from hermes_state import SessionDB
 
         level = self.cfg.synchronous.upper()
+        if level == "OFF":  # a store that never syncs: its WAL sync thread off too (issue 24)
+            from hermes_state.testing import WAL_SYNC_ENV_VAR
+
+            os.environ[WAL_SYNC_ENV_VAR] = "off"
         db = SessionDB(self.cfg.db_path, synchronous="NORMAL" if level == "OFF" else level)
         if level == "OFF":
             db.connection.conn.execute("PRAGMA synchronous=OFF")

@@ -14,6 +14,8 @@ Workload (SPEC §16.1; declared with their defaults in :class:`Params`):
   ``read_every``: every N s read every message of every session (op ``read_history``: a
   dashboard paging through the whole store; with another writer beside it, whose commits
   invalidate this handle's page cache, it reads every page of the messages b-tree from disk);
+* ``max_appends``: after this many acknowledged appends the instance goes quiet with its store
+  open (0 = never): an idle gateway;
 * ``replay_spool_at_start``: once open, import the spool (``replay_spool``, SPEC §10.1): the
   "gateway restart" step;
 * ``reopen_on_refusal``: after a refused write (a retired or replaced generation), open the store
@@ -81,6 +83,8 @@ class Params:
                                  "session (0 = never).")
     replay_spool_at_start: bool = param(False, "Once open, import the spool (`replay-spool`, "
                                         "SPEC §10.1): a gateway restart.")
+    max_appends: int = param(0, "Appends after which this instance goes quiet, its store still "
+                             "open (an idle gateway); 0 = no limit.", minimum=0)
     reopen_on_refusal: bool = param(False, "After a refused write, open the store again (at most "
                                     "once a second) keeping the refused handle: beside its own "
                                     "retired generation the open must be refused (SPEC §10.4).")
@@ -149,7 +153,11 @@ def run(ctx: RoleContext) -> None:
     pacer = Pacer(time.monotonic(), w.appends_per_s, w.burst_size, w.burst_every)
     roles = ("user", "assistant", "tool")
     k = 0
+    appended = 0
     while not ctx.should_stop():
+        if w.max_appends and appended >= w.max_appends:
+            ctx.sleep(0.05)  # quiet, store open (its sync thread and locks as a live gateway's)
+            continue
         now = time.monotonic()
         if now >= next_poll:
             next_poll = now + 1.0
@@ -186,6 +194,7 @@ def run(ctx: RoleContext) -> None:
                 kept.append(db)  # the refused handle stays open (it holds the retired WAL)
                 db = new
         if ok:
+            appended += 1
             counts[sid] += 1
             if usage and role == "assistant":
                 inp, out = ctx.rng.randint(50, 4000), ctx.rng.randint(10, 800)

@@ -193,7 +193,7 @@ class ScenarioDecl:
         "witness (`retired_wal_held`: a role holds a -wal that is not the one at the path; "
         "`write_lock_held`: some process owns the WAL write lock; `lock_wait`: a process waits "
         "on a lock another owns; `checkpoint_lock_held`: a process holds the checkpoint lock "
-        "exclusively) that must happen, else the verdict is INCONCLUSIVE (the run never reached "
+        "in either mode) that must happen, else the verdict is INCONCLUSIVE (the run never reached "
         "the state it targets).",
         items={"title": "observable",
                "enum": list(FAULTS) + list(EVENT_KINDS) + list(SAMPLED_STATES)})

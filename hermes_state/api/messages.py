@@ -14,12 +14,14 @@ compacted row); rows are returned as :meth:`get_messages` returns them.
 
 from __future__ import annotations
 
+import functools
 import math
 import sqlite3
 import time
 from typing import Any, Callable, Iterable
 
 from .text import (
+    Cleaned,
     clean_text,
     content_text,
     decode_content,
@@ -93,7 +95,7 @@ def message_values(session_id: str, role: str, content: Any = None, tool_name: A
         "session_id": clean_text(session_id), "role": clean_text(role),
         "content": encode_content(content), "tool_name": clean_text(tool_name),
         "tool_calls": encode_json_field(tool_calls), "tool_call_id": clean_text(tool_call_id),
-        "token_count": token_count, "finish_reason": clean_text(finish_reason),
+        "token_count": clean_text(token_count), "finish_reason": clean_text(finish_reason),
         "reasoning": clean_text(reasoning), "reasoning_content": clean_text(reasoning_content),
         "reasoning_details": encode_json_field(reasoning_details),
         "codex_reasoning_items": encode_json_field(codex_reasoning_items),
@@ -116,6 +118,11 @@ def message_values(session_id: str, role: str, content: Any = None, tool_name: A
 
 def insert_sql(cols: list[str] | tuple[str, ...]) -> str:
     """``INSERT INTO messages (cols) VALUES (?, ...)``."""
+    return _insert_sql(tuple(cols))
+
+
+@functools.lru_cache(maxsize=16)
+def _insert_sql(cols: tuple[str, ...]) -> str:
     return f"INSERT INTO messages ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})"
 
 
@@ -144,15 +151,16 @@ def build_append(session_id: str, role: str, content: Any = None, tool_name: Any
         codex_message_items, platform_message_id, observed, effect_disposition, ts,
         api_content, **extra)
     n_calls = count_tool_calls(tool_calls)
-    sql = insert_sql(list(vals))
-    args = list(vals.values())
-    sid = vals["session_id"]
+    sql = _insert_sql(tuple(vals))
+    # message_values cleaned every text value: bound as they are (issue 24 item 4)
+    args = Cleaned(vals.values())
+    counters = Cleaned((n_calls, vals["session_id"]))
 
     def fn(c: sqlite3.Connection) -> int:
         cur = c.execute(sql, args)
         c.execute("UPDATE sessions SET message_count = COALESCE(message_count, 0) + 1, "
                   "tool_call_count = COALESCE(tool_call_count, 0) + ? WHERE id = ?",
-                  (n_calls, sid))
+                  counters)
         return cur.lastrowid
 
     return fn

@@ -145,6 +145,24 @@ def wal_index_header(raw: bytes) -> dict | None:
             "read_marks": marks, "n_backfill_attempted": attempted}
 
 
+_FRAMES = struct.Struct("=3IBBH2I")  # iVersion, unused, iChange, isInit, ..., mxFrame, nPage
+_NBACKFILL = struct.Struct("=I")
+WALINDEX_VERSION = 3007000
+
+
+def wal_index_frames(raw: bytes) -> tuple[int, int, int] | None:
+    """``(mx_frame, n_backfill, change)`` of a settled wal-index header (the write path's
+    per-transaction read, issue 24: :func:`wal_index_header` without building the dict), or
+    None when ``raw`` is short, the two header copies differ, it is not initialised or of
+    another version."""
+    if len(raw) < WAL_INDEX_HEADER_SIZE or raw[0:48] != raw[48:96]:
+        return None
+    version, _unused, change, is_init, _big, _psz, mx_frame, _n_page = _FRAMES.unpack_from(raw)
+    if not is_init or version != WALINDEX_VERSION:
+        return None
+    return mx_frame, _NBACKFILL.unpack_from(raw, 96)[0], change
+
+
 # -- lock bytes ----------------------------------------------------------------------------------
 #: POSIX lock bytes on -shm (wal.c WALINDEX_LOCK_OFFSET = 120; os_unix.c UNIX_SHM_DMS = 128).
 SHM_WRITE_LOCK = 120

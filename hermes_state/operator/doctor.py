@@ -586,12 +586,16 @@ def _checkpoint_lock_holders(db: Path, report: DoctorReport) -> None:
     report.stats["checkpoint_lock_holders"] = [h.as_dict() for h in found]
     for h in found:
         frozen = h.status in ("stopped", "tracing-stop")
-        what = ("a checkpoint or a maintenance command: every write of the store waits for it"
-                if h.mode == "exclusive" else "a write transaction in progress")
+        what = ("a maintenance command, or a write that may restart the WAL: every write "
+                "and checkpoint of the store waits for it" if h.mode == "exclusive" else
+                "a checkpoint or a write transaction in progress: maintenance, and a write "
+                "that may restart the WAL, wait for it")
         if frozen:
             report.add(WARN, f"checkpoint lock held by {h.line()}", what,
                        f"that process is stopped: resume it (kill -CONT {h.pid}) or stop it; "
-                       "writes of every other process wait meanwhile")
+                       "writes of other processes wait meanwhile" + (
+                           "" if h.mode == "exclusive" else
+                           " once the WAL is fully checkpointed"))
         else:
             report.add(OK, f"checkpoint lock held by {h.line()} at this moment", what)
 

@@ -244,6 +244,17 @@ class CheckpointLock:
         return self._take(fcntl.LOCK_SH, "shared", timeout, max_pause=POLL_S,
                           before_try=before_try)
 
+    def try_exclusive(self) -> bool:
+        """Take the lock EXCLUSIVELY without waiting; True when held (always when unusable)."""
+        return self._take(fcntl.LOCK_EX, "exclusive", None)
+
+    def acquire_exclusive_polling(self, timeout: float,
+                                  before_try: Callable[[], None] | None = None) -> bool:
+        """:meth:`acquire_shared_polling` for the EXCLUSIVE mode (a write that may restart the
+        WAL, issue 24 item 3)."""
+        return self._take(fcntl.LOCK_EX, "exclusive", timeout, max_pause=POLL_S,
+                          before_try=before_try)
+
     def acquire_exclusive(self, timeout: float) -> bool:
         """Take the lock EXCLUSIVELY, waiting at most ``timeout`` seconds (0 = one try)."""
         return self._take(fcntl.LOCK_EX, "exclusive", timeout)

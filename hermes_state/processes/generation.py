@@ -106,6 +106,45 @@ def diff(recorded: Generation, db_path: str | os.PathLike,
     return None
 
 
+#: A directory stamp is trusted only when the directory last changed at least this long before
+#: the full check that recorded it: an entry change after that check then gets a later stamp,
+#: whatever the filesystem's timestamp granularity (coarse clock ticks, 1-2 s on some).
+DIR_SETTLE_NS = 2_000_000_000
+
+
+class DirStamp:
+    """The store directory's ``(st_dev, st_ino, st_mtime_ns, st_ctime_ns)``: one ``stat`` that
+    stands for the three ``lstat`` of :func:`diff` while it is unchanged (issue 24 item 4).
+
+    Creating, unlinking, renaming or linking an entry updates the directory's mtime and ctime
+    (POSIX), and a directory moved or replaced has another identity, so while the stamp equals
+    the one taken before a clean full check, the three names still name the inodes that check
+    saw. Only a stamp already :data:`DIR_SETTLE_NS` old at that check is kept (a change in the
+    same clock tick as the last one could otherwise repeat the stamp).
+    docs/decisions/0023-hot-path.md gives the argument and its limits.
+    """
+
+    __slots__ = ("dir", "kept")
+
+    def __init__(self, db_path: str | os.PathLike) -> None:
+        self.dir = os.path.dirname(os.fspath(db_path)) or "."
+        self.kept: tuple | None = None
+
+    def take(self) -> tuple[tuple | None, int]:
+        """``(stamp or None, wall-clock ns just before it was taken)``."""
+        now = time.time_ns()
+        try:
+            st = os.stat(self.dir)
+        except OSError:
+            return None, now
+        return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns), now
+
+    def keep(self, stamp: tuple | None, taken_ns: int) -> None:
+        """Keep ``stamp`` (taken before a full check that found no change) if it is settled."""
+        self.kept = stamp if stamp is not None and \
+            taken_ns - max(stamp[2], stamp[3]) >= DIR_SETTLE_NS else None
+
+
 def _fmt(ident: Identity | None) -> str:
     return "missing" if ident is None else f"dev={ident[0]} ino={ident[1]}"
 

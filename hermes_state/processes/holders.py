@@ -29,6 +29,7 @@ from ..files.sqlite_format import (
     SHM_LOCK_NAMES,
     SHM_WRITE_LOCK,
 )
+from . import lock_table
 
 _DELETED = " (deleted)"
 HAVE_PROC = sys.platform.startswith("linux") and os.path.isdir("/proc/self/fd")
@@ -154,12 +155,19 @@ def _classify(real: str, target: str, fd_ident: tuple[int, int] | None,
     return None
 
 
-def scan(db_path: str | os.PathLike, *, include_self: bool = False) -> HolderScan:
+def scan(db_path: str | os.PathLike, *, include_self: bool = False,
+         locked_only: bool = False) -> HolderScan:
     """Scan every process for descriptors of the store's three files (SPEC §10.2).
 
     Args:
         db_path: path of ``state.db`` (need not exist).
         include_self: also report this process (the open-time refusal of §10.4 does).
+        locked_only: read the descriptors only of the processes the kernel's lock table shows
+            holding the store's files or SQLite locks on its filesystem (and of this process),
+            :func:`hermes_state.processes.lock_table.candidates`; every process when the table
+            cannot be trusted. What that leaves out: docs/decisions/0003-doctor-and-holders.md
+            (issue 24 item 2). The open's refusal (§10.4) uses it; doctor and the maintenance
+            gates do not.
     Returns:
         A :class:`HolderScan`; holders sorted by pid.
     """
@@ -170,10 +178,13 @@ def scan(db_path: str | os.PathLike, *, include_self: bool = False) -> HolderSca
     my_uid = os.geteuid()
     ptrace = _has_cap_sys_ptrace()
     result = HolderScan()
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        pid = int(entry.name)
+    pids = lock_table.candidates(real, idents) if locked_only else None
+    if pids is None:
+        names = (e.name for e in os.scandir("/proc") if e.name.isdigit())
+    else:
+        names = (str(p) for p in sorted(pids | ({me} if include_self else set())))
+    for name in names:
+        pid = int(name)
         if pid == me and not include_self:
             continue
         fd_dir = f"/proc/{pid}/fd"
@@ -237,7 +248,7 @@ def closing_pids(db_path: str | os.PathLike) -> set[int]:
 
 
 def scan_settled(db_path: str | os.PathLike, *, include_self: bool = False,
-                 wait_s: float = 1.0) -> HolderScan:
+                 wait_s: float = 1.0, locked_only: bool = False) -> HolderScan:
     """:func:`scan`, looking again while a retired sidecar belongs to a closing connection.
 
     The last connection to close a WAL store unlinks ``-shm`` a moment before it closes it,
@@ -250,7 +261,7 @@ def scan_settled(db_path: str | os.PathLike, *, include_self: bool = False,
 
     Args:
         db_path: path of ``state.db``.
-        include_self: as for :func:`scan`.
+        include_self, locked_only: as for :func:`scan`.
         wait_s: longest wait for closing holders, seconds.
     Returns:
         The last :class:`HolderScan`.
@@ -258,7 +269,7 @@ def scan_settled(db_path: str | os.PathLike, *, include_self: bool = False,
     deadline = time.monotonic() + wait_s
     waited = False
     while True:
-        result = scan(db_path, include_self=include_self)
+        result = scan(db_path, include_self=include_self, locked_only=locked_only)
         retired = {h.pid for h in result.retired_holders}
         if not retired:
             return result
@@ -267,7 +278,7 @@ def scan_settled(db_path: str | os.PathLike, *, include_self: bool = False,
             # The lock table is read after the descriptors: a closer that finished in between
             # holds neither any more. Only a holder that keeps its retired sidecar across that
             # read (a deleted file cannot be opened again) held it without the lock.
-            confirm = scan(db_path, include_self=include_self)
+            confirm = scan(db_path, include_self=include_self, locked_only=locked_only)
             if {h.pid for h in confirm.retired_holders} & (retired - closing):
                 return confirm
             result = confirm

@@ -33,6 +33,8 @@ from ..processes import checkpoint_lock, holders
 from ..processes.checkpoint_lock import CheckpointLock, wal_reset_exposure
 from ..processes.generation import Generation, diff
 from ..schema.tables import FTS_TABLES
+from . import wal_index, wal_sync
+from .checkpointing import BUSY_TIMEOUT_S, Checkpointing
 from .generation_tracking import GenerationTracking
 from .pragmas import disable_checkpoint_on_close
 from .quarantine import raise_named
@@ -41,7 +43,6 @@ log = logging.getLogger("hermes_state")
 
 T = TypeVar("T")
 
-BUSY_TIMEOUT_S = 1.0  # SPEC §4: not the default 5/30 s
 _WRITE_MAX_RETRIES = 15  # attempts in total (SPEC §4)
 RETRY_SLEEP_MIN_S = 0.020
 RETRY_SLEEP_MAX_S = 0.150
@@ -125,7 +126,7 @@ class _CheckpointLockMet(Exception):
     """Internal: right after BEGIN IMMEDIATE a checkpoint held the checkpoint lock."""
 
 
-class StoreConnection(GenerationTracking):
+class StoreConnection(Checkpointing, GenerationTracking, wal_sync.WalSyncing):
     """One writable (or read-only) connection to a store, with the write path of SPEC §4.
 
     Opened by :func:`hermes_state.store.opening.open_connection`, which runs the refusals and the
@@ -140,11 +141,14 @@ class StoreConnection(GenerationTracking):
         journal_mode: what ``PRAGMA journal_mode`` answered at open (``"wal"``, ``"delete"``).
         retired_holders: processes holding a retired sidecar at a read-only open (issue 11.5).
         quarantined_to: where a file that was not SQLite was moved before this open (SPEC §12).
+        synchronous: the connection's level; at ``NORMAL`` in WAL mode the WAL is synced at
+            most :data:`~hermes_state.store.wal_sync.SYNC_DELAY_S` after a commit (SPEC §4).
     """
 
     def __init__(self, db_path: Path, conn: sqlite3.Connection, *, read_only: bool = False,
                  guard: CheckpointLock | None = None, journal_mode: str = "?",
-                 retired_holders: list | None = None, quarantined_to: Path | None = None):
+                 retired_holders: list | None = None, quarantined_to: Path | None = None,
+                 synchronous: str = "NORMAL"):
         self.db_path = Path(db_path)
         self.conn = conn
         self.read_only = read_only
@@ -170,6 +174,16 @@ class StoreConnection(GenerationTracking):
         self._initial_disk_app_id: int | None = None
         self._backfill = None  # fts_backfill.BackfillThread after a deferred FTS re-index
         self._guard = guard
+        self._lock_mode = "shared"  # what the last write transaction needed of the lock
+        self._drain_after = 0  # frames the WAL must exceed before the next draining checkpoint
+        self._shm = wal_index.OwnShm()  # SQLite's own -shm descriptor (wal-index reads)
+        self._wal_seen: wal_index.WalIndex | None = None  # the last write's wal-index header
+        # The time bound of the loss window (SPEC §4; issue 24 item 1): None = not wanted
+        self._sync_delay = (wal_sync.delay_s() if not read_only and journal_mode == "wal"
+                            and str(synchronous).upper() == "NORMAL" else None)
+        self._sync_pending = False  # a commit not yet covered by a WAL sync
+        self._sync_lock = threading.Lock()  # the syncer's fdatasync vs close()
+        self._wal_fd: int | None = None  # SQLite's own -wal descriptor
         self._exposed = exposed_to_wal_reset()
         # Checkpoints take the lock only where SQLite has the WAL-reset race (issue 12).
         self._lock_checkpoints = guard is not None and self._exposed and guard.usable
@@ -318,7 +332,11 @@ class StoreConnection(GenerationTracking):
             events.enabled() and events.emit(
                 "write", seq=self._writes, attempts=attempt, op=op, t_begin=t_begin,
                 t_commit=t_commit, t_precommit=self._t_precommit, met=met,
-                lock="shared" if held else self._unlocked_why())
+                lock=self._lock_mode if held else self._unlocked_why(),
+                wal=self._wal_seen.as_list() if held and self._wal_seen else None)
+            if self._sync_delay is not None and not self._sync_pending:
+                self._sync_pending = True
+                wal_sync.SYNCER.schedule(self, self._sync_delay)
             if self._writes % _CHECKPOINT_EVERY_N_WRITES == 0:
                 self.checkpoint("PASSIVE", trigger="cadence")
             return result
@@ -359,8 +377,13 @@ class StoreConnection(GenerationTracking):
                 self._guard.release()  # type: ignore[union-attr]
 
     def _enter_shared(self) -> bool:
-        """Take the checkpoint lock SHARED for one write transaction (issue 12), waiting at most
+        """Take the checkpoint lock for one write transaction (issue 12), waiting at most
         :data:`HOLD_WAIT_S` while SQLite's write lock is held (nothing written yet).
+
+        SHARED for a write that cannot restart the WAL (it excludes maintenance only);
+        EXCLUSIVE, on an SQLite with the WAL-reset race, for one that may (it excludes every
+        checkpoint too, which holds the lock SHARED): see :meth:`_write_may_restart` and
+        docs/decisions/0001-checkpoint-lock.md (issue 24 item 3).
 
         Returns:
             True when taken (the caller releases it); False when there is nothing to take (lock
@@ -371,13 +394,34 @@ class StoreConnection(GenerationTracking):
         guard = self._guard
         if guard is None or guard.fd is None or checkpoint_lock.held_here(self.db_path):
             return False
-        if guard.try_shared() or guard.acquire_shared_polling(
+        # read where it decides (an exposed SQLite) or is evidence (the write event)
+        may_restart = self._lock_checkpoints and self._write_may_restart() \
+            if not events.enabled() else self._write_may_restart()
+        exclusive = self._lock_checkpoints and may_restart
+        self._lock_mode = "exclusive" if exclusive else "shared"
+        wait = (guard.acquire_exclusive_polling if exclusive else guard.acquire_shared_polling)
+        if (guard.try_exclusive() if exclusive else guard.try_shared()) or wait(
                 HOLD_WAIT_S, before_try=lambda: failpoints.hit("write.lock_wait")):
             return True
         raise _CheckpointLockMet()
 
+    def _write_may_restart(self) -> bool:
+        """Whether the write transaction this connection just began (``BEGIN IMMEDIATE``
+        returned) can restart the WAL, from the wal-index header read through SQLite's own
+        ``-shm`` descriptor (:mod:`hermes_state.store.wal_index`; True when unreadable).
+
+        Holding SQLite's write lock, ``mxFrame`` is this snapshot's and ``nBackfill`` only
+        grows: ``nBackfill < mxFrame`` now means it was so when the snapshot began, so the
+        snapshot did not take read slot 0 and ``walRestartLog`` cannot restart the log.
+        The header seen is kept for the ``write`` event (``wal``).
+        """
+        seen = self._wal_seen = self._shm.read(
+            self.generation.shm if self.generation is not None else None)
+        return True if seen is None else seen.may_restart
+
     def _wait_lock_free(self) -> None:
-        """Wait, holding nothing, until no checkpoint holds the lock (at most the busy timeout).
+        """Wait, holding nothing, until the lock could be had in the mode the last attempt
+        needed (at most the busy timeout).
 
         Raises:
             sqlite3.OperationalError: still held; coded SQLITE_BUSY (a lock error of SPEC §4:
@@ -386,16 +430,25 @@ class StoreConnection(GenerationTracking):
         guard = self._guard
         if guard is None or guard.fd is None:
             return
-        if not guard.acquire_shared(BUSY_TIMEOUT_S):
+        take = guard.acquire_exclusive if self._lock_mode == "exclusive" else \
+            guard.acquire_shared
+        if not take(BUSY_TIMEOUT_S):
             raise self._lock_busy_error()
         guard.release()
 
     def _lock_busy_error(self) -> sqlite3.OperationalError:
         found = checkpoint_lock.lock_holders(self.db_path)
-        who = ", ".join(h.line() for h in found if h.mode == "exclusive") or "another process"
-        exc = sqlite3.OperationalError(
-            f"the store's checkpoint lock is held exclusively by {who} (a checkpoint or a "
-            f"maintenance command)")
+        if self._lock_mode == "exclusive":
+            who = ", ".join(h.line() for h in found if not h.waiting) or "another process"
+            exc = sqlite3.OperationalError(
+                f"the store's checkpoint lock is held by {who} (a checkpoint, a maintenance "
+                f"command or a write); this write may restart the WAL and needs it alone")
+        else:
+            who = ", ".join(h.line() for h in found if h.mode == "exclusive") or \
+                "another process"
+            exc = sqlite3.OperationalError(
+                f"the store's checkpoint lock is held exclusively by {who} (a maintenance "
+                f"command, or a write that may restart the WAL)")
         exc.sqlite_errorcode = SQLITE_BUSY  # type: ignore[attr-defined]
         exc.sqlite_errorname = "SQLITE_BUSY"  # type: ignore[attr-defined]
         exc.checkpoint_lock = True  # type: ignore[attr-defined]
@@ -504,10 +557,14 @@ class StoreConnection(GenerationTracking):
         return (pid, now, now, 1)
 
     def _exclusive_owner(self) -> tuple[int, str] | None:
-        """``(pid, command)`` of the process holding the checkpoint lock exclusively (issue 12);
-        a frozen one is marked ``stopped`` in the command."""
+        """``(pid, command)`` of the process holding the checkpoint lock in the way that keeps
+        this write out (exclusively; or in either mode when this write needs it exclusively,
+        issue 24 item 3); a frozen one is marked ``stopped`` in the command."""
+        me = os.getpid()
         for h in checkpoint_lock.lock_holders(self.db_path):
-            if h.mode == "exclusive" and not h.waiting:
+            # a write that needs it EXCLUSIVELY is held off by a holder of either mode
+            if not h.waiting and (h.mode == "exclusive" or (
+                    self._lock_mode == "exclusive" and h.pid != me)):
                 return h.pid, h.command + (", stopped" if h.status == "stopped" else "")
         return None
 
@@ -522,7 +579,9 @@ class StoreConnection(GenerationTracking):
         """
         ckpt = bool(getattr(exc, "checkpoint_lock", False))
         owner = self._exclusive_owner() if ckpt else holders.write_lock_owner(self.db_path)
-        which = "state.db checkpoint lock held exclusively" if ckpt else "state.db write lock held"
+        which = ("state.db write lock held" if not ckpt else
+                 "state.db checkpoint lock held" if self._lock_mode == "exclusive" else
+                 "state.db checkpoint lock held exclusively")
         owner_line = None
         seen_s = None
         if owner:
@@ -549,110 +608,6 @@ class StoreConnection(GenerationTracking):
         return WriteContentionError(user, detail, attempts=attempts, waited_s=waited,
                                     holders=[h.as_tuple() for h in seen_holders],
                                     lock_owner=owner_line, lock_owner_seen_s=seen_s)
-
-    def checkpoint(self, mode: str = "PASSIVE", *, trigger: str = "manual",
-                   wait: float = BUSY_TIMEOUT_S) -> tuple | None:
-        """``PRAGMA wal_checkpoint(mode)``; returns ``(busy, log, checkpointed)`` or None.
-
-        On an SQLite exposed to the WAL-reset race it runs holding the checkpoint lock
-        EXCLUSIVELY, so it overlaps no write transaction of the store in any process (issue
-        12); a lock that stays held for ``wait`` seconds skips this checkpoint (event with
-        ``skipped``), it never hangs. Never runs on a retired/replaced/corrupt handle. Failures
-        are logged, not raised (SPEC §4: a checkpoint is housekeeping).
-        """
-        with self._lock:
-            if self._retired or self._sticky is not None or self.journal_mode != "wal":
-                return None
-            failpoints.hit("checkpoint.before")
-            took = self._enter_exclusive(wait, passive=mode.upper() == "PASSIVE")
-            if took is None or took == "running":
-                self._skipped_checkpoint(mode, trigger, running=took == "running")
-                return None
-            try:
-                return self._checkpoint_locked(mode, trigger, "exclusive" if took
-                                               else self._unlocked_checkpoint_why())
-            finally:
-                if took:
-                    self._guard.release()  # type: ignore[union-attr]
-
-    def _enter_exclusive(self, wait: float, *, passive: bool = False) -> bool | str | None:
-        """Take the checkpoint lock EXCLUSIVELY before a checkpoint (issue 12).
-
-        Args:
-            wait: seconds to wait for writers' shared holds (0 = one try).
-            passive: a PASSIVE checkpoint: when another checkpoint (or maintenance) holds the
-                lock exclusively, give up at once, as SQLite's PASSIVE returns busy at once
-                when another connection checkpoints (issue 18).
-        Returns:
-            True when taken (the caller releases it), False when not needed (fixed SQLite, lock
-            off or degraded, or already held by this process for maintenance), ``"running"``
-            when ``passive`` and another process holds it exclusively, None when it stayed
-            busy for ``wait`` seconds.
-        """
-        if not self._lock_checkpoints or checkpoint_lock.held_here(self.db_path):
-            return False
-        guard = self._guard
-        if guard.acquire_exclusive(0):  # type: ignore[union-attr]
-            return True
-        if wait <= 0:
-            return None
-        if passive and guard.exclusive_elsewhere():  # type: ignore[union-attr]
-            return "running"
-        # Queue for SQLite's write lock like any writer (its busy timeout): while this
-        # connection holds it, no write transaction can start, and a writer holds the
-        # checkpoint lock only while it holds the write lock, so only writers finishing their
-        # COMMIT still hold it. Without this, writers chaining their shared holds under load
-        # starve the checkpoint. Nothing is written: the transaction is rolled back.
-        try:
-            self.conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.OperationalError as exc:
-            if is_lock_error(exc):
-                return None
-            raise
-        try:
-            # A checkpointer that queued for the write lock ahead of this one now checkpoints
-            # holding the lock: waiting for it would only hold every writer off for its
-            # checkpoint and then this one (issue 18).
-            if passive and guard.exclusive_elsewhere():  # type: ignore[union-attr]
-                return "running"
-            ok = guard.acquire_exclusive(wait)  # type: ignore[union-attr]
-        finally:
-            self.conn.execute("ROLLBACK")
-        return True if ok else None
-
-    def _unlocked_checkpoint_why(self) -> str:
-        if checkpoint_lock.held_here(self.db_path):
-            return "exclusive"
-        return "not needed" if not self._exposed else "off"
-
-    def _skipped_checkpoint(self, mode: str, trigger: str, *, running: bool = False) -> None:
-        why = ("another process checkpoints (the checkpoint lock is held exclusively)"
-               if running else "the checkpoint lock is busy")
-        log.info("%s checkpoint of %s skipped: %s", mode, self.db_path, why)
-        if events.enabled():
-            events.emit("checkpoint", mode=mode, trigger=trigger, seq=self._writes,
-                        skipped=why if running else "checkpoint lock busy", lock="busy",
-                        holders=[h.as_dict() for h in checkpoint_lock.lock_holders(self.db_path)])
-
-    def _checkpoint_locked(self, mode: str, trigger: str, lock: str) -> tuple | None:
-        """The checkpoint call itself, the lock (if any) already held."""
-        t_start = time.monotonic()
-        failpoints.hit("checkpoint.locked")
-        try:
-            row = tuple(self.conn.execute(f"PRAGMA wal_checkpoint({mode})").fetchone())
-        except sqlite3.Error as exc:
-            log.info("%s checkpoint failed (ignored): %s", mode, exc)
-            events.enabled() and events.emit("checkpoint", mode=mode, trigger=trigger,
-                                             seq=self._writes, error=str(exc), lock=lock,
-                                             t_start=t_start, t_end=time.monotonic())
-            return None
-        t_end = time.monotonic()
-        failpoints.hit("checkpoint.after")
-        events.enabled() and events.emit("checkpoint", mode=mode, trigger=trigger,
-                                         seq=self._writes, busy=row[0], log=row[1],
-                                         checkpointed=row[2], lock=lock, t_start=t_start,
-                                         t_end=t_end)
-        return row
 
     # ------------------------------------------------------------------ reads
     def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
@@ -689,10 +644,11 @@ class StoreConnection(GenerationTracking):
         """SPEC §10.5: healthy ⇒ PASSIVE checkpoint then close; retired ⇒ capture, no checkpoint.
 
         On an exposed SQLite both the PASSIVE checkpoint and the close (where SQLite's last
-        connection checkpoints too) run holding the checkpoint lock exclusively; close never
-        waits for it: when it is busy the checkpoint is skipped and SQLite's close-time
-        checkpoint switched off (a busy lock means another connection is live, so this one is
-        not the last anyway), issue 12.
+        connection checkpoints too) run holding the checkpoint lock (SHARED); close never
+        waits for it: when it is held exclusively the checkpoint is skipped and SQLite's
+        close-time checkpoint switched off (an exclusive holder means another connection is
+        live, so this one is not the last anyway), issue 12. At NORMAL, a close whose
+        checkpoint did not copy the whole WAL syncs it (the loss window's time bound, §4).
         """
         if self._backfill is not None:
             self._backfill.stop()  # before taking the lock: it may be waiting for it
@@ -714,18 +670,25 @@ class StoreConnection(GenerationTracking):
                     elif self._sticky is None and self.journal_mode == "wal":
                         failpoints.hit("close.before_checkpoint")
                         failpoints.hit("checkpoint.before")
-                        took = self._enter_exclusive(0)
+                        took = self._enter_for_checkpoint(0)
+                        row = None
                         if took is None:
                             self._skipped_checkpoint("PASSIVE", "close")
                             disable_checkpoint_on_close(conn, str(self.db_path))
                         else:
-                            self._checkpoint_locked("PASSIVE", "close", "exclusive" if took
-                                                    else self._unlocked_checkpoint_why())
+                            row = self._checkpoint_locked("PASSIVE", "close", "shared" if took
+                                                          else self._unlocked_checkpoint_why())
+                        if self._sync_pending and not (row and row[0] == 0 and row[1] == row[2]):
+                            # the close checkpoint did not copy (and so sync) the whole WAL
+                            with self._sync_lock:
+                                self._fdatasync_wal("close")
+                self._sync_pending = False
                 if self._retired or self._sticky is not None:
                     if not disable_checkpoint_on_close(conn, str(self.db_path)):
                         _UNCLOSABLE.append(conn)  # SPEC §10.5 fallback: never close it
                         return
-                conn.close()
+                with self._sync_lock:  # never beside the syncer's use of SQLite's descriptor
+                    conn.close()
             finally:
                 if self._guard is not None:
                     if took:

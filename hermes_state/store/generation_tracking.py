@@ -19,6 +19,7 @@ from ..files import atomic
 from ..files.paths import utc_stamp
 from ..files.sqlite_format import application_id
 from ..processes.generation import (
+    DirStamp,
     Generation,
     capture_retired,
     diff,
@@ -47,6 +48,7 @@ class GenerationTracking:
             "SELECT value FROM state_meta WHERE key='db_file_generation'").fetchone()[0]
         app_id = self.conn.execute("PRAGMA application_id").fetchone()[0]
         self.generation = Generation.read(self.db_path, app_id, token)
+        self._dir_stamp = DirStamp(self.db_path)
         self._main_fd = None
         if self.journal_mode == "wal" and self._disk_application_id() != app_id:
             # Page 1 with our application_id is still only in the WAL (fresh store): move it to
@@ -93,12 +95,24 @@ class GenerationTracking:
             self.record_generation()
 
     def _check_generation(self) -> None:
-        """SPEC §10.1: the store under the connection must still be the one on disk."""
+        """SPEC §10.1: the store under the connection must still be the one on disk.
+
+        The header's application_id is read on every call; the three identities are compared
+        by ``lstat`` unless the store's directory is unchanged since a full comparison found
+        nothing (one ``stat``, :class:`~hermes_state.processes.generation.DirStamp`).
+        """
         assert self.generation is not None
         app_id = self._live_application_id()
+        stamps = self._dir_stamp
+        stamp, taken = stamps.take()
+        if stamp is not None and stamp == stamps.kept and \
+                app_id == self.generation.application_id:
+            return
         found = diff(self.generation, self.db_path, app_id)
         if found is None:
+            stamps.keep(stamp, taken)
             return
+        stamps.kept = None
         kind, detail = found
         self._retire(kind, detail, trigger="halt")
         raise self._sticky  # type: ignore[misc]

@@ -111,7 +111,7 @@ def _connect_and_prepare(db_path: Path, guard: CheckpointLock, synchronous: str,
         _raise_named_lock(db_path, exc, "set up the connection")
         raise_named(db_path, exc)
     sc = StoreConnection(db_path, conn, guard=guard, journal_mode=journal_mode,
-                         quarantined_to=quarantined_to)
+                         quarantined_to=quarantined_to, synchronous=synchronous)
     try:
         _prepare_schema(sc)
         failpoints.hit("open.after_schema")
@@ -144,7 +144,8 @@ def _connect_ro(db_path: Path) -> tuple[sqlite3.Connection, list]:
         raise sqlite3.OperationalError(f"no session store at {db_path}") from None
     except PermissionError as exc:
         raise (access_problem(db_path, write=False) or exc) from exc
-    retired = holders.scan_settled(db_path, include_self=True).retired_holders
+    retired = holders.scan_settled(db_path, include_self=True,
+                                   locked_only=True).retired_holders
     params = {"mode": "ro"}
     if retired:
         params["immutable"] = "1"
@@ -182,7 +183,7 @@ def _refuse_unsafe_files(db_path: Path) -> None:
 
 def _refuse_if_retired_holders(db_path: Path) -> None:
     """SPEC §10.4: never connect while any process holds a retired sidecar of this store."""
-    found = holders.scan_settled(db_path, include_self=True).retired_holders
+    found = holders.scan_settled(db_path, include_self=True, locked_only=True).retired_holders
     if not found:
         return
     lines = "\n".join("  " + h.line() for h in found)

@@ -44,6 +44,7 @@ from ..processes.holders import (
 )
 from ..processes.holders import scan as scan_holders
 from ..schema.fts_inventory import LEGACY_KINDS, inventory
+from ..store.wal_sync import ENV_VAR as WAL_SYNC_ENV_VAR
 from ..schema.fts_layout import verify_fts
 from ..schema.history import (
     CURRENT_VERSION,
@@ -76,7 +77,8 @@ __all__ = [
     "history_layout", "infer_version", "inventory", "list_snapshots", "live_fts_layout",
     "lock_holders", "prompt_hash", "read_locks", "scan_holders", "schema_at", "sessions_json_path",
     "sqlite_problems", "sqlite_uri", "utc_stamp", "verify_fts", "version_table", "wal_header",
-    "wal_reset_exposure", "SHM_LOCK_NAMES", "WAL_HEADER_SIZE", "db_header", "is_sqlite",
+    "wal_reset_exposure", "WAL_SYNC_ENV_VAR", "SHM_LOCK_NAMES", "WAL_HEADER_SIZE",
+    "db_header", "is_sqlite",
     "wal_frames", "wal_index_header",
 ]
 

@@ -1,0 +1,152 @@
+"""The write path's per-write work (issue 24 item 4): every SPEC check still made, cheaper.
+
+* the generation check (SPEC §10.1) stats the store's directory once instead of ``lstat``-ing
+  the three files while the directory is unchanged, and still refuses a deleted or replaced
+  sidecar, a replaced ``state.db`` and a moved directory;
+* text parameters are cleaned once (SPEC §2.2): ASCII text is never scanned, and the values
+  ``append_message`` cleaned are not scanned a second time by the cleaning connection.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from hermes_state import DeletedWalGenerationError, SessionDB, StateDbReplacedError
+from hermes_state.api import text as text_mod
+from hermes_state.processes import generation
+
+
+@pytest.fixture
+def settle_now(monkeypatch):
+    """Trust a directory stamp at once (the 2 s settle margin is for real clocks)."""
+    monkeypatch.setattr(generation, "DIR_SETTLE_NS", 0)
+
+
+def wait_clock_past(ns: int, probe_dir: Path) -> None:
+    """Wait until the filesystem's own clock (a probe file's ctime, in a directory other than
+    the store's) is past ``ns``: a later change in the store's directory gets a later stamp.
+    An event of the filesystem, not a sleep; bounded by a hang guard."""
+    probe = probe_dir / "clock-probe"
+    for _ in range(200_000):
+        probe.write_bytes(b"x")
+        if os.stat(probe).st_ctime_ns > ns:
+            return
+    raise AssertionError("the filesystem clock did not move")
+
+
+def _store_lstats(monkeypatch, db_path: Path) -> list[str]:
+    seen: list[str] = []
+    real = os.lstat
+
+    def counting(path, *a, **kw):
+        if str(path).startswith(str(db_path)):
+            seen.append(str(path))
+        return real(path, *a, **kw)
+
+    monkeypatch.setattr(os, "lstat", counting)
+    return seen
+
+
+def test_a_write_in_an_unchanged_directory_makes_no_lstat_of_the_store_files(
+        tmp_path, monkeypatch, settle_now):
+    path = tmp_path / "home" / "state.db"
+    with SessionDB(path) as db:
+        db.create_session("s", source="cli")
+        db.append_message("s", "user", "first: a full check keeps the directory's stamp")
+        seen = _store_lstats(monkeypatch, path)
+        for i in range(5):
+            db.append_message("s", "user", f"then one stat of the directory ({i})")
+        assert seen == []  # before: 3 per write (state.db, -wal, -shm)
+        assert db.message_count("s") == 6
+
+
+@pytest.mark.parametrize("change", ["delete_wal", "delete_shm", "rename_wal_aside"])
+def test_a_sidecar_changed_after_fast_checks_is_still_refused(tmp_path, monkeypatch,
+                                                              settle_now, change):
+    path = tmp_path / "home" / "state.db"
+    probe_dir = tmp_path / "elsewhere"
+    probe_dir.mkdir()
+    with SessionDB(path) as db:
+        db.create_session("s", source="cli")
+        db.append_message("s", "user", "kept")
+        kept = db.connection._dir_stamp.kept
+        assert kept is not None
+        wait_clock_past(max(kept[2], kept[3]), probe_dir)
+        if change == "delete_wal":
+            os.unlink(f"{path}-wal")
+        elif change == "delete_shm":
+            os.unlink(f"{path}-shm")
+        else:
+            os.rename(f"{path}-wal", f"{path}-wal.aside")
+        with pytest.raises(DeletedWalGenerationError):
+            db.append_message("s", "user", "refused")
+
+
+def test_a_moved_directory_and_a_replaced_main_file_are_still_refused(tmp_path, settle_now):
+    home = tmp_path / "home"
+    path = home / "state.db"
+    with SessionDB(path) as db:
+        db.create_session("s", source="cli")
+        db.append_message("s", "user", "kept")
+        assert db.connection._dir_stamp.kept is not None
+        os.rename(home, tmp_path / "moved")
+        with pytest.raises(StateDbReplacedError):
+            db.append_message("s", "user", "refused: the path names nothing now")
+    home2 = tmp_path / "home2"
+    path2 = home2 / "state.db"
+    with SessionDB(path2) as db:
+        db.create_session("s", source="cli")
+        db.append_message("s", "user", "kept")
+        other = tmp_path / "other.db"
+        shutil.copyfile(path2, other)
+        os.rename(other, path2)  # a new inode at the path (the directory changes)
+        with pytest.raises(StateDbReplacedError):
+            db.append_message("s", "user", "refused")
+
+
+def test_an_unsettled_directory_stamp_is_not_kept(tmp_path):
+    """With the real margin, a directory changed within the last 2 s is stat-ed three times."""
+    path = tmp_path / "home" / "state.db"
+    with SessionDB(path) as db:
+        db.create_session("s", source="cli")
+        db.append_message("s", "user", "x")
+        st = os.stat(path.parent)
+        if time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) < generation.DIR_SETTLE_NS:
+            assert db.connection._dir_stamp.kept is None
+
+
+def test_cleaned_parameters_are_not_scanned_twice_and_others_still_are(monkeypatch):
+    calls = []
+    real = text_mod._SURROGATE
+
+    class Counting:
+        def search(self, s):
+            calls.append(s)
+            return real.search(s)
+
+        def sub(self, *a):
+            return real.sub(*a)
+
+    monkeypatch.setattr(text_mod, "_SURROGATE", Counting())
+    args = text_mod.cleaned(["ascii", "caf\u00e9", 3, None])
+    assert calls == ["caf\u00e9"]  # ASCII text is never scanned
+    assert text_mod.clean_params(args) is args
+    assert calls == ["caf\u00e9"]  # not scanned again
+    assert text_mod.clean_params(["a\ud835b"]) == ("a\ufffdb",)
+
+
+def test_every_text_field_of_an_append_is_still_cleaned(tmp_path):
+    with SessionDB(tmp_path / "state.db") as db:
+        db.create_session("s\ud800", source="cli")
+        mid = db.append_message("s\ud800", "user\udfff", "a\ud835b", tool_name="t\ud800",
+                                token_count="7\ud800", reasoning="r\udc00")
+        row = db.connection.read(lambda c: c.execute(
+            "SELECT session_id, role, content, tool_name, token_count, reasoning FROM messages "
+            "WHERE id = ?", (mid,)).fetchone())
+        assert tuple(row) == ("s\ufffd", "user\ufffd", "a\ufffdb", "t\ufffd", "7\ufffd",
+                              "r\ufffd")
