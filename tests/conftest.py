@@ -156,6 +156,41 @@ GENERATOR_CASES = "generator_cases"
 GENERATOR_FINDINGS = "generator_findings"
 
 
+#: Full-sweep cases this run left out (``tests/sweep.py``), for the closing summary.
+_SWEEP_DESELECTED: list[int] = [0]
+
+
+def pytest_collection_modifyitems(config, items):
+    """Leave the full-sweep cases (``sweep`` marker) out of an ordinary run: deselected, so
+    pytest's own summary counts them apart from passed and skipped, and the closing summary
+    says how to run them. ``HERMES_FULL_SWEEP=1`` (or ``-m`` naming ``sweep``) keeps them."""
+    from sweep import FULL
+
+    if FULL or "sweep" in (config.getoption("markexpr", "") or ""):
+        return
+    kept, left = [], []
+    for item in items:
+        (left if item.get_closest_marker("sweep") else kept).append(item)
+    if left:
+        config.hook.pytest_deselected(items=left)
+        items[:] = kept
+        _SWEEP_DESELECTED[0] += len(left)
+
+
+def pytest_sessionfinish(session):
+    """An xdist worker hands its count of deselected full-sweep cases to the controller."""
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["sweep_deselected"] = _SWEEP_DESELECTED[0]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """The controller keeps the largest count a worker reported (each collects every case)."""
+    n = getattr(node, "workeroutput", {}).get("sweep_deselected", 0)
+    _SWEEP_DESELECTED[0] = max(_SWEEP_DESELECTED[0], n)
+
+
 def pytest_terminal_summary(terminalreporter):
     totals: dict[str, int] = {}
     findings: dict[str, list] = {}
@@ -170,6 +205,10 @@ def pytest_terminal_summary(terminalreporter):
                 elif name == GENERATOR_FINDINGS:
                     generator, found = value
                     findings.setdefault(generator, []).extend(found)
+    if _SWEEP_DESELECTED[0]:
+        terminalreporter.write_line(
+            f"{_SWEEP_DESELECTED[0]} full-sweep generator cases deselected (the sample ran); "
+            "the full sweep: HERMES_FULL_SWEEP=1 pytest -m sweep")
     if totals:
         from sweep import FULL
 

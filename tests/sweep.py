@@ -1,7 +1,8 @@
 """Generators in the suite: a sample in every run, the full sweep in a marked slower tier.
 
 ``cases(all, sample)`` gives pytest params: the sample runs always; the rest carry the ``sweep``
-marker and are skipped (counted as SKIPPED with the reason, never a silent pass) unless
+marker and are deselected by ``tests/conftest.py`` (pytest counts them as deselected, apart
+from passed and skipped, and the closing summary names the command that runs them) unless
 ``HERMES_FULL_SWEEP=1``. The full tier: ``HERMES_FULL_SWEEP=1 pytest -m sweep`` (or the whole
 suite with the variable set). ``examples(sample, full)`` sizes a hypothesis run the same way.
 
@@ -24,8 +25,8 @@ SKIP_REASON = "full sweep only: HERMES_FULL_SWEEP=1 pytest -m sweep"
 
 
 def cases(all_cases: Iterable, sample: Iterable, *, ids=None) -> list:
-    """``pytest.param`` for each case: the sample plain, the rest ``sweep``-marked (skipped
-    unless the full sweep is asked for)."""
+    """``pytest.param`` for each case: the sample plain, the rest ``sweep``-marked (deselected
+    unless the full sweep is asked for; the skip mark keeps them out where no conftest runs)."""
     sample = list(sample)
     out = []
     for case in all_cases:

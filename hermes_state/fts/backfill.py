@@ -23,13 +23,10 @@ from __future__ import annotations
 import logging
 import sqlite3
 import threading
-from typing import TYPE_CHECKING
 
 from ..schema.fts_layout import DEFAULT_CHUNK, rebuild_markers
 from .switch import RETIRED_PREFIX, rebuild_chunk
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ..store.connection import StoreConnection
+from .write_path import WritePath
 
 log = logging.getLogger("hermes_state.fts.backfill")
 
@@ -108,7 +105,7 @@ class BackfillThread(threading.Thread):
         chunk: rows per write transaction (default :data:`CHUNK`).
     """
 
-    def __init__(self, store: "StoreConnection", chunk: int | None = None) -> None:
+    def __init__(self, store: WritePath, chunk: int | None = None) -> None:
         super().__init__(name=f"fts-backfill:{store.db_path}", daemon=True)
         self.store = store
         self.chunk = chunk or CHUNK

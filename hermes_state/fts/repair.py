@@ -7,14 +7,11 @@ The write path switches a damaged index off (``fts_stale``, :mod:`hermes_state.s
 from __future__ import annotations
 
 import sqlite3
-from typing import TYPE_CHECKING
 
 from ..schema.fts_inventory import EXTERNAL_V23, inventory
 from ..schema.tables import create_fts
 from .switch import replace_layout
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ..store.connection import StoreConnection
+from .write_path import WritePath
 
 
 def _reset_fts_shadow(conn: sqlite3.Connection, table: str) -> None:
@@ -35,7 +32,7 @@ def _reset_fts_shadow(conn: sqlite3.Connection, table: str) -> None:
     conn.execute("DROP TABLE temp.hermes_fts_reset")
 
 
-def rebuild_fts(sc: StoreConnection) -> int:
+def rebuild_fts(sc: WritePath) -> int:
     """Rebuild the FTS index after corruption and clear ``fts_stale`` (SPEC §12).
 
     A corrupt FTS5 table cannot even be dropped (its constructor fails), so each table's

@@ -25,9 +25,9 @@ import sqlite3
 import sys
 import threading
 import time
+from importlib import metadata
 from pathlib import Path
 
-from .. import __version__
 from ..files import sqlite_format as fmt
 from ..files.atomic import open_regular, read_json, write_file
 from ..processes import checkpoint_lock
@@ -104,6 +104,14 @@ class _Sections:
 
 # ---------------------------------------------------------------------------- small readers
 
+
+def _version() -> str:
+    """The installed hermes-state's version (package metadata), or ``"unknown"``."""
+    try:
+        return metadata.version("hermes-state")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
 def _mount_of(path: Path) -> dict:
     """Filesystem type and mount point of ``path`` from ``/proc/mounts`` (longest prefix)."""
     try:
@@ -128,7 +136,7 @@ def _mount_of(path: Path) -> dict:
 def _versions(db: Path) -> dict:
     text = wal_reset_exposure()
     lock = db.with_name(db.name + LOCK_SUFFIX)
-    return {"hermes_state": __version__, "python": platform.python_version(),
+    return {"hermes_state": _version(), "python": platform.python_version(),
             "python_implementation": platform.python_implementation(),
             "sqlite": sqlite3.sqlite_version, "platform": platform.platform(terse=True),
             "wal_reset": {"exposed": text is not None, "text": text,
@@ -345,7 +353,7 @@ def make_bundle(db_path: str | os.PathLike, *, budget_s: float = TOTAL_BUDGET_S)
     hasher = Hasher()
     s = _Sections(budget_s)
     b: dict = {"about": ABOUT, "bundle": {"format": BUNDLE_FORMAT, "made_by": (
-        f"hermes-state {__version__} doctor --bundle"), "created_at": iso(time.time()),
+        f"hermes-state {_version()} doctor --bundle"), "created_at": iso(time.time()),
         "pid": os.getpid(), "ids": "session ids and other names are hmac-sha256 with a "
                                    "key made for this file and not kept: h:<12 hex>"}}
     b["versions"] = s.run("versions", _versions, db)
