@@ -27,7 +27,9 @@ their processes together once every one has opened the store, every row records 
 ran under, and a row that misses its target is measured once more and judged by that rerun
 (``--rerun-misses``; both kept in the results).
 
-Exit status: 0 when every row with a target passes, 1 otherwise, 2 on bad arguments.
+Exit status (``benchmarks/verdicts.py``): 0 when every row with a target passes or its miss is
+EXPLAINED by its SPEC bound, 1 when a row FAILs, 3 when the only misses are LOADED (missed
+twice on a machine too busy to judge them), 2 on bad arguments.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from .rows import FULL, QUICK, ROWS, Sizes, loadavg  # noqa: E402,F401
 from .table import RESULTS, markdown, render, update_readme  # noqa: E402,F401
+from .verdicts import counts, judge  # noqa: E402
 
 
 def machine() -> dict:
@@ -205,9 +208,14 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1, default=str) + "\n")
     out.with_name(out.name + ".partial").unlink(missing_ok=True)
+    status = judge(result["rows"], result["machine"]["cpu_count"] or 1)
+    result["verdicts"] = counts(result["rows"])
+    out.write_text(json.dumps(result, indent=1, default=str) + "\n")
     render(result)
-    print(f"results: {out}")
-    return 0 if all(r["pass"] is not False for r in result["rows"]) else 1
+    print(f"verdicts: {result['verdicts']}; results: {out}"
+          + ("; LOADED: repeated misses while the machine was too busy to judge them, run "
+             "again on a quieter machine" if status == 3 else ""))
+    return status
 
 
 if __name__ == "__main__":

@@ -310,6 +310,11 @@ def row_lock(sz: Sizes, cache: Path) -> list[dict]:
 
 # ---------------------------------------------------------------------------- big store
 
+#: --quick: the least time the extra size must add to a reference's run for the ratio of the
+#: size-dependent parts to be judged (below it, both differences are mostly noise).
+NET_MIN_S = 0.05
+
+
 def row_ops(sz: Sizes, cache: Path) -> list[dict]:
     store, info = bigstore.cached(cache, sz.big_mb)
     build_s = info["build_s"] if info["built_now"] else None
@@ -347,11 +352,18 @@ def row_ops(sz: Sizes, cache: Path) -> list[dict]:
             net_bare = _med(r["bare"]) - _med(f["bare"])
             fixed_extra = {"raw_ratio": ratio, "fixed_ours_s": _med(f["ours"]),
                            "fixed_bare_s": _med(f["bare"])}
-            if net_ours > 0 and net_bare > 0:
+            if net_bare >= NET_MIN_S and net_ours > 0:
                 ratio = net_ours / net_bare
+            else:
+                # What the size adds to bare's time is within its noise here: a ratio of two
+                # small differences says nothing (issue 24 item 5). Shown, not judged.
+                fixed_extra["unmeasured"] = (
+                    f"the size adds {net_bare * 1000:.0f} ms to the reference here (under "
+                    f"{NET_MIN_S * 1000:.0f} ms): not judged at this size, the full run judges it")
         rss = max(r["ours_rss_mb"])
-        ok = ratio <= bench_ops.TARGET and rss <= bench_ops.RSS_LIMIT_MB and \
-            all(e == 0 for e in r["exits"])
+        sound = rss <= bench_ops.RSS_LIMIT_MB and all(e == 0 for e in r["exits"])
+        ok = (ratio <= bench_ops.TARGET and sound) if "unmeasured" not in fixed_extra \
+            else (None if sound else False)
         spec = {}
         if r.get("spec"):
             # The work SPEC asks of the command beyond the issue's reference, in bare SQLite
@@ -359,6 +371,11 @@ def row_ops(sz: Sizes, cache: Path) -> list[dict]:
             spec = {"spec_s": stats(r["spec"]), "spec_ratio": _med(r["ours"]) / _med(r["spec"]),
                     "spec_what": bench_ops.SPEC_WHAT[name],
                     "spec_rss_mb": max(r["spec_rss_mb"])}
+            if ok is False and sound and spec["spec_ratio"] <= bench_ops.TARGET:
+                # The miss is the work SPEC asks beyond the issue's reference, not overhead
+                # (benchmarks/verdicts.py: EXPLAINED, counted apart).
+                spec["explained"] = (f"within {bench_ops.TARGET}x of its SPEC bound "
+                                     f"({spec['spec_ratio']:.2f}x)")
         out.append(row(name, f"{whats[name]}, {size}", refs[name], "s", r["ours"], r["bare"],
                        ratio, f"<= {bench_ops.TARGET}x, RSS <= {bench_ops.RSS_LIMIT_MB:g} MB",
                        ok, rss_mb=rss, bare_rss_mb=max(r["bare_rss_mb"]), exits=r["exits"],

@@ -36,7 +36,7 @@ def cells(r: dict) -> list[str]:
     return [r["id"], f"{fmt(o['median'])} {r['unit']} ({fmt(o['min'])}-{fmt(o['max'])})",
             f"{fmt(f['median'])} {r['unit']} ({fmt(f['min'])}-{fmt(f['max'])})",
             f"{fmt(r['ratio'])}x", r["target"],
-            {True: "PASS", False: "FAIL", None: "info"}[r["pass"]]]
+            r.get("verdict") or {True: "PASS", False: "FAIL", None: "info"}[r["pass"]]]
 
 
 #: Notes of the rows whose extra figures go straight into one sentence.
@@ -101,6 +101,10 @@ def _note(r: dict, e: dict) -> str:
             fixed = (f"; ratio of the size-dependent part: past each side's fixed cost (the "
                      f"same command on a 1 MiB store: ours {e['fixed_ours_s']:.2f} s, bare "
                      f"{e['fixed_bare_s']:.2f} s), {e['raw_ratio']:.2f}x with it")
+        if e.get("unmeasured"):
+            fixed += f"; {e['unmeasured']}"
+        if e.get("explained"):
+            spec += f" (EXPLAINED: {e['explained']})"
         return (f"peak RSS {e['rss_mb']:.0f} MB (bare {e['bare_rss_mb']:.0f} MB)" + spec + fixed
                 + (f"; exits {e['exits']}: {e['stderr_tail']}" if bad else ""))
     if rid in ("gate", "pytest"):
@@ -137,7 +141,8 @@ def render(result: dict, console=None) -> None:
     table = Table(title=_title(result))
     for col in _HEAD + ["load"]:
         table.add_column(col, no_wrap=True)
-    colour = {"PASS": "[green]PASS[/]", "FAIL": "[red]FAIL[/]", "info": "info"}
+    colour = {"PASS": "[green]PASS[/]", "FAIL": "[red]FAIL[/]", "info": "info",
+              "EXPLAINED": "[cyan]EXPLAINED[/]", "LOADED": "[yellow]LOADED[/]"}
     for r in result["rows"]:
         c = cells(r)
         c[-1] = colour[c[-1]]

@@ -54,3 +54,49 @@ def test_an_operator_rows_fixed_costs_are_shown_apart():
             fixed_bare_s=0.05)
     assert "past each side's fixed cost (the same command on a 1 MiB store: ours 0.45 s, " \
            "bare 0.05 s), 4.00x with it" in note(r)
+
+
+# ------------------------------------------------------------------ verdicts (benchmarks/verdicts.py)
+from benchmarks.verdicts import LOADED_PER_CPU, counts, judge, verdict  # noqa: E402
+
+
+def _missed_twice(first_load: float, rerun_load: float) -> dict:
+    r = _row(1.7, False)
+    r["load"] = [rerun_load, 1, 1]
+    r["extra"]["rerun"] = {"verdict": "missed twice", "first_ratio": 1.6,
+                           "first": {"ratio": 1.6, "load": [first_load, 1, 1]}}
+    return r
+
+
+def test_a_repeated_miss_on_a_machine_too_busy_to_judge_it_is_loaded_never_a_pass():
+    busy = 2 * LOADED_PER_CPU + 1
+    r = _missed_twice(busy, busy)
+    assert verdict(r, cpus=2) == "LOADED"
+    assert judge([r, _row(1.0, True)], cpus=2) == 3
+    assert counts([r, _row(1.0, True)]) == "1 PASS, 1 LOADED"
+
+
+def test_a_repeated_miss_is_a_failure_when_either_run_was_on_a_judgeable_machine():
+    busy = 2 * LOADED_PER_CPU + 1
+    for first, rerun in ((busy, 2.0), (2.0, busy), (2.0, 2.0)):
+        r = _missed_twice(first, rerun)
+        assert verdict(r, cpus=2) == "FAIL", (first, rerun)
+    # a single miss (no rerun asked for) is judged as measured, whatever the load
+    single = _row(1.7, False)
+    single["load"] = [50.0, 1, 1]
+    assert verdict(single, cpus=2) == "FAIL"
+    assert judge([single, _missed_twice(busy, busy)], cpus=2) == 1  # a FAIL outranks LOADED
+
+
+def test_a_miss_within_its_spec_bound_is_explained_and_does_not_fail_the_run():
+    r = _row(1.7, False)
+    r["extra"]["explained"] = "within 1.3x of its SPEC bound (1.10x)"
+    assert verdict(r, cpus=2) == "EXPLAINED"
+    info = _row(1.0, None)
+    assert judge([r, info, _row(1.0, True)], cpus=2) == 0
+    assert counts([r, info, _row(1.0, True)]) == "1 PASS, 1 EXPLAINED, 1 info"
+
+
+def test_results_written_before_verdicts_are_judged_from_pass_alone():
+    old = _row(1.7, False)
+    assert "verdict" not in old and counts([old]) == "1 FAIL"
