@@ -57,6 +57,10 @@ ALLOWED = {
         "the checkpoint lock: lstat, then O_NONBLOCK|O_NOFOLLOW|O_NOCTTY and fstat regular",
     ("processes/checkpoint_lock.py", "_status", "open"): "/proc/<pid>/stat",
     ("processes/checkpoint_lock.py", "lock_holders", ".read_text"): "/proc/locks",
+    ("processes/lock_table.py", "read", "open"): "/proc/locks",
+    ("processes/lock_table.py", "_probe_keying", "os.open"):
+        "O_RDONLY|O_NOFOLLOW|O_NONBLOCK of the lock file, then S_ISREG and the device checked; "
+        "nothing created, nothing written",
     ("processes/checkpoint_lock.py", "probe", "os.open"): "O_TMPFILE: an unnamed file",
     ("processes/generation.py", "parse_wal_header", ".read_bytes"):
         "the WAL copy inside this process's own capture .partial directory",

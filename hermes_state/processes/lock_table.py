@@ -21,6 +21,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import stat
 from dataclasses import dataclass
 
 from ..files.sqlite_format import PENDING_BYTE, SHM_DMS_LOCK, SHM_WRITE_LOCK
@@ -102,8 +103,8 @@ def _probe_keying(real: str, dev: tuple[int, int]) -> bool:
         return False
     try:
         st = os.fstat(fd)
-        if _dev(st) != dev:
-            return False
+        if not stat.S_ISREG(st.st_mode) or _dev(st) != dev:
+            return False  # a planted FIFO, device or directory proves nothing
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
             mine = True
