@@ -53,6 +53,20 @@ def wait_json(child, pred, what: str):
             return rec
 
 
+def stop(pid: int, deadline_s: float = 30.0) -> None:
+    """SIGSTOP ``pid`` and return once the kernel shows it stopped (``kill`` returns before
+    the target stops: a writer may still finish a frame). Raises AssertionError past the
+    deadline."""
+    os.kill(pid, signal.SIGSTOP)
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            if fh.read().rsplit(b")", 1)[1].split()[0] in (b"T", b"t"):
+                return
+        time.sleep(0.005)
+    raise AssertionError(f"process {pid} not stopped {deadline_s} s after SIGSTOP")
+
+
 def run_bundle(home: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != failpoints.ENV_VAR}
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
@@ -195,7 +209,7 @@ def test_a_live_store_is_read_without_touching_it(tmp_path, spawn):
     SessionDB(db).close()
     gw = spawn("bundle_gateway.py", db, "s-live", "0", "hello")
     wait_json(gw, lambda r: r.get("ok") == 30, "30 appends")
-    os.kill(gw.pid, signal.SIGSTOP)  # hold still: the files must be byte-identical around it
+    stop(gw.pid)  # hold still: the files must be byte-identical around it
     try:
         before = snapshot(home)
         b = take(home, tmp_path)
@@ -223,7 +237,7 @@ def test_a_stopped_write_lock_owner_is_named_with_its_lock(tmp_path, spawn):
     SessionDB(db).close()
     holder = spawn("lock_holder.py", db)
     assert holder.readline() == "LOCKED"
-    os.kill(holder.pid, signal.SIGSTOP)
+    stop(holder.pid)
     try:
         b = take(home, tmp_path)
     finally:
