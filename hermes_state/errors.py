@@ -17,6 +17,7 @@ __all__ = [
     "WriteContentionError",
     "StorePermissionError",
     "NewerSchemaWriteError",
+    "EvidenceWriteError",
 ]
 
 # Fingerprint words (SPEC §10.1): support tooling and tests search for them; keep them verbatim.
@@ -174,6 +175,22 @@ class OpenContentionError(WriteContentionError):
 
 class StorePermissionError(HermesStateError, PermissionError):
     """A store file or its directory cannot be written (SPEC §4): names the path and the fix."""
+
+
+class EvidenceWriteError(HermesStateError, OSError):
+    """Evidence could not be written: a retired-WAL capture, spooled messages, a snapshot, a
+    quarantine move, a salvage record (issue 22 item 1). Never dropped silently: the message
+    names what was not written, where, why, and what is at risk until it is; the write is
+    retried (on the next call, at close, by ``doctor``, or by running the command again).
+
+    Attributes:
+        path: the file or directory that could not be written.
+    """
+
+    def __init__(self, user_message: str, operator_detail: str = "", *,
+                 path: str = "") -> None:
+        self.path = path
+        super().__init__(user_message, operator_detail)
 
 
 class NewerSchemaWriteError(HermesStateError, sqlite3.IntegrityError):

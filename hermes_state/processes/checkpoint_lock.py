@@ -34,13 +34,12 @@ import sqlite3
 import stat
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
 from .. import events
 from ..errors import HermesStateError
-from .holders import HAVE_PROC, describe_pid
+from .lock_files import LockHolder, flock_holders
 
 log = logging.getLogger("hermes_state")
 
@@ -380,70 +379,12 @@ def exclusive_unless_unusable(db_path: str | os.PathLike, *, purpose: str
 
 
 # ---------------------------------------------------------------- who holds it (/proc/locks)
-@dataclass(frozen=True)
-class LockHolder:
-    """A process holding (or waiting for) the lock: ``mode`` is ``exclusive`` or ``shared``."""
-
-    pid: int
-    mode: str
-    waiting: bool
-    command: str
-    status: str
-
-    def line(self) -> str:
-        """``PID N (command) exclusive[, stopped]``."""
-        extra = f", {self.status}" if self.status in ("stopped", "tracing-stop") else ""
-        wait = " (waiting)" if self.waiting else ""
-        return f"PID {self.pid} ({self.command}) {self.mode}{wait}{extra}"
-
-    def as_dict(self) -> dict:
-        return {"pid": self.pid, "mode": self.mode, "waiting": self.waiting,
-                "command": self.command, "status": self.status}
-
-
-def _status(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            data = fh.read()
-        letter = data[data.rfind(b")") + 2:].split()[0].decode("ascii", "replace")
-    except (OSError, IndexError):
-        return "gone"
-    return {"R": "running", "S": "sleeping", "D": "disk-sleep", "T": "stopped",
-            "t": "tracing-stop", "Z": "zombie"}.get(letter, letter)
-
-
 def lock_holders(db_path: str | os.PathLike) -> list[LockHolder]:
     """Every ``flock`` on the store's lock file from ``/proc/locks`` (Linux; else ``[]``).
 
     A process frozen with SIGSTOP while holding it shows with ``status`` ``stopped``.
     """
-    if not HAVE_PROC:
-        return []
-    try:
-        st = os.stat(lock_path(db_path), follow_symlinks=False)
-        text = Path("/proc/locks").read_text()
-    except OSError:
-        return []
-    want = (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino)
-    out = []
-    for line in text.splitlines():
-        parts = line.split()
-        waiting = "->" in parts
-        if waiting:
-            parts.remove("->")
-        # id: FLOCK ADVISORY WRITE|READ pid maj:min:ino start end
-        if len(parts) < 6 or parts[1] != "FLOCK":
-            continue
-        try:
-            maj, mnr, ino = parts[5].split(":")
-            if (int(maj, 16), int(mnr, 16), int(ino)) != want:
-                continue
-            pid = int(parts[4])
-        except ValueError:
-            continue
-        mode = "exclusive" if parts[3] == "WRITE" else "shared"
-        out.append(LockHolder(pid, mode, waiting, describe_pid(pid), _status(pid)))
-    return out
+    return flock_holders(lock_path(db_path))
 
 
 # ---------------------------------------------------------------- exposure report
