@@ -277,7 +277,8 @@ def cmd_recover(args: argparse.Namespace) -> int:
                        "start with --inspect-only: it changes no file")
     with progress_display(args, "recover") as bar:
         report = recover(source, output=args.output, inspect_only=args.inspect_only,
-                         allow_partial=args.allow_partial, report=args.report, progress=bar)
+                         allow_partial=args.allow_partial, report=args.report, progress=bar,
+                         protect=(store_path(args),))
     print_json(report)
     print(_recover_summary(report), file=sys.stderr)
     return EXIT_OK if report.get("recoverable") and not report.get("failed") else EXIT_FAIL

@@ -231,3 +231,86 @@ def access_problem(db_path: str | os.PathLike, *, write: bool):
                        f"no write permission ({why})", f"chmod u+rwx {directory}")
     return None
 
+
+
+# --------------------------------------------------------------------------- store-owned paths
+#: Names beside ``state.db`` that the store owns (issue 22 item 3; SPEC §1 table): the store
+#: files, its lock files, its evidence. ``{db}`` is the store's file name. No command of ours
+#: writes an output (an export, a recover report or output, ...) to any of them.
+STORE_OWNED_NAMES = ("{db}", "{db}-wal", "{db}-shm", "{db}-journal", "{db}.checkpoint.lock",
+                     "{db}.quarantine.lock")
+#: Name patterns beside ``state.db`` the store owns (regular expressions, ``{db}`` escaped).
+STORE_OWNED_PATTERNS = (r"{db}\.retired-wal-.*", r"{db}\.capture-pending-.*",
+                        r"{db}\.corrupt\..*", r"{db}\..*\.malformed-backup.*",
+                        r"{db}\.pre-update-emergency-.*", r"{db}-(wal|shm)\.stale-.*",
+                        r"\.{db}\..*")
+#: Directories beside ``state.db`` the store owns with everything under them.
+STORE_OWNED_DIRS = ("state-snapshots", "sessions")
+
+
+def store_owned(target: str | os.PathLike, db_path: str | os.PathLike) -> str | None:
+    """Why ``target`` is a path the store at ``db_path`` owns, or None (issue 22 item 3).
+
+    Compared after resolving the directories (a link to the store's directory does not hide
+    it) and by identity (a hard link to an owned file is owned too). The target need not exist.
+
+    Returns:
+        A phrase naming what the path is (``"the store's checkpoint lock"``, ...), or None.
+    """
+    db = Path(os.path.realpath(Path(db_path).absolute().parent)) / Path(db_path).name
+    t = Path(target).expanduser().absolute()
+    try:
+        t = Path(os.path.realpath(t.parent)) / t.name
+    except (OSError, ValueError):
+        return None
+    home = db.parent
+    if t.parent == home or home in t.parents:
+        top = t.relative_to(home).parts[0]  # the entry beside the store it is, or is under
+        inside = t.parent != home
+        if top in STORE_OWNED_DIRS:
+            return f"inside the store's {top}/ directory ({home / top})"
+        names = {n.format(db=db.name): n for n in STORE_OWNED_NAMES}
+        if top in names:
+            return _owned_phrase(names[top]) + (" (a path under it)" if inside else "")
+        for pattern in STORE_OWNED_PATTERNS:
+            if re.fullmatch(pattern.format(db=re.escape(db.name)), top):
+                return ("inside one of the store's evidence directories" if inside
+                        else "one of the store's evidence or lock files")
+    try:
+        st = os.stat(t)
+    except (OSError, ValueError):
+        return None
+    for name in STORE_OWNED_NAMES:
+        p = home / name.format(db=db.name)
+        try:
+            ps = os.stat(p)
+        except OSError:
+            continue
+        if (ps.st_dev, ps.st_ino) == (st.st_dev, st.st_ino):
+            return _owned_phrase(name) + f" (the same file as {p})"
+    return None
+
+
+def _owned_phrase(name: str) -> str:
+    return {"{db}": "the store's database file", "{db}-wal": "the store's write-ahead log",
+            "{db}-shm": "the store's WAL index", "{db}-journal": "the store's rollback journal",
+            "{db}.checkpoint.lock": "the store's checkpoint lock",
+            "{db}.quarantine.lock": "the store's quarantine lock"}.get(name, "a store file")
+
+
+def refuse_store_owned(target: str | os.PathLike, *stores: str | os.PathLike,
+                       option: str = "the output") -> None:
+    """Raise when ``target`` is a path one of ``stores`` owns (issue 22 item 3): every output
+    path of every command goes through this before anything is written.
+
+    Raises:
+        StorePermissionError: naming the path, what it is, and the fix.
+    """
+    for db in stores:
+        why = store_owned(target, db)
+        if why:
+            raise StorePermissionError(
+                f"refusing to write {option} to {target}: it is {why}. Writing there would "
+                "replace a file the session store owns (a lock file replaced splits the lock; "
+                "a store file replaced loses data).",
+                "fix: choose a path outside the store's files, e.g. in another directory")

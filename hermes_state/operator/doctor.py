@@ -584,6 +584,12 @@ def _checkpoint_lock_holders(db: Path, report: DoctorReport) -> None:
     """Who holds the checkpoint lock now (issue 12); a frozen (SIGSTOPped) holder is named."""
     found = checkpoint_lock.lock_holders(db)
     report.stats["checkpoint_lock_holders"] = [h.as_dict() for h in found]
+    split = checkpoint_lock.split_problem(db)
+    report.stats["checkpoint_lock_split"] = split
+    if split:  # issue 22 item 3: the lock file was removed or replaced under a live process
+        report.add(ISSUE, f"the checkpoint lock {checkpoint_lock.lock_path(db).name} is split",
+                   split, "fix: stop the process(es) named (gateway stop, quit the desktop app, "
+                   "pause cron) and start them again; never remove or replace the lock file")
     for h in found:
         frozen = h.status in ("stopped", "tracing-stop")
         what = ("a maintenance command, or a write that may restart the WAL: every write "

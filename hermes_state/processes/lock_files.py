@@ -281,3 +281,89 @@ def hold_file_lock(path: str | os.PathLike, *, exclusive: bool, timeout: float,
         os.close(fd)  # the path names another file now: lock that one
         if time.monotonic() - t0 >= timeout:
             raise lock_timeout(path, what, time.monotonic() - t0, file_identity(path))
+
+
+@dataclass(frozen=True)
+class LockDescriptor:
+    """A descriptor some process has of a file that is (or was) a lock file at ``path``."""
+
+    pid: int
+    fd: int
+    link: str  # the /proc link text: the path, ``path (deleted)``, or the name it was renamed to
+    ident: tuple[int, int]
+
+    @property
+    def proc_path(self) -> str:
+        """``/proc/PID/fd/N``: opening it gives a new description of the same file."""
+        return f"/proc/{self.pid}/fd/{self.fd}"
+
+
+def _descriptors_of(pid: int, prefix: str, want: set[tuple[int, int]] | None
+                    ) -> list[LockDescriptor]:
+    out = []
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return out
+    for name in fds:
+        try:
+            link = os.readlink(f"/proc/{pid}/fd/{name}")
+        except OSError:
+            continue
+        if not link.startswith(prefix):
+            continue
+        try:
+            st = os.stat(f"/proc/{pid}/fd/{name}")  # the file itself, not the /proc link
+        except OSError:
+            continue
+        ident = (st.st_dev, st.st_ino)
+        if want is None or ident in want:
+            out.append(LockDescriptor(pid, int(name), link, ident))
+    return out
+
+
+def stale_locked(path: str | os.PathLike, current: tuple[int, int] | None
+                 ) -> list[LockDescriptor]:
+    """Descriptors of files that were the lock file at ``path`` (removed, replaced or renamed
+    since: another inode than ``current``) and that some process holds LOCKED right now.
+
+    Cheap when there is none (one read of ``/proc/locks``): only the processes holding a
+    ``flock`` on another inode of the same filesystem have their descriptors read.
+    """
+    if not HAVE_PROC:
+        return []
+    try:
+        dev = os.stat(os.path.dirname(os.fspath(path)) or ".").st_dev
+        text = Path("/proc/locks").read_text()
+    except OSError:
+        return []
+    want: dict[int, set[tuple[int, int]]] = {}
+    for line in text.splitlines():
+        parts = [p for p in line.split() if p != "->"]
+        if len(parts) < 6 or parts[1] != "FLOCK":
+            continue
+        try:
+            maj, mnr, ino = parts[5].split(":")
+            ident = (os.makedev(int(maj, 16), int(mnr, 16)), int(ino))
+            pid = int(parts[4])
+        except ValueError:
+            continue
+        if ident[0] == dev and ident != current and pid != os.getpid():
+            want.setdefault(pid, set()).add(ident)
+    out = []
+    for pid, idents in want.items():
+        out += _descriptors_of(pid, os.fspath(path), idents)
+    return out
+
+
+def lock_file_descriptors(path: str | os.PathLike) -> list[LockDescriptor]:
+    """Every descriptor any readable process has whose ``/proc`` link starts with ``path``
+    (the lock file now, a removed one ``(deleted)``, one renamed to a longer name): a full
+    ``/proc/*/fd`` scan, for ``doctor``."""
+    if not HAVE_PROC:
+        return []
+    out = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            out += _descriptors_of(int(entry.name), os.fspath(path), None)
+    return out
