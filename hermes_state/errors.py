@@ -34,7 +34,7 @@ HOLDER_OTHER, HOLDER_SELF, HOLDER_SELF_AND_OTHERS = "other", "self", "self+other
 
 
 def retired_wal_user_message(held_by: str = HOLDER_OTHER, *, pid: int | None = None,
-                             own_connection: bool = False) -> str:
+                             own_connection: bool = False, at_risk: str | None = None) -> str:
     """The user layer of :class:`DeletedWalGenerationError` for who holds the retired files.
 
     Args:
@@ -44,9 +44,23 @@ def retired_wal_user_message(held_by: str = HOLDER_OTHER, *, pid: int | None = N
         own_connection: with :data:`HOLDER_SELF`, the refused connection is the one whose
             files were deleted or replaced while it was writing (else another connection this
             process has open holds them).
+        at_risk: what is NOT saved yet and where it is (no verified capture of the retired
+            log exists, issue 22 item 1): replaces "Nothing is lost", which is only said when
+            a verified capture exists (or the log held nothing).
     Returns:
         The message; the fingerprint words "deleted state.db-wal or state.db-shm" are in all.
     """
+    text = _retired_wal_text(held_by, pid, own_connection)
+    if at_risk is None:
+        return text
+    return text.replace(
+        "Nothing is lost: stop every process using this profile",
+        f"{at_risk} Run `doctor` first (it saves a copy of that log), then stop every process "
+        "using this profile").replace(
+        ", run `doctor` (it names them), then start again.", ", then start again.")
+
+
+def _retired_wal_text(held_by: str, pid: int | None, own_connection: bool) -> str:
     me = "this process" + (f" (PID {pid})" if pid is not None else "")
     if held_by == HOLDER_SELF:
         how = (f"they were deleted or replaced on disk while {me} was writing through its own "
@@ -112,6 +126,8 @@ class DeletedWalGenerationError(StateDbReplacedError):
     ``held_by`` says whether the refused process itself holds the retired files (its user
     message then says "this process" with its PID, and whether the refused connection is the
     one whose files went: ``own_connection``; :func:`retired_wal_user_message`).
+    ``at_risk`` (None when a verified capture exists) says which acknowledged writes are not
+    saved yet and which process holds the only copy; ``capture_pending`` is then True.
     """
 
     def __init__(
@@ -123,12 +139,15 @@ class DeletedWalGenerationError(StateDbReplacedError):
         held_by: str = HOLDER_OTHER,
         pid: int | None = None,
         own_connection: bool = False,
+        at_risk: str | None = None,
     ) -> None:
         self.holders = list(holders or [])
         self.capture_dir = capture_dir
         self.held_by = held_by
+        self.at_risk = at_risk
+        self.capture_pending = at_risk is not None
         super().__init__(operator_detail, user_message=retired_wal_user_message(
-            held_by, pid=pid, own_connection=own_connection))
+            held_by, pid=pid, own_connection=own_connection, at_risk=at_risk))
 
 
 class StateDbCorruptError(HermesStateError, sqlite3.DatabaseError):

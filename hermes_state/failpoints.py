@@ -60,6 +60,8 @@ NAMES: dict[str, str] = {
                          "PRAGMA wal_checkpoint not yet called",
     "checkpoint.after": "after a PASSIVE checkpoint returned",
     "capture.mid_copy": "retired-WAL capture: WAL copied into the .partial dir, manifest not yet",
+    "capture.before_publish": "retired-WAL capture: copied, verified and manifest written in the "
+                              ".partial dir, not yet renamed into place (issue 22 item 1)",
     "close.before_checkpoint": "close(): before the close-time PASSIVE checkpoint",
     "wal_sync.before": "the loss-window bound: before the fdatasync of the -wal through "
                        "SQLite's own descriptor (NORMAL, a commit not yet synced)",

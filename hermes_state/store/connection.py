@@ -35,6 +35,7 @@ from ..processes.generation import Generation, diff
 from ..schema.tables import FTS_TABLES
 from . import wal_index, wal_sync
 from .checkpointing import BUSY_TIMEOUT_S, Checkpointing
+from .capture_obligation import close_attempts
 from .generation_tracking import GenerationTracking
 from .pragmas import disable_checkpoint_on_close
 from .quarantine import raise_named
@@ -169,7 +170,8 @@ class StoreConnection(Checkpointing, GenerationTracking, wal_sync.WalSyncing):
         self._sticky: BaseException | None = None
         self._retired = False
         self._closed = False
-        self._capture_dir: str | None = None
+        self._obligation = None  # capture_obligation.CaptureObligation once retired
+        self._retire_info: tuple[str, str] | None = None  # (kind, operator detail)
         self._main_fd: int | None = None
         self._initial_disk_app_id: int | None = None
         self._backfill = None  # fts_backfill.BackfillThread after a deferred FTS re-index
@@ -209,8 +211,14 @@ class StoreConnection(Checkpointing, GenerationTracking, wal_sync.WalSyncing):
 
     @property
     def capture_dir(self) -> str | None:
-        """The retired-WAL capture this handle wrote, if any (SPEC §10.3)."""
-        return self._capture_dir
+        """The verified retired-WAL capture of this handle's generation, if any (SPEC §10.3)."""
+        return self._obligation.capture_dir if self._obligation is not None else None
+
+    @property
+    def capture_pending(self) -> bool:
+        """True while this handle holds a retired WAL that no verified capture holds yet
+        (issue 22 item 1): then the refusals say what is at risk."""
+        return self._obligation is not None and self._obligation.pending
 
     def start_backfill(self) -> None:
         """Resume a deferred FTS back-fill in a background thread (SPEC §2.4), if one is wanted."""
@@ -226,6 +234,7 @@ class StoreConnection(Checkpointing, GenerationTracking, wal_sync.WalSyncing):
                 "this session store handle is read-only (mode=ro); open it without read_only "
                 "to write")
         if self._sticky is not None:
+            self.retry_capture()  # a pending capture is retried at every call (issue 22.1)
             raise self._sticky
 
     def execute_write(self, fn: Callable[[sqlite3.Connection], T], *, op: str = "write",
@@ -620,6 +629,8 @@ class StoreConnection(Checkpointing, GenerationTracking, wal_sync.WalSyncing):
         with self._lock:
             if self._closed:
                 raise sqlite3.ProgrammingError("Cannot operate on a closed session store.")
+            if self._obligation is not None:
+                self.retry_capture()
             try:
                 try:
                     return fn(self.conn)
@@ -684,6 +695,9 @@ class StoreConnection(Checkpointing, GenerationTracking, wal_sync.WalSyncing):
                                 self._fdatasync_wal("close")
                 self._sync_pending = False
                 if self._retired or self._sticky is not None:
+                    ob = self._obligation
+                    if ob is not None and ob.pending and not close_attempts(ob):
+                        return  # kept open with its obligation until a capture or the exit
                     if not disable_checkpoint_on_close(conn, str(self.db_path)):
                         _UNCLOSABLE.append(conn)  # SPEC §10.5 fallback: never close it
                         return

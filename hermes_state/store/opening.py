@@ -34,9 +34,11 @@ from ..errors import (
 from ..files.paths import access_problem, ensure_home, sqlite_uri
 from ..files.store_files import refuse_special_store_files
 from ..processes import holders
+from ..processes.capture import others_at_risk
 from ..processes.checkpoint_lock import CheckpointLock, wal_reset_exposure
 from ..schema.shape import pending_work, stored_version
 from . import migrated_copy, migrations
+from .capture_obligation import pending_obligations
 from .connection import (
     BUSY_TIMEOUT_S,
     StoreConnection,
@@ -194,8 +196,13 @@ def _refuse_if_retired_holders(db_path: Path) -> None:
     mine = [h for h in found if h.pid == os.getpid()]
     held_by = (HOLDER_OTHER if not mine else HOLDER_SELF if len(mine) == len(found)
                else HOLDER_SELF_AND_OTHERS)
+    # "Nothing is lost" only when every retired log has a verified capture (issue 22.1).
+    risks = [r for r in (others_at_risk(db_path, found),
+                         *(ob.at_risk() for ob in pending_obligations()
+                           if mine and ob.db_path == db_path)) if r]
     raise DeletedWalGenerationError(detail, holders=[h.as_tuple() for h in found],
-                                    held_by=held_by, pid=os.getpid())
+                                    held_by=held_by, pid=os.getpid(),
+                                    at_risk=" ".join(risks) or None)
 
 
 def _connect_rw(db_path: Path, synchronous: str) -> tuple[sqlite3.Connection, str]:

@@ -23,7 +23,7 @@ from ..files.paths import utc_stamp
 from ..files.sqlite_format import is_sqlite
 from ..processes import holders
 from ..processes.generation import own_descriptors
-from ..processes.lock_files import hold_file_lock
+from ..processes.lock_files import LockTimeout, hold_file_lock
 
 #: Seconds a starting process waits for another one's quarantine (a few renames) before the
 #: named :class:`~hermes_state.processes.lock_files.LockTimeout` (SPEC §4: no unbounded wait).
@@ -81,15 +81,18 @@ def quarantine_if_not_sqlite(db_path: Path) -> Path | None:
             os.pwrite(lock, f"pid={os.getpid()}\n".encode(), 0)
         except OSError:
             pass
-        if not _looks_damaged(db_path):
+        if not _looks_damaged(db_path, locked=True):
             return None
         held = _settled_holders(db_path)
         if held:
-            if os.lstat(db_path).st_size == 0 or not _looks_damaged(db_path):
+            if os.lstat(db_path).st_size == 0 or not _looks_damaged(db_path, locked=True):
                 # An empty file another process holds is a store being created; one that
                 # became a database while we scanned was being created too.
                 return None
             raise _damaged_and_held(db_path, held)
+        if not _looks_damaged(db_path, locked=True):
+            # A store being created: its creator finished (and let go) while we scanned.
+            return None
         backup = _move_aside(db_path)
     finally:
         os.close(lock)
@@ -138,10 +141,10 @@ def _move_aside(db_path: Path) -> Path:
 
 
 def _settled_holders(db_path: Path) -> list:
-    """Holders of ``db_path`` that stay: a starting process reads the header through a
+    """Holders of ``db_path`` that stay: a starting process of an older release (or one whose
+    lock file was unusable) reads the header without the quarantine lock, through a
     descriptor it closes at once, so holders are scanned again every few ms for at most
-    :data:`SETTLE_S` and only a scan that still sees them counts (issue 22 item 2: no
-    directory lock, which a user's ``flock ~/.hermes`` would hold for ever)."""
+    :data:`SETTLE_S` and only a scan that still sees them counts."""
     deadline = time.monotonic() + SETTLE_S
     while True:
         held = holders.scan(db_path).holders
@@ -165,11 +168,16 @@ def _damaged_and_held(db_path: Path, held: list) -> StateDbCorruptError:
     return err
 
 
-def _looks_damaged(db_path: Path) -> bool:
+def _looks_damaged(db_path: Path, *, locked: bool = False) -> bool:
     """True for a 0-byte (no WAL beside it), zero-filled or non-SQLite regular ``state.db``.
 
-    The header is read without any lock (the quarantiner tells this short-lived descriptor
-    from a holder by scanning again); never through a link, never blocking on a FIFO.
+    The header is read under a SHARED lock of ``state.db.quarantine.lock`` (waited for at most
+    :data:`QUARANTINE_LOCK_WAIT_S`) unless ``locked`` (the quarantiner holds it EXCLUSIVELY):
+    the quarantiner's holder scan then never takes this read for a holder. Never the store's
+    directory: a user's ``flock ~/.hermes`` holds that (issue 22 item 2). A lock file that
+    cannot be used (a full disk, a planted link) only costs that guarantee; the quarantiner's
+    settle scan still tells a brief read from a holder. Never through a link, never blocking
+    on a FIFO.
     """
     try:
         st = os.lstat(db_path)
@@ -185,12 +193,32 @@ def _looks_damaged(db_path: Path) -> bool:
             return os.lstat(wal).st_size == 0
         except FileNotFoundError:
             return True
+    lock = None if locked else _shared_lock(db_path)
     try:
         with atomic.open_regular(db_path) as fh:
             head = fh.read(4096)
     except FileNotFoundError:
         return False
+    finally:
+        if lock is not None:
+            os.close(lock)
     return not is_sqlite(head)
+
+
+def _shared_lock(db_path: Path) -> int | None:
+    """The quarantine lock SHARED for a header read, or None when the lock file is unusable.
+
+    Raises:
+        LockTimeout: a quarantiner kept it past the deadline (a stopped process: named).
+    """
+    try:
+        return hold_file_lock(f"{db_path}.quarantine.lock", exclusive=False,
+                              timeout=QUARANTINE_LOCK_WAIT_S, opener=atomic.open_lock,
+                              what=f"the quarantine lock of {db_path}")
+    except LockTimeout:
+        raise
+    except OSError:  # no space for it, a planted link or FIFO (refused when quarantining)
+        return None
 
 
 def raise_named(db_path: Path, exc: sqlite3.DatabaseError) -> None:
