@@ -7,6 +7,7 @@ is the user layer followed by the operator layer, so a log line has both.
 
 from __future__ import annotations
 
+import errno
 import sqlite3
 
 __all__ = [
@@ -18,6 +19,7 @@ __all__ = [
     "StorePermissionError",
     "NewerSchemaWriteError",
     "EvidenceWriteError",
+    "StoreIOError",
 ]
 
 # Fingerprint words (SPEC §10.1): support tooling and tests search for them; keep them verbatim.
@@ -210,6 +212,43 @@ class EvidenceWriteError(HermesStateError, OSError):
                  path: str = "") -> None:
         self.path = path
         super().__init__(user_message, operator_detail)
+
+
+class StoreIOError(HermesStateError, sqlite3.OperationalError):
+    """The store's own files could not be opened, read or written while opening it: a full disk,
+    an I/O error, a file that cannot be created (issue 22, the I/O error sweep). Names the path
+    and the cause; nothing was written. ``errno_name`` is the errno or SQLite code seen."""
+
+    def __init__(self, user_message: str, operator_detail: str = "", *, path: str = "",
+                 errno_name: str = "") -> None:
+        self.path = path
+        self.errno_name = errno_name
+        super().__init__(user_message, operator_detail)
+
+
+def store_io_error(path: object, exc: BaseException, doing: str) -> StoreIOError:
+    """A :class:`StoreIOError` for ``exc`` (an ``OSError`` or an SQLite I/O-class error)
+    met while ``doing`` (``"opening"``, ``"reading the header of"``)."""
+    code = getattr(exc, "sqlite_errorname", None) or errno.errorcode.get(
+        getattr(exc, "errno", None) or 0, "")
+    cause = getattr(exc, "strerror", None) or str(exc)
+    where = getattr(exc, "filename", None) or path
+    return StoreIOError(
+        f"session storage failed {doing} {path}: {cause} ({code or 'I/O error'}; {where}). "
+        "Nothing was written. If the disk is full, free space; otherwise check the disk "
+        "(dmesg) and the directory's permissions, then retry.",
+        f"{type(exc).__name__}: {exc}", path=str(where), errno_name=str(code))
+
+
+#: SQLite primary result codes of I/O trouble while opening (not damage, not lock errors).
+SQLITE_IO_CODES = {8: "SQLITE_READONLY", 10: "SQLITE_IOERR", 13: "SQLITE_FULL",
+                   14: "SQLITE_CANTOPEN"}
+
+
+def is_io_error(exc: BaseException) -> bool:
+    """True for SQLITE_IOERR/FULL/CANTOPEN/READONLY (and extended codes), by code."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code is not None and (code & 0xFF) in SQLITE_IO_CODES
 
 
 class NewerSchemaWriteError(HermesStateError, sqlite3.IntegrityError):

@@ -22,6 +22,7 @@ reads it, also after that process is gone (then those writes are lost, and docto
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -65,13 +66,20 @@ def _open_source(ident: Identity | None, fallback_path: str, proc_fd: str | None
             os.close(fd)
             return None, False
         return fd, True
-    fds = own_descriptors(ident)
+    fds = own_descriptors(ident, fallback_path or None)
     if fds:
         return fds[0], False
     if ident is not None and identity(fallback_path) == tuple(ident):
         with atomic.open_regular(fallback_path) as src:
             return os.dup(src.fileno()), True
     return None, False
+
+
+def _size(fd: int) -> int:
+    try:
+        return os.fstat(fd).st_size
+    except OSError:
+        return hash_fd(fd)[0]
 
 
 def _read_fd(fd: int):
@@ -109,7 +117,7 @@ def _copy(ident: Identity | None, fallback_path: str, out, *, proc_fd: str | Non
         return None
     try:
         digest, size, mode = hashlib.sha256(), 0, "copied"
-        header_only = limit is not None and os.fstat(fd).st_size > limit
+        header_only = limit is not None and _size(fd) > limit
         for data in _read_fd(fd):
             if header_only:
                 data, mode = data[:DB_HEADER_SIZE], "header_only"
@@ -146,7 +154,10 @@ def wal_summary(ident: Identity | None, fallback_path: str, *, proc_fd: str | No
     if fd is None:
         return None
     try:
-        size = os.fstat(fd).st_size
+        try:
+            size = os.fstat(fd).st_size
+        except OSError:  # ESTALE on a FUSE/network filesystem: count the bytes instead
+            size = hash_fd(fd)[0]
         head = wal_header(os.pread(fd, 32, 0))
     finally:
         if close:
@@ -210,7 +221,11 @@ def capture_retired(db_path: str | os.PathLike, recorded: Generation, trigger: s
             with part.create("state.db-wal") as out:
                 wal = _copy(recorded.wal, f"{base}-wal", out, proc_fd=proc_fds.get("wal"))
             if wal is None:
-                return None  # nothing of that generation is held: the partial is removed
+                if recorded.wal is None:
+                    return None  # no WAL in that generation: nothing to capture
+                raise OSError(errno.ENOENT, "no readable descriptor of the retired WAL "
+                              f"(inode {recorded.wal[1]}) in PID {holder}",
+                              proc_fds.get("wal") or f"{base}-wal")
             failpoints.hit("capture.mid_copy")
             with part.create("state.db-shm") as out:
                 shm = _copy(recorded.shm, f"{base}-shm", out, proc_fd=proc_fds.get("shm"))

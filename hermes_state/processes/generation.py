@@ -133,16 +133,33 @@ def _fmt(ident: Identity | None) -> str:
     return "missing" if ident is None else f"dev={ident[0]} ino={ident[1]}"
 
 
-def own_descriptors(ident: Identity | None) -> list[int]:
-    """File descriptors of THIS process whose inode is ``ident`` (Linux; else [])."""
+def own_descriptors(ident: Identity | None, path_hint: str | os.PathLike | None = None
+                    ) -> list[int]:
+    """File descriptors of THIS process whose inode is ``ident`` (Linux; else []).
+
+    Identity decides (``fstat`` of each descriptor). Only when a descriptor's identity cannot
+    be read at all (a FUSE or network filesystem answers ``fstat`` of an unlinked file with
+    ESTALE) does its ``/proc`` link text count: ``path_hint`` or ``path_hint (deleted)``; those
+    are returned only when no descriptor matched by identity (fail closed, issue 22.1).
+    """
     if ident is None or not os.path.isdir("/proc/self/fd"):
         return []
-    out = []
+    hint = os.path.realpath(path_hint) if path_hint is not None else None
+    out, by_text = [], []
     for name in os.listdir("/proc/self/fd"):
         try:
-            st = os.stat(f"/proc/self/fd/{name}")
+            st = os.fstat(int(name))
+        except ValueError:
+            continue
         except OSError:
+            if hint is not None:
+                try:
+                    link = os.readlink(f"/proc/self/fd/{name}")
+                except OSError:
+                    continue
+                if link in (hint, hint + " (deleted)"):
+                    by_text.append(int(name))
             continue
         if (st.st_dev, st.st_ino) == tuple(ident):
             out.append(int(name))
-    return out
+    return out or by_text

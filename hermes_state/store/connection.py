@@ -26,7 +26,9 @@ from ..errors import (
     StateDbCorruptError,
     WriteContentionError,
     corruption_kind,
+    is_io_error,
     is_lock_error,
+    store_io_error,
 )
 from ..fts import backfill as fts_backfill
 from ..processes import checkpoint_lock, holders
@@ -121,6 +123,15 @@ def retry_lock_errors(fn: Callable[[], T], rng: random.Random, *, op: str = "ope
                                              code=getattr(exc, "sqlite_errorname", None))
             time.sleep(pause)
     raise AssertionError("unreachable")
+
+
+def _io_error(db_path: Path, exc: sqlite3.DatabaseError) -> BaseException:
+    """A write that failed for I/O (SQLITE_FULL, IOERR, CANTOPEN, READONLY) as a named
+    :class:`~hermes_state.errors.StoreIOError` keeping SQLite's code; rolled back."""
+    err = store_io_error(db_path, exc, "writing to")
+    err.sqlite_errorcode = getattr(exc, "sqlite_errorcode", None)  # type: ignore[attr-defined]
+    err.sqlite_errorname = getattr(exc, "sqlite_errorname", None)  # type: ignore[attr-defined]
+    return err
 
 
 class _CheckpointLockMet(Exception):
@@ -318,6 +329,8 @@ class StoreConnection(Checkpointing, GenerationTracking, wal_sync.WalSyncing):
                     if kind == "structural":
                         raise self._corrupt(exc) from exc
                     if not is_lock_error(exc):
+                        if is_io_error(exc):  # full disk, I/O error: named (issue 22 sweep)
+                            raise _io_error(self.db_path, exc) from exc
                         raise
                     owner_run = self._sight_lock_owner(
                         owner_run, checkpoint_lock=getattr(exc, "checkpoint_lock", False))

@@ -24,6 +24,8 @@ from typing import TypeVar
 from .. import events, failpoints
 from ..errors import (
     HOLDER_OTHER,
+    is_io_error,
+    store_io_error,
     HOLDER_SELF,
     HOLDER_SELF_AND_OTHERS,
     DeletedWalGenerationError,
@@ -111,6 +113,7 @@ def _connect_and_prepare(db_path: Path, guard: CheckpointLock, synchronous: str,
         conn, journal_mode = _connect_rw(db_path, synchronous)
     except sqlite3.DatabaseError as exc:
         _raise_named_lock(db_path, exc, "set up the connection")
+        _raise_io(db_path, exc)
         raise_named(db_path, exc)
     sc = StoreConnection(db_path, conn, guard=guard, journal_mode=journal_mode,
                          quarantined_to=quarantined_to, synchronous=synchronous)
@@ -121,11 +124,23 @@ def _connect_and_prepare(db_path: Path, guard: CheckpointLock, synchronous: str,
     except sqlite3.DatabaseError as exc:
         conn.close()
         _raise_named_lock(db_path, exc, "read what the open has to do")
+        _raise_io(db_path, exc)
         raise_named(db_path, exc)
     except BaseException:
         conn.close()
         raise
     return sc
+
+
+def _raise_io(db_path: Path, exc: sqlite3.DatabaseError) -> None:
+    """An I/O-class SQLite error while opening becomes a named :class:`StoreIOError` (a
+    permission problem is named as one first); anything else returns (issue 22 sweep)."""
+    if not is_io_error(exc):
+        return
+    problem = access_problem(db_path, write=True)
+    if problem is not None:
+        raise problem from exc
+    raise store_io_error(db_path, exc, "opening") from exc
 
 
 def _connect_ro(db_path: Path) -> tuple[sqlite3.Connection, list]:

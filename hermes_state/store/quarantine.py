@@ -17,7 +17,12 @@ import time
 from pathlib import Path
 
 from .. import events, failpoints
-from ..errors import EvidenceWriteError, StateDbCorruptError, corruption_kind
+from ..errors import (
+    EvidenceWriteError,
+    StateDbCorruptError,
+    corruption_kind,
+    store_io_error,
+)
 from ..files import atomic
 from ..files.paths import utc_stamp
 from ..files.sqlite_format import is_sqlite
@@ -71,9 +76,14 @@ def quarantine_if_not_sqlite(db_path: Path) -> Path | None:
     """
     if not _looks_damaged(db_path):
         return None
-    lock = hold_file_lock(f"{db_path}.quarantine.lock", exclusive=True,
-                          timeout=QUARANTINE_LOCK_WAIT_S, opener=atomic.open_lock,
-                          what=f"the quarantine lock of {db_path}")
+    try:
+        lock = hold_file_lock(f"{db_path}.quarantine.lock", exclusive=True,
+                              timeout=QUARANTINE_LOCK_WAIT_S, opener=atomic.open_lock,
+                              what=f"the quarantine lock of {db_path}")
+    except (LockTimeout, atomic.UnsafePathError):
+        raise
+    except OSError as exc:  # a full disk, an I/O error: named; the next open retries
+        raise store_io_error(db_path, exc, "taking the quarantine lock of") from exc
     try:
         failpoints.hit("quarantine.locked")
         try:  # who holds it: informational (/proc/locks is the authority); never fatal
@@ -199,6 +209,10 @@ def _looks_damaged(db_path: Path, *, locked: bool = False) -> bool:
             head = fh.read(4096)
     except FileNotFoundError:
         return False
+    except atomic.UnsafePathError:
+        raise
+    except OSError as exc:  # EIO, ENOSPC on open, ...: named, never a bare traceback
+        raise store_io_error(db_path, exc, "reading the header of") from exc
     finally:
         if lock is not None:
             os.close(lock)
