@@ -39,11 +39,23 @@ OPEN_AND_WRITE = ("import sys; from hermes_state import SessionDB\n"
                   "print('WROTE', flush=True)\n")
 
 
+def _guarded(argv: list, env: dict) -> subprocess.CompletedProcess:
+    """Run ``argv`` in its own process group; a hang is killed whole (no orphan left behind)."""
+    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=HANG_GUARD_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise AssertionError(f"{argv[:3]} hung past the guard: an unbounded wait") from None
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
 def _run(code: str, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     full = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
     full.pop(failpoints.ENV_VAR, None) if env is None else None
-    return subprocess.run([sys.executable, "-c", code, *map(str, args)], cwd=REPO, env=full,
-                          capture_output=True, text=True, timeout=HANG_GUARD_S)
+    return _guarded([sys.executable, "-c", code, *map(str, args)], full)
 
 
 def _wait_for_flock(target: Path, pid: int, child: subprocess.Popen) -> None:
@@ -97,9 +109,8 @@ def test_the_cron_wrapper_flock_home_job_does_not_deadlock_its_own_job(tmp_path)
         db.create_session("yesterday", source="cron")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     env.pop(failpoints.ENV_VAR, None)
-    done = subprocess.run(["flock", str(home), sys.executable, "-c", OPEN_AND_WRITE,
-                           str(home / "state.db"), "cron"], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=HANG_GUARD_S)
+    done = _guarded(["flock", str(home), sys.executable, "-c", OPEN_AND_WRITE,
+                     str(home / "state.db"), "cron"], env)
     assert done.returncode == 0 and "WROTE" in done.stdout, done.stderr
 
 

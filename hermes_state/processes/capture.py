@@ -388,8 +388,12 @@ def capture_for_holder(db_path: str | os.PathLike, pid: int) -> tuple[Path | Non
     held = held_retired_files(pid, db_path)
     if "wal" not in held:
         return None, False
+    # A file this process has open itself is read through its own descriptor, never a new
+    # one: closing that would drop this process's POSIX locks on the inode (SPEC §4).
+    held = {k: (None if own_descriptors(ident) else link, ident)  # type: ignore[misc]
+            for k, (link, ident) in held.items()}
     wal_link, wal_ident = held["wal"]
-    digest = source_digest(wal_ident, "", proc_fd=wal_link)
+    digest = source_digest(wal_ident, f"{db_path}-wal", proc_fd=wal_link)
     if digest is not None:
         found = find_verified_capture(db_path, wal_ident, wal_bytes=digest[0],
                                       wal_sha256=digest[1], check_copy=True)
@@ -397,7 +401,7 @@ def capture_for_holder(db_path: str | os.PathLike, pid: int) -> tuple[Path | Non
             return found, False
     shm = held.get("shm")
     recorded = Generation(identity(db_path), wal_ident, shm[1] if shm else None, 0, "?")
-    proc_fds = {"wal": wal_link, **({"shm": shm[0]} if shm else {})}
+    proc_fds = {k: v for k, v in (("wal", wal_link), ("shm", shm[0] if shm else None)) if v}
     return capture_retired(db_path, recorded, "doctor", pid=pid, proc_fds=proc_fds), True
 
 
@@ -476,7 +480,8 @@ def uncaptured(db_path: str | os.PathLike, pid: int) -> dict | None:
     if "wal" not in held:
         return None
     link, ident = held["wal"]
-    summary = wal_summary(ident, "", proc_fd=link)
+    summary = wal_summary(ident, f"{db_path}-wal",
+                          proc_fd=None if pid == os.getpid() else link)
     if summary is None:
         return None
     if find_verified_capture(db_path, ident, wal_bytes=summary["bytes"]) is not None:
