@@ -33,6 +33,7 @@ from pathlib import Path
 from .. import events
 from ..errors import EvidenceWriteError
 from ..processes.capture import (
+    CAPTURE_MAIN_LIMIT,
     capture_retired,
     find_verified_capture,
     remove_marker,
@@ -90,6 +91,8 @@ class CaptureObligation:
             self.attempts += 1
             try:
                 path = self._already_captured() if self.attempts > 1 else None
+                if path is None and self.attempts > 1 and not final:
+                    self._room_or_raise()
                 path = path or capture_retired(self.db_path, self.recorded, trigger,
                                                keep_partial=final)
             except EvidenceWriteError as exc:
@@ -114,7 +117,29 @@ class CaptureObligation:
         return find_verified_capture(self.db_path, self.recorded.wal, wal_bytes=digest[0],
                                      wal_sha256=digest[1], check_copy=True)
 
+    def _room_or_raise(self) -> None:
+        """A retry on a disk that clearly lacks the room is not tried (it would copy part of
+        the store again on every call): named as a failure like the attempt would be."""
+        try:
+            st = os.statvfs(self.db_path.parent)
+        except OSError:
+            return
+        free = st.f_bavail * st.f_frsize
+        held = self.held() or {}
+        try:
+            main = min(os.stat(self.db_path).st_size, CAPTURE_MAIN_LIMIT)
+        except OSError:
+            main = 0
+        need = int(held.get("bytes") or 0) * 2 + main + (1 << 16)  # the WAL, its -shm, headroom
+        if free < need:
+            raise EvidenceWriteError(
+                f"the capture of the retired WAL needs about {need} bytes in "
+                f"{self.db_path.parent} and only {free} are free (No space left on device)",
+                "the attempt was not made; it is retried at the next call",
+                path=str(self.db_path.parent))
+
     def _failed(self, exc: EvidenceWriteError, trigger: str) -> None:
+        first = self.error is None or self.error.user_message != exc.user_message
         self.error = exc
         held = self.held()
         marker = write_marker(self.db_path, {
@@ -122,8 +147,9 @@ class CaptureObligation:
             "attempts": self.attempts, "trigger": trigger, "error": exc.user_message,
             "wal": {"identity": list(self.recorded.wal or ()), **(held or {})}})
         _remember(self)
-        log.error("%s%s", self.at_risk() or "", "" if marker else
-                  " (the obligation marker could not be written beside the store either)")
+        if first:  # once per distinct cause: a refused call loop must not flood the log
+            log.error("%s%s", self.at_risk() or "", "" if marker else
+                      " (the obligation marker could not be written beside the store either)")
         events.enabled() and events.emit("capture_failed", trigger=trigger,
                                          attempts=self.attempts, error=exc.user_message,
                                          marker=str(marker) if marker else None)
