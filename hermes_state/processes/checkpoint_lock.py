@@ -127,7 +127,7 @@ class CheckpointLock:
             (the path was removed or replaced under them: a split, issue 22 item 3).
 
     The file at the path is compared with the one this description locks (``(st_dev,
-    st_ino)``, one ``lstat``) before and after each lock operation, as the write path does for
+    st_ino)``, one ``lstat``) after each lock operation succeeds, as the write path does for
     ``-wal``/``-shm``: when it was removed or replaced, the new file is opened (created) and
     both are locked from then on, in inode order (``split`` says so). Docs:
     docs/decisions/0001-checkpoint-lock.md, "A split lock".
@@ -137,6 +137,7 @@ class CheckpointLock:
                  adopt: bool = True) -> None:
         self.db_path = Path(db_path)
         self.path = lock_path(db_path)
+        self._path_str = os.fspath(self.path)
         self.fd: int | None = None
         self.problem: str | None = None
         self.mode: str | None = None  # None, "shared" or "exclusive"
@@ -200,7 +201,7 @@ class CheckpointLock:
         """The path names another file than ``fd`` (removed, replaced): open that one too.
         True when ``fd`` changed (the old descriptor is kept in ``_old``)."""
         try:
-            st = os.lstat(self.path)
+            st = os.lstat(self._path_str)
             now: tuple[int, int] | None = (st.st_dev, st.st_ino)
         except FileNotFoundError:
             now = None
@@ -287,12 +288,13 @@ class CheckpointLock:
 
     # ---------------------------------------------------------------- operations
     def _try(self, op: int) -> bool:
-        self._follow_path()
         if not self._old:
             ok = try_flock(self.fd, op == fcntl.LOCK_EX)  # type: ignore[arg-type]
         else:
             ok = self._try_all(op)
-        if ok and self._follow_path():  # replaced while it was being locked: that one too
+        # One identity check, AFTER locking: a file removed or replaced before or while it was
+        # locked is seen here, and the file now at the path is locked too before any use.
+        if ok and self._follow_path():
             if not try_flock(self.fd, op == fcntl.LOCK_EX):  # type: ignore[arg-type]
                 self._unlock_all()
                 return False
@@ -309,8 +311,8 @@ class CheckpointLock:
         return True
 
     def _unlock_all(self) -> None:
-        for fd in self._all_fds():
-            fcntl.flock(fd, fcntl.LOCK_UN)
+        for fd in (self._all_fds() if self._old else (self.fd,)):
+            fcntl.flock(fd, fcntl.LOCK_UN)  # type: ignore[arg-type]
 
     def _wait(self, op: int, timeout: float, max_pause: float = 0.004,
               before_try: Callable[[], None] | None = None) -> bool:
