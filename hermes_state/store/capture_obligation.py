@@ -1,5 +1,5 @@
 """The capture obligation of a handle whose WAL generation was retired (SPEC §10.3, §10.5;
-issue 22 item 1; docs/decisions/capture-obligation.md).
+issue 22 item 1; docs/decisions/0025-capture-obligation.md).
 
 When a handle finds its ``-wal``/``-shm`` deleted or replaced, the writes it acknowledged since the
 last checkpoint exist only in the retired log, and only as long as this process keeps its
