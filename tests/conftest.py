@@ -257,8 +257,9 @@ def _io_sweep_summary(terminalreporter) -> None:
     sites = sum(r["sites"] for r in rows)
     runs = sum(r["runs"] for r in rows)
     full = all(r["full"] for r in rows)
-    tr.write_line(f"total: {sites} sites swept, {runs} runs ({'full sweep' if full else 'CI sample'}),"
-                  f" {sum(r['findings'] for r in rows)} findings")
+    tr.write_line(f"total: {sites} sites (file operations the workloads perform), {runs} of them "
+                  f"failed and checked ({'full sweep' if full else 'CI sample'}), "
+                  f"{sum(r['findings'] for r in rows)} findings")
     if full:
         import time as _time
 

@@ -33,6 +33,7 @@ from chaos.fs import FaultyMount, FsUnavailable, fuse_unavailable_reason
 ERRNOS = ("ENOSPC", "EIO")
 SAMPLE = 3
 SEED = int(os.environ.get("HERMES_IO_SWEEP_SEED", "22"))
+GENERATOR_CASES = "generator_cases"  # summed by tests/conftest.py
 CASES = [(w, e) for w in sweep.WORKLOADS for e in ERRNOS]
 
 
@@ -100,6 +101,7 @@ def _sweep(fs, templates, name: str, errno_name: str, full: bool, record_propert
                                  "runs": runs, "faults_fired": fired, "failed_runs": failed,
                                  "findings": len(found),
                                  "full": full, "seconds": round(time.monotonic() - t0, 1)})
+    record_property(GENERATOR_CASES, ("I/O error sweep (runs)", runs))
     assert not found, "\n".join(found[:40]) + (f"\n... {len(found) - 40} more"
                                                if len(found) > 40 else "")
 
