@@ -143,7 +143,7 @@ def test_doctor_reports_a_split_lock_as_not_mitigated_until_every_holder_locks_b
 
 STORE_OWNED = ["state.db.checkpoint.lock", "state.db.quarantine.lock", "state.db-journal",
                "state.db-wal", "state.db", "state.db.retired-wal-20300101T000000Z-1/x.json",
-               "state-snapshots/x.json", "sessions/x.jsonl"]
+               "state-snapshots/x.json", "sessions/x.jsonl", "state.db.capture-pending-1.json"]
 
 
 @pytest.mark.parametrize("name", STORE_OWNED)
@@ -176,6 +176,50 @@ def test_recover_never_writes_its_report_or_output_to_a_path_the_store_owns(tmp_
         err = capsys.readouterr().err
         assert code == 1 and "owns" in err and "Traceback" not in err, (extra, err)
     assert os.stat(lock_path(home / "state.db")).st_ino == lock_before
+
+
+@pytest.mark.parametrize("name", STORE_OWNED)
+def test_doctor_bundle_never_writes_a_path_the_store_owns(tmp_path, capsys, name):
+    home = tmp_path / "home"
+    _make(home / "state.db")
+    target = home / name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    before = {p: (p.stat().st_ino, p.read_bytes()) for p in home.rglob("*") if p.is_file()}
+    assert cli(["--home", str(home), "doctor", "--bundle", str(target)]) == 1
+    err = capsys.readouterr().err
+    assert "store owns" in err and "Traceback" not in err, err
+    after = {p: (p.stat().st_ino, p.read_bytes()) for p in home.rglob("*") if p.is_file()}
+    assert after == before
+
+
+@pytest.mark.parametrize("name", ["state.db.checkpoint.lock", "state.db-wal",
+                                  "state.db.retired-wal-20300101T000000Z-1/state.db-wal",
+                                  "sessions/x.jsonl"])
+def test_no_command_writes_a_path_another_profiles_store_owns(tmp_path, capsys, name):
+    """The store a command works on is not the only one: another profile's lock file (or any
+    store's file found beside the target) is refused by export -o, doctor --bundle and
+    recover --report alike."""
+    home = tmp_path / "home"
+    _make(home / "state.db")
+    other = home / "profiles" / "work" / "state.db"
+    _make(other)
+    target = other.parent / name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.touch()
+    before = {p: (p.stat().st_ino, p.read_bytes()) for p in home.rglob("*") if p.is_file()}
+    for argv in (["sessions", "export", "-o", str(target)], ["doctor", "--bundle", str(target)],
+                 ["sessions", "recover", str(home / "state.db"), "--inspect-only", "--report",
+                  str(target)]):
+        assert cli(["--home", str(home), *argv]) == 1, argv
+        err = capsys.readouterr().err
+        assert "owns" in err and str(other) in err and "Traceback" not in err, (argv, err)
+    after = {p: (p.stat().st_ino, p.read_bytes()) for p in home.rglob("*") if p.is_file()}
+    assert after == before
+    # a file that merely looks like one (no store beside it) is an ordinary output path
+    stray = tmp_path / "elsewhere" / "notes.db.checkpoint.lock"
+    stray.parent.mkdir()
+    assert cli(["--home", str(home), "sessions", "export", "-o", str(stray)]) == 0
+    capsys.readouterr()
 
 
 def test_store_owned_resolves_links_and_hard_links(tmp_path):

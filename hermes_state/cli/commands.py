@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from ..errors import HermesStateError
+from ..files.paths import owning_store
 from . import manage as cli_manage
 from .common import (
     DRY_RUN_HELP,
@@ -59,6 +60,12 @@ def cmd_bundle(args: argparse.Namespace) -> int:
     if args.fix:
         raise CliError("--bundle only reads: it cannot be combined with --fix",
                        "run `doctor --bundle FILE` first, then `doctor --fix` on its own")
+    if args.bundle != "-":  # never a path a store owns: a lock file replaced splits the lock
+        owned = owning_store(args.bundle, store_path(args))
+        if owned:
+            raise CliError(f"--bundle {args.bundle} is {owned[1]} (store {owned[0]}); writing "
+                           "the bundle there would replace a file the store owns",
+                           "give a path outside the store's files, or `--bundle -`")
     with progress_display(args, "collecting the bundle (files, processes, locks)"):
         found = bundle.make_bundle(store_path(args))
     try:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from .. import failpoints
 from ..files import atomic
-from ..files.paths import store_owned
+from ..files.paths import owning_store
 from ..files.sqlite_format import SQLITE_HEADER, WAL_MAGIC_BYTES
 from .common import EXIT_OK, CliError, open_ro, store_path
 from .progress import progress_display
@@ -53,10 +53,11 @@ def _check_export_target(output: str, db_path: Path) -> str:
     import stat
 
     target = Path(output).expanduser().absolute()
-    why = store_owned(target, db_path)
-    if why:  # the store's files, lock files, evidence: never an export target (issue 22.3)
-        raise CliError(f"--output {output} is {why}; exporting there would replace a file the "
-                       "store owns", "choose another path for the export")
+    owned = owning_store(target, db_path)
+    if owned:  # a store's files, lock files, evidence: never an export target (issue 22.3)
+        raise CliError(f"--output {output} is {owned[1]} (store {owned[0]}); exporting there "
+                       "would replace a file the store owns", "choose another path for the "
+                       "export")
     try:
         st = os.lstat(target)
     except FileNotFoundError:

@@ -292,6 +292,47 @@ def store_owned(target: str | os.PathLike, db_path: str | os.PathLike) -> str | 
     return None
 
 
+def _inferred_stores(target: Path) -> list[Path]:
+    """Stores a path would belong to by its name alone: for ``target`` and each directory
+    above it, the ``state.db`` beside it and the file whose owned name it has
+    (``X.checkpoint.lock`` -> ``X``, ``X.retired-wal-.../`` -> ``X``), when that file exists."""
+    found: list[Path] = []
+    suffixes = [re.escape(n).replace(re.escape("{db}"), "(?P<db>.+)")
+                for n in STORE_OWNED_NAMES if n != "{db}"]
+    suffixes += [p.replace("{db}", "(?P<db>.+?)") for p in STORE_OWNED_PATTERNS]
+    for p in (target, *target.parents):
+        if p.parent == p:
+            break
+        names = {DB_NAME}
+        for rx in suffixes:
+            m = re.fullmatch(rx, p.name)
+            if m and m.group("db"):
+                names.add(m.group("db"))
+        for name in names:
+            db = p.parent / name
+            if db != target and os.path.isfile(db) and db not in found:
+                found.append(db)
+    return found
+
+
+def owning_store(target: str | os.PathLike, *stores: str | os.PathLike
+                 ) -> tuple[Path, str] | None:
+    """``(store, why)`` when ``target`` is a path one of ``stores`` owns, or one any store
+    found beside it owns (another profile's lock file, a capture of another store; issue 22
+    item 3: no command of ours ever writes to a path a store owns). None otherwise.
+    """
+    t = Path(target).expanduser().absolute()
+    try:
+        t = Path(os.path.realpath(t.parent)) / t.name
+    except (OSError, ValueError):
+        return None
+    for db in (*(Path(s) for s in stores), *_inferred_stores(t)):
+        why = store_owned(t, db)
+        if why:
+            return Path(db), why
+    return None
+
+
 def _owned_phrase(name: str) -> str:
     return {"{db}": "the store's database file", "{db}-wal": "the store's write-ahead log",
             "{db}-shm": "the store's WAL index", "{db}-journal": "the store's rollback journal",
@@ -307,11 +348,11 @@ def refuse_store_owned(target: str | os.PathLike, *stores: str | os.PathLike,
     Raises:
         StorePermissionError: naming the path, what it is, and the fix.
     """
-    for db in stores:
-        why = store_owned(target, db)
-        if why:
-            raise StorePermissionError(
-                f"refusing to write {option} to {target}: it is {why}. Writing there would "
-                "replace a file the session store owns (a lock file replaced splits the lock; "
-                "a store file replaced loses data).",
-                "fix: choose a path outside the store's files, e.g. in another directory")
+    owned = owning_store(target, *stores)
+    if owned:
+        db, why = owned
+        raise StorePermissionError(
+            f"refusing to write {option} to {target}: it is {why} (store {db}). Writing there "
+            "would replace a file the session store owns (a lock file replaced splits the "
+            "lock; a store file replaced loses data).",
+            "fix: choose a path outside the store's files, e.g. in another directory")

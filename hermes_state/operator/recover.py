@@ -37,7 +37,7 @@ from typing import Callable
 from .. import failpoints
 from ..db import SessionDB
 from ..files import atomic
-from ..files.paths import store_owned
+from ..files.paths import owning_store
 from ..processes import holders
 from ..schema.tables import SCHEMA_VERSION
 from .recover_scan import (
@@ -423,11 +423,11 @@ def recover(source: str | os.PathLike, *, output: str | os.PathLike | None = Non
                                  "give --source the state.db file of a store")
     out_path = Path(output).expanduser().absolute() if output is not None else None
     for target, option in ((out_path, "--output"), (report, "--report")):
-        why = None if target is None else next(
-            (w for db in (src, *protect) if (w := store_owned(target, db))), None)
-        if why:
-            raise RecoverRefused(f"{option} {target} is {why}; recover never writes a path "
-                                 "a store owns.", "choose a path outside the store's files")
+        owned = None if target is None else owning_store(target, src, *protect)
+        if owned:
+            raise RecoverRefused(f"{option} {target} is {owned[1]} (store {owned[0]}); "
+                                 "recover never writes a path a store owns.",
+                                 "choose a path outside the store's files")
     if out_path is not None:
         for suffix in ("", "-wal", "-shm", "-journal"):
             if os.path.lexists(f"{out_path}{suffix}"):
