@@ -11,6 +11,7 @@ The capture of a retired generation is :mod:`hermes_state.processes.capture`.
 from __future__ import annotations
 
 import os
+import time
 import zlib
 from dataclasses import dataclass
 
