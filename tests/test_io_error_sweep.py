@@ -111,6 +111,7 @@ def test_io_error_sweep_sample(fs, templates, name, errno_name, record_property)
     _sweep(fs, templates, name, errno_name, False, record_property)
 
 
+@pytest.mark.sweep  # deselected in an ordinary run, like every generator's full sweep
 @pytest.mark.io_sweep_full
 @pytest.mark.parametrize("name, errno_name", CASES, ids=[f"{w}-{e}" for w, e in CASES])
 def test_io_error_sweep_full(fs, templates, name, errno_name, record_property, request):
