@@ -191,3 +191,88 @@ def test_an_open_that_cannot_create_the_wal_is_named(fs):
         fs.disarm(fault["id"])
     assert str(home / "state.db") in info.value.user_message
     assert info.value.errno_name.startswith("SQLITE_")
+
+
+def _replaced_under_a_writer(fs, name: str):
+    """A writer with 3 acknowledged appends whose state.db is then replaced by another store's
+    file (``os.replace``, as a user restoring a copy would): ``(home, writer)``."""
+    from hermes_state import SessionDB
+
+    home = _home(fs, name)
+    other = home.parent / "other"
+    other.mkdir()
+    with SessionDB(other / "state.db") as o:
+        o.create_session("o", source="cli")
+        o.append_message("o", "user", "other-1")
+    writer = SessionDB(home / "state.db")
+    writer.create_session("s", source="cli")
+    for i in range(3):
+        writer.append_message("s", "user", f"acked-{i}")
+    os.replace(other / "state.db", home / "state.db")
+    return home, writer
+
+
+def _sees_the_new_store(home: Path) -> None:
+    from hermes_state import SessionDB
+
+    with SessionDB(home / "state.db") as db:
+        assert [m["content"] for m in db.get_messages("o")] == ["other-1"]
+        assert db.get_messages("s") == []
+    assert sweep.integrity(home / "state.db") == ["ok"]
+
+
+def test_a_replaced_stores_wal_that_could_not_be_moved_aside_is_retried_at_the_next_call(fs):
+    """Found trying item 1 as a hostile user: when state.db is replaced under a writer, its
+    -wal/-shm must leave the path (SQLite would replay them onto the new file). On a full disk
+    the rename failed, was logged once and dropped: the next open replayed the old frames and
+    showed the old store's session instead of the new file's. Now it is named in the refusal
+    and retried at every later call."""
+    from hermes_state.errors import StateDbReplacedError
+
+    home, writer = _replaced_under_a_writer(fs, "replaced-retry")
+    fault = fs.arm(kind="io_error", op="rename", path=rf"{home.parent.name}/home/state\.db-wal$",
+                   errno="ENOSPC", nth=1)
+    try:
+        with pytest.raises(StateDbReplacedError) as info:
+            writer.append_message("s", "user", "refused")
+    finally:
+        (gone,) = fs.disarm(fault["id"])
+    assert gone["fired"] == 1
+    assert "still at" in info.value.operator_detail and "replay" in info.value.operator_detail
+    assert (home / "state.db-wal").exists()
+    with pytest.raises(StateDbReplacedError) as again:  # the space is back: retried here
+        writer.append_message("s", "user", "refused")
+    assert not (home / "state.db-wal").exists()
+    assert "moved this generation's sidecars aside" in again.value.operator_detail
+    writer.close()
+    _sees_the_new_store(home)
+
+
+def test_an_open_moves_a_replaced_stores_wal_aside_before_sqlite_could_replay_it(fs, tmp_path):
+    """The holder could not move it at any call nor at close (the disk stayed full): the next
+    open finds the log at the path by its verified capture (same inode, same salts), refuses
+    by name while it cannot move it, reads nothing through it, and moves it into the capture
+    once it can. Nothing is deleted: the capture keeps the frames."""
+    from hermes_state import SessionDB
+    from hermes_state.errors import EvidenceWriteError, StateDbReplacedError
+
+    home, writer = _replaced_under_a_writer(fs, "replaced-open")
+    fault = fs.arm(kind="io_error", op="rename", path=rf"{home.parent.name}/home/state\.db-wal$",
+                   errno="ENOSPC", nth=1, persistent=True)
+    try:
+        for _ in range(2):
+            with pytest.raises(StateDbReplacedError):
+                writer.append_message("s", "user", "refused")
+        writer.close()
+        assert (home / "state.db-wal").exists()
+        with pytest.raises(StateDbReplacedError, match="still at"):
+            SessionDB(home / "state.db", read_only=True)
+        with pytest.raises(EvidenceWriteError, match="replay that log onto the new state.db"):
+            SessionDB(home / "state.db")
+    finally:
+        fs.disarm(fault["id"])
+    assert (home / "state.db-wal").exists()  # nothing deleted while it could not be moved
+    _sees_the_new_store(home)
+    (capture,) = sweep.verified_captures(home)
+    assert (capture / "state.db-wal.moved-from-path").exists()
+    assert set(sweep.capture_messages(capture, tmp_path)) >= {"acked-0", "acked-1", "acked-2"}

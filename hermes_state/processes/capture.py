@@ -347,6 +347,41 @@ def find_verified_capture(db_path: str | os.PathLike, wal_ident: Identity | None
 
 
 # --------------------------------------------------------------------------- other holders
+def retired_log_at_path(db_path: str | os.PathLike) -> tuple[Path, list[Path]] | None:
+    """The sidecars of a REPLACED ``state.db``'s generation still at the path, when the
+    holder could not move them aside (a full disk): ``(capture, [sidecar paths])``, else None.
+
+    Matched on a verified capture beside the store: its WAL is the very file at
+    ``state.db-wal`` (same ``(st_dev, st_ino)`` when captured and now, the same salts in its
+    header) while ``state.db`` is another file than the captured generation's. SQLite would
+    replay those frames onto the new file (issue 22 item 1).
+    """
+    base = Path(db_path)
+    wal_path = Path(f"{base}-wal")
+    ident = identity(wal_path)
+    capture = find_verified_capture(base, ident) if ident is not None else None
+    if capture is None:
+        return None
+    try:
+        manifest = atomic.read_json(capture / "manifest.json", limit=MANIFEST_LIMIT)
+        now = parse_wal_header(wal_path)
+    except (OSError, ValueError):
+        return None
+    gen = manifest.get("generation") or {}
+    at = manifest.get("path_generation_at_capture") or {}
+    wal = manifest.get("wal") or {}
+    if list(at.get("wal") or ()) != list(ident) or list(gen.get("wal") or ()) != list(ident):
+        return None  # the WAL was deleted, not left at the path: an inode number reused
+    if (now.get("salt1"), now.get("salt2")) != (wal.get("salt1"), wal.get("salt2")):
+        return None
+    if list(identity(base) or ()) == list(gen.get("db") or ()):
+        return None  # state.db is still that generation's own file
+    shm = Path(f"{base}-shm")
+    side = [wal_path] + ([shm] if list(identity(shm) or ()) == list(gen.get("shm") or ())
+                         and gen.get("shm") else [])
+    return capture, side
+
+
 def held_retired_files(pid: int, db_path: str | os.PathLike) -> dict[str, tuple[str, Identity]]:
     """The retired ``-wal``/``-shm`` process ``pid`` holds: ``{"wal": ("/proc/PID/fd/N",
     identity), "shm": ...}`` (Linux). Identity decides: a descriptor of a file that is not the

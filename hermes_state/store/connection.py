@@ -183,6 +183,7 @@ class StoreConnection(Checkpointing, GenerationTracking, wal_sync.WalSyncing):
         self._closed = False
         self._obligation = None  # capture_obligation.CaptureObligation once retired
         self._retire_info: tuple[str, str] | None = None  # (kind, operator detail)
+        self._stale_move_error: str | None = None  # sidecars of a replaced file left at the path
         self._main_fd: int | None = None
         self._initial_disk_app_id: int | None = None
         self._backfill = None  # fts_backfill.BackfillThread after a deferred FTS re-index
@@ -708,6 +709,7 @@ class StoreConnection(Checkpointing, GenerationTracking, wal_sync.WalSyncing):
                                 self._fdatasync_wal("close")
                 self._sync_pending = False
                 if self._retired or self._sticky is not None:
+                    self.retry_stale_move()
                     ob = self._obligation
                     if ob is not None and ob.pending and not close_attempts(ob):
                         return  # kept open with its obligation until a capture or the exit

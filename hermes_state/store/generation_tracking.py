@@ -132,6 +132,7 @@ class GenerationTracking:
         ob = CaptureObligation(self.db_path, self.generation, self.conn)  # type: ignore[arg-type]
         self._obligation = ob
         ob.attempt(trigger)
+        self._stale_move_error = None
         if kind == "replaced_db":
             detail += self._move_stale_sidecars_aside(ob.capture_dir)
         self._retire_info = (kind, detail)
@@ -148,6 +149,19 @@ class GenerationTracking:
             ob.attempt("retry")
             if self._retire_info is not None:
                 self._sticky = self.retired_error()
+        self.retry_stale_move()
+
+    def retry_stale_move(self) -> None:
+        """Another attempt at moving this generation's sidecars away from the path of a
+        replaced ``state.db`` when the first one failed (every call, close; issue 22.1)."""
+        if not self._stale_move_error or self._retire_info is None:
+            return
+        ob = self._obligation
+        moved = self._move_stale_sidecars_aside(ob.capture_dir if ob is not None else None)
+        if moved:
+            kind, detail = self._retire_info
+            self._retire_info = (kind, detail + moved)
+        self._sticky = self.retired_error()
 
     def retired_error(self) -> StateDbReplacedError:
         """The refusal of a retired handle as things stand: "Nothing is lost" only with a
@@ -157,6 +171,11 @@ class GenerationTracking:
         capture = ob.capture_dir if ob is not None else None
         if capture:
             detail += f"; evidence captured in {capture} (verified)"
+        stale = self._stale_move_error
+        if stale:
+            detail += (f"; {stale}: a process opening the store now would replay that log onto "
+                       "the new state.db, so opens move it aside first or refuse (retried at "
+                       "every call and at close)")
         elif ob is not None and ob.pending:
             detail += (f"; capture PENDING after {ob.attempts} attempt(s): "
                        f"{ob.error.user_message if ob.error else 'not attempted'}")
@@ -183,7 +202,8 @@ class GenerationTracking:
         deleted: the bytes stay as evidence.
         """
         assert self.generation is not None
-        moved = []
+        moved: list[str] = []
+        failed: list[str] = []
         for suffix, recorded in (("-wal", self.generation.wal), ("-shm", self.generation.shm)):
             path = Path(f"{self.db_path}{suffix}")
             if recorded is None or identity(path) != tuple(recorded):
@@ -194,6 +214,11 @@ class GenerationTracking:
                 dest = path.with_name(f"{path.name}.stale-{utc_stamp()}-{os.getpid()}")
             try:
                 moved.append(str(atomic.move_aside(path, atomic.numbered(dest))))
-            except OSError as exc:
-                log.error("could not move the stale %s aside: %s", path, exc)
+            except OSError as exc:  # named and retried, never dropped (issue 22 item 1)
+                why = (f"this generation's {path.name} is still at {path} (it could not be "
+                       f"moved aside: {exc.strerror or exc})")
+                if why != self._stale_move_error:
+                    log.error("session storage: %s; retried at every call and at close", why)
+                failed.append(why)
+        self._stale_move_error = "; ".join(failed) or None
         return f"; moved this generation's sidecars aside: {', '.join(moved)}" if moved else ""
