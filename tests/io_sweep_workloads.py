@@ -335,8 +335,16 @@ def _restore_retry(home: Path, out: Outcome) -> None:
 
 # quarantine ---------------------------------------------------------------------------
 def _quarantine_prepare(home: Path) -> None:
+    """A zero-filled state.db beside a write-ahead log with frames (both are evidence)."""
     home.mkdir(parents=True, exist_ok=True)
+    src = home.parent / "quarantine-src" / "state.db"
+    make_store(src)
+    with SessionDB(src) as db:
+        db.append_message("s", "user", "in-the-log")
+        wal = Path(f"{src}-wal").read_bytes()
     (home / "state.db").write_bytes(b"\0" * 8192)
+    (home / "state.db-wal").write_bytes(wal)
+    (home.parent / "quarantine.wal").write_bytes(wal)
 
 
 def _quarantine_run(home: Path, out: Outcome) -> None:
@@ -350,9 +358,17 @@ def _quarantine_check(home: Path, out: Outcome, scratch: Path) -> list[str]:
     zeroed = [p for p in [home / "state.db", *home.glob("state.db.corrupt.*.bak")]
               if p.exists() and p.read_bytes() == b"\0" * 8192]
     findings = [] if zeroed else ["the damaged file is gone (not kept as evidence)"]
+    findings += _quarantined_log_kept(home, out)
     if out.acked:
         findings += _store_has(home, out.acked)
     return findings
+
+
+def _quarantined_log_kept(home: Path, out: Outcome) -> list[str]:
+    wal = (out.extra["backing"].parent / "quarantine.wal").read_bytes()
+    logs = [p for p in [home / "state.db-wal", *home.glob("state.db.corrupt.*.bak-wal")]
+            if p.exists() and p.read_bytes() == wal]
+    return [] if logs else ["the damaged file's write-ahead log is gone (not kept as evidence)"]
 
 
 def _quarantine_retry(home: Path, out: Outcome) -> None:
@@ -360,6 +376,9 @@ def _quarantine_retry(home: Path, out: Outcome) -> None:
         if db.get_session("q") is None:
             db.create_session("q", source="cli")
         db.append_message("q", "user", "retry")
+    lost = _quarantined_log_kept(home, out)  # the open after the fault keeps it too
+    if lost:
+        raise AssertionError(lost[0])
 
 
 # salvage ---------------------------------------------------------------------------

@@ -276,3 +276,40 @@ def test_an_open_moves_a_replaced_stores_wal_aside_before_sqlite_could_replay_it
     (capture,) = sweep.verified_captures(home)
     assert (capture / "state.db-wal.moved-from-path").exists()
     assert set(sweep.capture_messages(capture, tmp_path)) >= {"acked-0", "acked-1", "acked-2"}
+
+
+def test_a_quarantine_cut_short_never_leaves_the_damaged_files_wal_beside_a_fresh_store(fs):
+    """Found trying item 1 as a hostile user: quarantine renamed state.db first, then its
+    sidecars; when the -wal's rename failed (a full disk) the damaged file was gone from the
+    path and its -wal was left there, so the next open created a fresh state.db beside it and
+    SQLite replayed (then checkpointed and deleted) the damaged file's log: the evidence was
+    lost. Now the sidecars go first and state.db last: a move cut short leaves state.db at the
+    path, still damaged, and the next open moves the rest."""
+    from hermes_state import SessionDB
+    from hermes_state.errors import EvidenceWriteError
+
+    home = _home(fs, "quarantine-order")
+    sweep.make_store(home.parent / "src" / "state.db")
+    with SessionDB(home.parent / "src" / "state.db") as db:  # a log with frames, kept open
+        db.append_message("s", "user", "in-the-log")
+        wal = (home.parent / "src" / "state.db-wal").read_bytes()
+    assert wal
+    (home / "state.db").write_bytes(b"\0" * 8192)
+    (home / "state.db-wal").write_bytes(wal)
+    fault = fs.arm(kind="io_error", op="rename", path=rf"{home.parent.name}/home/state\.db-wal$",
+                   errno="ENOSPC", nth=1)
+    try:
+        with pytest.raises(EvidenceWriteError):
+            SessionDB(home / "state.db")
+    finally:
+        (gone,) = fs.disarm(fault["id"])
+    assert gone["fired"] == 1
+    with SessionDB(home / "state.db") as db:  # the retry: the rest is moved, a fresh store
+        db.create_session("n", source="cli")
+        assert db.get_session("s") is None
+    kept = [p for p in home.iterdir() if p.name.startswith("state.db.corrupt.")
+            and p.name.endswith(".bak-wal")]
+    assert [p.read_bytes() for p in kept] == [wal]
+    assert any(p.read_bytes() == b"\0" * 8192 for p in home.iterdir()
+               if p.name.startswith("state.db.corrupt.") and p.name.endswith(".bak"))
+    assert sweep.integrity(home / "state.db") == ["ok"]

@@ -125,19 +125,18 @@ def _move_aside(db_path: Path) -> Path:
     try:
         for n in range(1, 100_000):  # the backup and both sidecar names must be free
             backup = name_for(n)
-            if any(os.path.lexists(f"{backup}{s}") for s in ("", "-wal", "-shm")):
-                continue
-            try:
-                atomic.rename_noreplace(db_path, backup)
-                moved.append(f"{db_path.name} -> {backup.name}")
+            if not any(os.path.lexists(f"{backup}{s}") for s in ("", "-wal", "-shm")):
                 break
-            except FileExistsError:
-                continue
+        # The sidecars first, state.db last: a move cut short (a full disk) leaves state.db
+        # at the path, still damaged, so the next open moves the rest; never a damaged file's
+        # -wal beside a fresh store (SQLite would replay it, checkpoint it and delete it).
         for suffix in ("-wal", "-shm"):
             side = Path(f"{db_path}{suffix}")
             if os.path.lexists(side):
                 atomic.rename_noreplace(side, Path(f"{backup}{suffix}"))
                 moved.append(f"{side.name} -> {backup.name}{suffix}")
+        atomic.rename_noreplace(db_path, backup)
+        moved.append(f"{db_path.name} -> {backup.name}")
         atomic.fsync_dir(db_path.parent)
     except OSError as exc:
         raise EvidenceWriteError(
