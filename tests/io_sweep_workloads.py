@@ -34,7 +34,7 @@ from typing import Callable
 from hermes_state import SessionDB
 from hermes_state.api.spool import SpoolWriteError, divert_to_spool, replay_spool
 from hermes_state.cli import main as cli_main
-from hermes_state.errors import DeletedWalGenerationError, HermesStateError
+from hermes_state.errors import DeletedWalGenerationError, HermesStateError, StateDbReplacedError
 
 #: The cause as the user reads it, per errno (strerror, or SQLite's words for it).
 CAUSE_WORDS = {"ENOSPC": ("No space left on device", "database or disk is full"),
@@ -213,6 +213,63 @@ def _capture_retry(home: Path, out: Outcome) -> None:
         lost = [m for m in out.acked if m not in have]
         if lost:
             raise AssertionError(f"the capture lacks acknowledged writes {lost}")
+
+
+# capture after the store file is replaced -----------------------------------
+def _replaced_prepare(home: Path) -> None:
+    """The store, and beside the home another store's file that will replace it."""
+    make_store(home / "state.db")
+    make_store(home.parent / "other.db", n=2, sid="o")
+
+
+def _replaced_setup(home: Path, out: Outcome) -> None:
+    """Before the fault is armed: a writer with 3 acknowledged appends, then its state.db is
+    replaced by another store's file (os.replace, as a user restoring a copy would)."""
+    db = SessionDB(home / "state.db")
+    out.extra["db"] = db
+    for i in range(3):
+        db.append_message("s", "user", f"acked-{i}")
+        out.acked.append(f"acked-{i}")
+    os.replace(home.parent / "other.db", home / "state.db")
+
+
+def _replaced_run(home: Path, out: Outcome) -> None:
+    try:
+        out.extra["db"].append_message("s", "user", "refused")
+    except StateDbReplacedError as exc:
+        out.extra["refusal"] = exc
+    else:
+        raise AssertionError("a write after state.db was replaced was not refused")
+
+
+def _replaced_check(home: Path, out: Outcome, scratch: Path) -> list[str]:
+    refusal = out.extra.get("refusal")
+    db = out.extra.get("db")
+    if refusal is not None and db is not None and "Nothing" in refusal.user_message \
+            and "lost" in refusal.user_message and not db.connection.capture_dir:
+        return ["the refusal says nothing is lost without a verified capture"]
+    return []
+
+
+def _replaced_retry(home: Path, out: Outcome) -> None:
+    """Another call and the close retry what failed; then the new file opens as itself (the
+    replaced file's log never replayed onto it) and the capture holds every acked write."""
+    db = out.extra["db"]
+    try:
+        db.append_message("s", "user", "after")
+    except StateDbReplacedError:
+        pass
+    capture = db.connection.capture_dir
+    db.close()
+    if not capture:
+        raise AssertionError("no verified capture after the fault was gone")
+    lost = [m for m in out.acked if m not in capture_messages(Path(capture), out.extra["scratch"])]
+    if lost:
+        raise AssertionError(f"the capture lacks acknowledged writes {lost}")
+    with SessionDB(home / "state.db") as new:
+        if new.get_messages("s") or len(new.get_messages("o")) != 2:
+            raise AssertionError("the new state.db shows the replaced file's log replayed "
+                                 "onto it")
 
 
 # spool divert and replay -------------------------------------------------------
@@ -521,6 +578,8 @@ WORKLOADS = {w.name: w for w in (
     Workload("append", _plain, _append_run, _append_check, _append_retry),
     Workload("capture", _plain, _capture_run, _capture_check, _capture_retry,
              setup=_capture_setup),
+    Workload("replaced", _replaced_prepare, _replaced_run, _replaced_check, _replaced_retry,
+             setup=_replaced_setup),
     Workload("spool", _plain, _spool_run, _spool_check, _spool_retry),
     Workload("backup", _plain, _backup_run, _backup_check, _backup_retry, cli=True,
              setup=_before),

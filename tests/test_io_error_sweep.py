@@ -1,7 +1,7 @@
 """The I/O error sweep, SQLite-harness style (issue 22: make the suite find the next edge).
 
-For each workload that writes (append, capture after a sidecar deletion, spool divert and
-replay, backup, restore, quarantine, salvage, optimize, import, export), the store lives on the
+For each workload that writes (append, capture after a sidecar deletion, capture after state.db
+is replaced, spool divert and replay, backup, restore, quarantine, salvage, optimize, import, export), the store lives on the
 faulty FUSE filesystem (``chaos/fs``) and the Nth operation that opens a file or changes the
 filesystem fails with ENOSPC, then with EIO (``io_error {op: any, nth: N}``), for every N the
 workload performs. After each run (tests/io_sweep_workloads.py): the failure is named (no
