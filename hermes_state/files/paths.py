@@ -310,8 +310,8 @@ def _inferred_stores(target: Path) -> list[Path]:
                 names.add(m.group("db"))
         for name in names:
             db = p.parent / name
-            if db != target and os.path.isfile(db) and db not in found:
-                found.append(db)
+            if (db != target or name == DB_NAME) and os.path.isfile(db) and db not in found:
+                found.append(db)  # a file named state.db is a store's own file
     return found
 
 
