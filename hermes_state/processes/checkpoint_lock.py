@@ -39,6 +39,7 @@ from typing import Callable, Iterator
 
 from .. import events
 from ..errors import HermesStateError
+from .generation import DirStamp
 from .holders import describe_pid
 from .lock_files import (
     LockHolder,
@@ -144,6 +145,7 @@ class CheckpointLock:
         self.split: str | None = None  # why this lock holds more than one file, or None
         self._ident: tuple[int, int] | None = None  # (st_dev, st_ino) of ``fd``
         self._old: dict[int, tuple[int, int]] = {}  # fd -> identity of earlier lock files
+        self._dir_stamp = DirStamp(self.path)  # the identity check's fast path (issue 24.4)
         if disabled_by_env():
             self.problem = f"disabled by {ENV_VAR}=off"
         else:
@@ -199,7 +201,16 @@ class CheckpointLock:
     # ---------------------------------------------------------------- identity (issue 22.3)
     def _follow_path(self) -> bool:
         """The path names another file than ``fd`` (removed, replaced): open that one too.
-        True when ``fd`` changed (the old descriptor is kept in ``_old``)."""
+        True when ``fd`` changed (the old descriptor is kept in ``_old``).
+
+        While the directory's stamp equals the one taken before a check that found the same
+        file, one ``stat`` of the directory stands for the ``lstat`` (removing, replacing or
+        renaming the lock file changes it): :class:`~hermes_state.processes.generation.DirStamp`.
+        """
+        stamps = self._dir_stamp
+        stamp, taken = stamps.take()
+        if stamp is not None and stamp == stamps.kept:
+            return False
         try:
             st = os.lstat(self._path_str)
             now: tuple[int, int] | None = (st.st_dev, st.st_ino)
@@ -208,7 +219,9 @@ class CheckpointLock:
         except OSError:
             return False
         if now == self._ident or (now is not None and now in self._old.values()):
+            stamps.keep(stamp, taken)
             return False
+        stamps.kept = None
         try:
             fd = open_lock_file(self.path)
         except OSError as exc:
