@@ -68,9 +68,6 @@ ALLOWED = {
         "/proc/<pid>/fd/<n> of an old lock file another process holds locked, O_NONBLOCK, "
         "then fstat checked to be that inode",
     ("processes/lock_files.py", "process_state", "open"): "/proc/<pid>/stat",
-    ("processes/lock_table.py", "read", "open"): "/proc/locks",
-    ("processes/lock_table.py", "_probe_keying", "os.open"):
-        "the store's checkpoint lock file: O_NOFOLLOW|O_NONBLOCK|O_NOCTTY, only flocked",
     ("processes/lock_files.py", "flock_holders", ".read_text"): "/proc/locks",
     ("processes/lock_files.py", "stale_locked", ".read_text"): "/proc/locks",
     ("processes/lock_files.py", "open_lock_file", "os.open"):
