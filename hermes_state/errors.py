@@ -7,6 +7,7 @@ is the user layer followed by the operator layer, so a log line has both.
 
 from __future__ import annotations
 
+import errno
 import sqlite3
 
 __all__ = [
@@ -17,6 +18,8 @@ __all__ = [
     "WriteContentionError",
     "StorePermissionError",
     "NewerSchemaWriteError",
+    "EvidenceWriteError",
+    "StoreIOError",
 ]
 
 # Fingerprint words (SPEC §10.1): support tooling and tests search for them; keep them verbatim.
@@ -33,7 +36,7 @@ HOLDER_OTHER, HOLDER_SELF, HOLDER_SELF_AND_OTHERS = "other", "self", "self+other
 
 
 def retired_wal_user_message(held_by: str = HOLDER_OTHER, *, pid: int | None = None,
-                             own_connection: bool = False) -> str:
+                             own_connection: bool = False, at_risk: str | None = None) -> str:
     """The user layer of :class:`DeletedWalGenerationError` for who holds the retired files.
 
     Args:
@@ -43,9 +46,23 @@ def retired_wal_user_message(held_by: str = HOLDER_OTHER, *, pid: int | None = N
         own_connection: with :data:`HOLDER_SELF`, the refused connection is the one whose
             files were deleted or replaced while it was writing (else another connection this
             process has open holds them).
+        at_risk: what is NOT saved yet and where it is (no verified capture of the retired
+            log exists, issue 22 item 1): replaces "Nothing is lost", which is only said when
+            a verified capture exists (or the log held nothing).
     Returns:
         The message; the fingerprint words "deleted state.db-wal or state.db-shm" are in all.
     """
+    text = _retired_wal_text(held_by, pid, own_connection)
+    if at_risk is None:
+        return text
+    return text.replace(
+        "Nothing is lost: stop every process using this profile",
+        f"{at_risk} Run `doctor` first (it saves a copy of that log), then stop every process "
+        "using this profile").replace(
+        ", run `doctor` (it names them), then start again.", ", then start again.")
+
+
+def _retired_wal_text(held_by: str, pid: int | None, own_connection: bool) -> str:
     me = "this process" + (f" (PID {pid})" if pid is not None else "")
     if held_by == HOLDER_SELF:
         how = (f"they were deleted or replaced on disk while {me} was writing through its own "
@@ -111,6 +128,8 @@ class DeletedWalGenerationError(StateDbReplacedError):
     ``held_by`` says whether the refused process itself holds the retired files (its user
     message then says "this process" with its PID, and whether the refused connection is the
     one whose files went: ``own_connection``; :func:`retired_wal_user_message`).
+    ``at_risk`` (None when a verified capture exists) says which acknowledged writes are not
+    saved yet and which process holds the only copy; ``capture_pending`` is then True.
     """
 
     def __init__(
@@ -122,12 +141,15 @@ class DeletedWalGenerationError(StateDbReplacedError):
         held_by: str = HOLDER_OTHER,
         pid: int | None = None,
         own_connection: bool = False,
+        at_risk: str | None = None,
     ) -> None:
         self.holders = list(holders or [])
         self.capture_dir = capture_dir
         self.held_by = held_by
+        self.at_risk = at_risk
+        self.capture_pending = at_risk is not None
         super().__init__(operator_detail, user_message=retired_wal_user_message(
-            held_by, pid=pid, own_connection=own_connection))
+            held_by, pid=pid, own_connection=own_connection, at_risk=at_risk))
 
 
 class StateDbCorruptError(HermesStateError, sqlite3.DatabaseError):
@@ -174,6 +196,59 @@ class OpenContentionError(WriteContentionError):
 
 class StorePermissionError(HermesStateError, PermissionError):
     """A store file or its directory cannot be written (SPEC §4): names the path and the fix."""
+
+
+class EvidenceWriteError(HermesStateError, OSError):
+    """Evidence could not be written: a retired-WAL capture, spooled messages, a snapshot, a
+    quarantine move, a salvage record (issue 22 item 1). Never dropped silently: the message
+    names what was not written, where, why, and what is at risk until it is; the write is
+    retried (on the next call, at close, by ``doctor``, or by running the command again).
+
+    Attributes:
+        path: the file or directory that could not be written.
+    """
+
+    def __init__(self, user_message: str, operator_detail: str = "", *,
+                 path: str = "") -> None:
+        self.path = path
+        super().__init__(user_message, operator_detail)
+
+
+class StoreIOError(HermesStateError, sqlite3.OperationalError):
+    """The store's own files could not be opened, read or written while opening it: a full disk,
+    an I/O error, a file that cannot be created (issue 22, the I/O error sweep). Names the path
+    and the cause; nothing was written. ``errno_name`` is the errno or SQLite code seen."""
+
+    def __init__(self, user_message: str, operator_detail: str = "", *, path: str = "",
+                 errno_name: str = "") -> None:
+        self.path = path
+        self.errno_name = errno_name
+        super().__init__(user_message, operator_detail)
+
+
+def store_io_error(path: object, exc: BaseException, doing: str) -> StoreIOError:
+    """A :class:`StoreIOError` for ``exc`` (an ``OSError`` or an SQLite I/O-class error)
+    met while ``doing`` (``"opening"``, ``"reading the header of"``)."""
+    code = getattr(exc, "sqlite_errorname", None) or errno.errorcode.get(
+        getattr(exc, "errno", None) or 0, "")
+    cause = getattr(exc, "strerror", None) or str(exc)
+    where = getattr(exc, "filename", None) or path
+    return StoreIOError(
+        f"session storage failed {doing} {path}: {cause} ({code or 'I/O error'}; {where}). "
+        "Nothing was written. If the disk is full, free space; otherwise check the disk "
+        "(dmesg) and the directory's permissions, then retry.",
+        f"{type(exc).__name__}: {exc}", path=str(where), errno_name=str(code))
+
+
+#: SQLite primary result codes of I/O trouble while opening (not damage, not lock errors).
+SQLITE_IO_CODES = {8: "SQLITE_READONLY", 10: "SQLITE_IOERR", 13: "SQLITE_FULL",
+                   14: "SQLITE_CANTOPEN"}
+
+
+def is_io_error(exc: BaseException) -> bool:
+    """True for SQLITE_IOERR/FULL/CANTOPEN/READONLY (and extended codes), by code."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code is not None and (code & 0xFF) in SQLITE_IO_CODES
 
 
 class NewerSchemaWriteError(HermesStateError, sqlite3.IntegrityError):

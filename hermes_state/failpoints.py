@@ -60,9 +60,13 @@ NAMES: dict[str, str] = {
                          "PRAGMA wal_checkpoint not yet called",
     "checkpoint.after": "after a PASSIVE checkpoint returned",
     "capture.mid_copy": "retired-WAL capture: WAL copied into the .partial dir, manifest not yet",
+    "capture.before_publish": "retired-WAL capture: copied, verified and manifest written in the "
+                              ".partial dir, not yet renamed into place (issue 22 item 1)",
     "close.before_checkpoint": "close(): before the close-time PASSIVE checkpoint",
     "wal_sync.before": "the loss-window bound: before the fdatasync of the -wal through "
                        "SQLite's own descriptor (NORMAL, a commit not yet synced)",
+    "quarantine.locked": "quarantine of a file that is not SQLite: the quarantine lock is held, "
+                         "nothing re-checked or moved yet (issue 22 item 2)",
     "migrate.v<N>.before_commit": "migration step to version N ran, its COMMIT not yet issued",
     # Commands (not the write path): where a killed command leaves its work behind (issue 11.12)
     "cmd.backup.before_publish": "backup: image and manifest written in the .partial directory, "

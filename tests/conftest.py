@@ -192,6 +192,12 @@ def pytest_testnodedown(node, error):
 
 
 def pytest_terminal_summary(terminalreporter):
+    """The generators' case counts, then the I/O error sweep's table (issue 22)."""
+    _generator_cases(terminalreporter)
+    _io_sweep_summary(terminalreporter)
+
+
+def _generator_cases(terminalreporter) -> None:
     totals: dict[str, int] = {}
     findings: dict[str, list] = {}
     for key in ("passed", "failed"):
@@ -222,3 +228,48 @@ def pytest_terminal_summary(terminalreporter):
                                            else ""))
             for finding in found[:10]:
                 terminalreporter.write_line(f"    {finding}")
+
+
+# --------------------------------------------------------------------------- I/O error sweep
+_SWEEP_ROWS: list[dict] = []
+
+
+def pytest_runtest_logreport(report):
+    """Collect the I/O error sweep's rows (``record_property("io_sweep", ...)``); with xdist
+    the reports reach the controller with their properties."""
+    if report.when == "call":
+        _SWEEP_ROWS.extend(v for k, v in report.user_properties if k == "io_sweep")
+
+
+def _io_sweep_summary(terminalreporter) -> None:
+    """The sweep's figure: sites swept (operations that could fail) and runs per workload;
+    the full tier also records it in benchmarks/results/io_sweep.json."""
+    if not _SWEEP_ROWS:
+        return
+    rows = sorted(_SWEEP_ROWS, key=lambda r: (r["workload"], r["errno"]))
+    tr = terminalreporter
+    tr.section("I/O error sweep (issue 22)")
+    for r in rows:
+        tr.write_line(f"{r['workload']:<11} {r['errno']:<6} sites {r['sites']:>4}  runs "
+                      f"{r['runs']:>4}  faults fired {r.get('faults_fired', '-'):>4}  failed runs "
+                      f"{r['failed_runs']:>4}  findings {r['findings']:>3}  "
+                      f"{r['seconds']:>6.1f}s")
+    sites = sum(r["sites"] for r in rows)
+    runs = sum(r["runs"] for r in rows)
+    import io_sweep_workloads
+
+    every_n = all(r["full"] for r in rows)
+    # the recorded figure is the whole sweep: every workload x errno ran every N (not -k)
+    whole = every_n and \
+        len({(r["workload"], r["errno"]) for r in rows}) == 2 * len(io_sweep_workloads.WORKLOADS)
+    tier = "full sweep" if whole else "full sweep of these workloads" if every_n else "CI sample"
+    tr.write_line(f"total: {sites} sites (file operations the workloads perform), {runs} of them "
+                  f"failed and checked ({tier}), {sum(r['findings'] for r in rows)} findings")
+    if whole:
+        import time as _time
+
+        out = REPO / "benchmarks" / "results" / "io_sweep.json"
+        out.write_text(json.dumps({"recorded": _time.strftime("%Y-%m-%dT%H:%M:%SZ", _time.gmtime()),
+                                   "loadavg": os.getloadavg(), "sites": sites, "runs": runs,
+                                   "rows": rows}, indent=2) + "\n")
+        tr.write_line(f"recorded in {out}")

@@ -148,7 +148,7 @@ def test_committed_entries_release_their_stash(tmp_path):
 
 @pytest.mark.parametrize("spec, field", [
     ({"kind": "nope"}, "kind"),
-    ({"kind": "io_error", "op": "mkdir"}, "op"),
+    ({"kind": "io_error", "op": "chmod"}, "op"),
     ({"kind": "io_error", "errno": "EPERM"}, "errno"),
     ({"kind": "io_error", "nth": 0}, "nth"),
     ({"kind": "io_error", "nth": 2, "probability": 0.5}, "nth"),

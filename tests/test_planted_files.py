@@ -170,7 +170,7 @@ def test_spool_file_hard_linked_elsewhere_is_refused(home, victim):
 
 def test_capture_name_taken_gets_the_next_free_name(tmp_path, victim, monkeypatch):
     """A capture is never given up: taken names (a dangling link, a file, a dir) are skipped."""
-    from hermes_state.processes import generation
+    from hermes_state.processes import capture as generation  # the capture moved (issue 22.1)
 
     monkeypatch.setattr(generation, "utc_stamp", lambda: "20300101T000000Z")
     db_path = tmp_path / "state.db"

@@ -55,17 +55,23 @@ ALLOWED = {
     ("operator/bundle_processes.py", "read_proc_locks", ".read_text"): "/proc/locks",
     ("processes/checkpoint_lock.py", "_open", "os.open"):
         "the checkpoint lock: lstat, then O_NONBLOCK|O_NOFOLLOW|O_NOCTTY and fstat regular",
-    ("processes/checkpoint_lock.py", "_status", "open"): "/proc/<pid>/stat",
-    ("processes/checkpoint_lock.py", "lock_holders", ".read_text"): "/proc/locks",
     ("processes/lock_table.py", "read", "open"): "/proc/locks",
     ("processes/lock_table.py", "_probe_keying", "os.open"):
         "O_RDONLY|O_NOFOLLOW|O_NONBLOCK of the lock file, then S_ISREG and the device checked; "
         "nothing created, nothing written",
     ("processes/checkpoint_lock.py", "probe", "os.open"): "O_TMPFILE: an unnamed file",
-    ("processes/generation.py", "parse_wal_header", ".read_bytes"):
-        "the WAL copy inside this process's own capture .partial directory",
-    ("processes/generation.py", "_header_fields", ".read_bytes"):
-        "the main-file copy inside this process's own capture .partial directory",
+    ("processes/capture.py", "_open_source", "os.open"):
+        "/proc/<pid>/fd/<n> of the retired WAL another process holds, O_NONBLOCK, then fstat "
+        "checked to be the very inode the capture copies (never a path the user controls)",
+    ("processes/capture.py", "process_start", "open"): "/proc/<pid>/stat",
+    ("processes/checkpoint_lock.py", "_adopt_stale", "os.open"):
+        "/proc/<pid>/fd/<n> of an old lock file another process holds locked, O_NONBLOCK, "
+        "then fstat checked to be that inode",
+    ("processes/lock_files.py", "process_state", "open"): "/proc/<pid>/stat",
+    ("processes/lock_files.py", "flock_holders", ".read_text"): "/proc/locks",
+    ("processes/lock_files.py", "stale_locked", ".read_text"): "/proc/locks",
+    ("processes/lock_files.py", "open_lock_file", "os.open"):
+        "a lock file: O_NOFOLLOW|O_NONBLOCK|O_NOCTTY, then fstat regular (never written)",
     ("processes/holders.py", "_has_cap_sys_ptrace", "open"): "/proc/self/status",
     ("processes/holders.py", "read_locks", ".read_text"): "/proc/locks",
     ("schema/tables.py", "_declared_columns_cached", "sqlite3.connect"): ":memory:",
@@ -77,8 +83,6 @@ ALLOWED = {
         "the store after refuse_special_store_files (open_connection)",
     ("store/opening.py", "_connect_rw", "sqlite3.connect"):
         "the store after refuse_special_store_files (open_connection)",
-    ("store/quarantine.py", "__enter__", "os.open"):
-        "the store's directory, O_DIRECTORY (a FIFO cannot be one)",
 }
 
 

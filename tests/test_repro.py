@@ -122,6 +122,25 @@ def test_the_scenario_is_written_validated_and_cites_the_bundle(tmp_path, quiet)
                                                              "cron": ("cli", 1)}
 
 
+@pytest.mark.parametrize("name", ["state.db", "state.db.checkpoint.lock", "state.db-wal"])
+def test_repro_never_writes_a_path_a_store_owns(tmp_path, quiet, name):
+    """``chaos repro -o`` wrote into state.db (truncated in place: the store destroyed) or a
+    lock file of a store beside it (issue 22 item 3: no command writes a path a store owns)."""
+    b = with_procs(quiet, proc(41, "gateway", state="stopped",
+                               holds=["WAL write lock", "SHARED"]))
+    home = tmp_path / "home"
+    home.mkdir()
+    with SessionDB(home / "state.db") as db:
+        db.create_session("s", source="cli")
+    target = home / name
+    target.touch()
+    before = {p.name: (p.stat().st_ino, p.read_bytes()) for p in home.iterdir()}
+    out = chaos("repro", str(write(tmp_path, b)), "-o", str(target))
+    assert out.returncode == 2 and "store" in out.stderr and "Traceback" not in out.stderr, \
+        out.stderr
+    assert {p.name: (p.stat().st_ino, p.read_bytes()) for p in home.iterdir()} == before
+
+
 def test_the_repro_driver_is_imported_only_when_it_runs():
     code = ("import sys; from chaos.__main__ import build_parser; build_parser(); "
             "print('chaos.repro' in sys.modules)")

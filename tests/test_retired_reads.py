@@ -224,27 +224,29 @@ def test_processes_starting_at_once_on_a_zeroed_store_all_succeed_or_name_it(tmp
         assert len(ro.list_sessions()) == outs.count("OK")
 
 
-def _waits_on_a_flock(pid: int) -> bool:
-    """True when ``pid`` is blocked in flock() (a ``->`` line of /proc/locks)."""
-    for line in Path("/proc/locks").read_text().splitlines():
-        parts = line.split()
-        if "->" in parts and "FLOCK" in parts and str(pid) in parts:
-            return True
-    return False
+def _has_open(pid: int, path: str) -> bool:
+    """True when ``pid`` has a descriptor of ``path`` (it polls a lock on it)."""
+    try:
+        return any(os.readlink(f"/proc/{pid}/fd/{fd}") == path
+                   for fd in os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return False
 
 
 def test_a_starting_process_reading_the_header_is_not_taken_for_a_holder(tmp_path):
     """The race behind "two processes starting at once on a zeroed store": the quarantining
     process's holder scan saw the other one's brief header read and refused to move the file.
-    A reader that is mid-read (it holds the directory's shared lock, as every starting process
-    does while its descriptor is open) makes the quarantiner wait, not give up."""
+    A reader that is mid-read (it holds the quarantine lock shared, as every starting process
+    does while its descriptor is open; issue 22 item 2: no longer the directory's lock) makes
+    the quarantiner wait, not give up."""
     path = tmp_path / "state.db"
     path.write_bytes(b"\0" * 8192)
+    qlock = f"{path}.quarantine.lock"
     env = dict(os.environ, PYTHONPATH=str(REPO))
     reader = subprocess.Popen(
         [sys.executable, "-c",
          "import fcntl, os, sys\n"
-         f"d = os.open({str(tmp_path)!r}, os.O_RDONLY)\nfcntl.flock(d, fcntl.LOCK_SH)\n"
+         f"d = os.open({qlock!r}, os.O_RDWR | os.O_CREAT, 0o600)\nfcntl.flock(d, fcntl.LOCK_SH)\n"
          f"f = os.open({str(path)!r}, os.O_RDONLY)\nprint('READING', flush=True)\n"
          "sys.stdin.readline()\nos.close(f)\nos.close(d)\n"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
@@ -255,8 +257,8 @@ def test_a_starting_process_reading_the_header_is_not_taken_for_a_holder(tmp_pat
              "try:\n    SessionDB(sys.argv[1]).close()\n    print('OK')\n"
              "except Exception as e:\n    print('ERR', type(e).__name__, e)\n", str(path)],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-        while opener.poll() is None and not _waits_on_a_flock(opener.pid):
-            threading.Event().wait(0.01)  # until it blocks on the lock, or is done
+        while opener.poll() is None and not _has_open(opener.pid, qlock):
+            threading.Event().wait(0.01)  # until it waits for the lock (polling), or is done
         reader.stdin.write("go\n")
         reader.stdin.flush()
         out, err = opener.communicate(timeout=HANG_GUARD_S)

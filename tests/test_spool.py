@@ -145,3 +145,68 @@ def test_replay_spool_skips_bad_records_by_line_and_imports_the_rest(tmp_path):
     again = subprocess.run([sys.executable, "-m", "hermes_state", "--home", str(tmp_path),
                             "sessions", "replay-spool"], capture_output=True, text=True, timeout=60)
     assert "imported 0 message(s), 1 already imported" in again.stdout
+
+
+# --------------------------------------------------------------------------- issue 22 item 1
+def test_a_torn_last_line_does_not_swallow_the_next_append(tmp_path):
+    """A spool append cut short (a full disk, a crash) leaves a line without its newline; the
+    next append must start a line of its own, or its message is glued to the torn one and
+    never replayed."""
+    from hermes_state.api.spool import divert_to_spool
+
+    home = tmp_path
+    (home / "sessions").mkdir()
+    (home / "sessions" / "s.jsonl").write_text('{"spool_id": "torn", "session_id": "s", "mess')
+    divert_to_spool(home, "s", [{"role": "user", "content": "after the tear"}])
+    with SessionDB(home / "state.db") as db:
+        res = replay_spool(db)
+        assert res["imported"] == 1 and res["torn"] == 1, res
+        assert [m["content"] for m in db.get_messages("s")] == ["after the tear"]
+
+
+def test_a_spool_that_cannot_be_written_is_named_and_retried_with_the_same_records(tmp_path):
+    """The disk is full (a real one: a 1 MiB tmpfs filled by a file): the spool append is named,
+    with the file and the messages at stake, and ``retry()`` appends the same records once
+    space is back; replay imports each message once."""
+    import shutil
+    import subprocess
+
+    from hermes_state.api.spool import SpoolWriteError, divert_to_spool
+    from hermes_state.errors import EvidenceWriteError
+
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("a real full disk needs a tmpfs mount (root and mount(8))")
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    try:
+        home = mnt / "home"
+        (home / "sessions").mkdir(parents=True)
+        (home / "sessions" / "s.jsonl").write_text("")
+        fd = os.open(mnt / "filler", os.O_WRONLY | os.O_CREAT, 0o600)
+        for size in (1 << 16, 1 << 12, 1):
+            try:
+                while True:
+                    os.write(fd, b"\0" * size)
+            except OSError:
+                pass
+        os.close(fd)
+        msgs = [{"role": "user", "content": "x" * 5000 + str(i)} for i in range(3)]
+        with pytest.raises(SpoolWriteError) as info:
+            divert_to_spool(home, "s", msgs)
+        err = info.value
+        assert isinstance(err, EvidenceWriteError) and err.count == 3
+        assert "3 refused message(s)" in err.user_message
+        assert str(home / "sessions" / "s.jsonl") in err.user_message
+        assert "No space left on device" in err.user_message
+        os.unlink(mnt / "filler")
+        err.retry()
+        with SessionDB(home / "state.db") as db:
+            res = replay_spool(db)
+            assert res["imported"] == 3 and not res["failed"], res
+            assert sorted(m["content"][-1] for m in db.get_messages("s")) == ["0", "1", "2"]
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)

@@ -7,10 +7,13 @@ raises ``ValueError`` naming the field.
 
 - ``torn_write {path, nth, keep_bytes}``: the nth matching write keeps its first ``keep_bytes``
   bytes, then the power is cut.
-- ``io_error {op: write|fsync|read|open, path, errno: EIO|ENOSPC|EROFS|EDQUOT, nth | probability,
-  persistent, extending, seed}``: the operation fails with the errno. ``persistent``: every later
-  matching operation fails too (a dead disk); ``extending`` (writes): only writes that grow the
-  file count (ENOSPC while the WAL grows).
+- ``io_error {op: write|fsync|read|open|truncate|mkdir|rmdir|unlink|rename|link|symlink|mknod|any,
+  path, errno: EIO|ENOSPC|EROFS|EDQUOT, nth | probability, persistent, extending, seed}``: the
+  operation fails with the errno. ``persistent``: every later matching operation fails too (a
+  dead disk); ``extending`` (writes): only writes that grow the file count (ENOSPC while the WAL
+  grows). ``any`` counts every operation that opens a file or changes the filesystem (all of the
+  above but ``read``; an ``fsync`` of a directory included): "fail the Nth file operation", the
+  SQLite test harness's I/O error sweep (issue 22).
 - ``slow_io {op: write|fsync, path, delay, nth, count}``: the operation sleeps ``delay`` seconds
   first; ``nth`` delays only that one, ``count`` the first ``count`` from ``nth`` on (default: all).
 Not done here: applying the fault (see :mod:`chaos.fs.ops`).
@@ -26,7 +29,10 @@ from dataclasses import dataclass, field
 ERRNOS = {"EIO": errno_mod.EIO, "ENOSPC": errno_mod.ENOSPC, "EROFS": errno_mod.EROFS,
           "EDQUOT": errno_mod.EDQUOT}
 KINDS = ("torn_write", "io_error", "slow_io")
-IO_ERROR_OPS = ("write", "fsync", "read", "open")
+#: Operations that change the filesystem or open a file: what ``op: any`` counts.
+CHANGE_OPS = ("write", "fsync", "open", "truncate", "mkdir", "rmdir", "unlink", "rename", "link",
+              "symlink", "mknod")
+IO_ERROR_OPS = (*CHANGE_OPS, "read", "any")
 SLOW_OPS = ("write", "fsync")
 
 
@@ -68,7 +74,9 @@ class Fault:
 
     def matches(self, op: str, rel_path: str, extends: bool = False) -> bool:
         """True when the operation is one this fault counts."""
-        if op != self.op or not self.path.search(rel_path):
+        if op != self.op and not (self.op == "any" and op in CHANGE_OPS):
+            return False
+        if not self.path.search(rel_path):
             return False
         return not (self.extending and not extends)
 

@@ -332,10 +332,17 @@ class FaultyOps(Operations):
         self.journal.record(entry)
         self.log.emit(ev, self._caller(), path=entry.path, **fields)
 
+    def _fail(self, op: str, rel: str, **fields) -> None:
+        """Raise the armed ``io_error`` for a namespace operation, if one fires on it."""
+        fault = self._io_error(op, rel, self._caller(), **fields)
+        if fault is not None:
+            raise FuseOSError(fault.errno)
+
     def mknod(self, path, mode, dev):
         rel = self._rel(path)
         with self._mu:
             self._check_up()
+            self._fail("mknod", rel)
             os.mknod(self._abs(rel), mode, dev)
             self._namespace("create", Entry("create", rel))
         return 0
@@ -344,6 +351,7 @@ class FaultyOps(Operations):
         rel = self._rel(path)
         with self._mu:
             self._check_up()
+            self._fail("mkdir", rel)
             os.mkdir(self._abs(rel), mode)
             self._namespace("mkdir", Entry("mkdir", rel))
         return 0
@@ -352,6 +360,7 @@ class FaultyOps(Operations):
         rel = self._rel(target)
         with self._mu:
             self._check_up()
+            self._fail("symlink", rel)
             os.symlink(source, self._abs(rel))
             self._namespace("symlink", Entry("symlink", rel))
         return 0
@@ -360,6 +369,7 @@ class FaultyOps(Operations):
         rel, src = self._rel(target), self._rel(source)
         with self._mu:
             self._check_up()
+            self._fail("link", rel, source=src)
             os.link(self._abs(src), self._abs(rel), follow_symlinks=False)
             self._namespace("link", Entry("link", rel), source=src)
         return 0
@@ -368,6 +378,7 @@ class FaultyOps(Operations):
         rel = self._rel(path)
         with self._mu:
             self._check_up()
+            self._fail("unlink", rel)
             st = os.lstat(self._abs(rel))
             stash = self.journal.before_remove(rel)
             os.unlink(self._abs(rel))
@@ -381,6 +392,7 @@ class FaultyOps(Operations):
         rel = self._rel(path)
         with self._mu:
             self._check_up()
+            self._fail("rmdir", rel)
             mode = stat.S_IMODE(os.lstat(self._abs(rel)).st_mode)
             os.rmdir(self._abs(rel))
             self._namespace("rmdir", Entry("rmdir", rel, mode=mode))
@@ -392,6 +404,7 @@ class FaultyOps(Operations):
             self._check_up()
             if flags & ~RENAME_NOREPLACE:
                 raise FuseOSError(errno.EINVAL)  # RENAME_EXCHANGE / WHITEOUT: not supported
+            self._fail("rename", src, dest=dst)
             if flags & RENAME_NOREPLACE and os.path.lexists(self._abs(dst)):
                 raise FuseOSError(errno.EEXIST)
             st = os.lstat(self._abs(src))
@@ -501,6 +514,8 @@ class FaultyOps(Operations):
         with self._mu:
             self._check_up()
             h = self.handles.get(_fh(fh)) if fh is not None else None
+            self._fail("truncate", self._name(h) if h is not None else self._rel(path),
+                       len=length)
             if h is not None:
                 rel, fs = self._name(h), self._state(h)
             else:

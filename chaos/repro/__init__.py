@@ -172,6 +172,14 @@ def cmd_repro(args, err) -> int:
     if args.output is None:
         print(repro.text, end="")
     else:
+        from hermes_state.testing import owning_store
+
+        owned = owning_store(args.output)
+        if owned:  # never a path a store owns (issue 22 item 3): state.db, a lock file, ...
+            err.print(f"chaos repro: refusing to write {args.output}: it is {owned[1]} (store "
+                      f"{owned[0]}); choose a path outside the store's files",
+                      markup=False, highlight=False)
+            return EXIT_BAD_BUNDLE
         try:
             write_output(args.output, repro.text)
         except OSError as exc:

@@ -16,6 +16,7 @@ import time
 import uuid
 from pathlib import Path
 
+from ..errors import EvidenceWriteError
 from ..files import atomic
 from ..files.paths import ensure_home, spool_path
 from .messages import build_append
@@ -25,6 +26,10 @@ from .text import CleaningConnection, clean_text
 def divert_to_spool(home: str | os.PathLike, session_id: str, messages: list[dict]) -> Path:
     """Append ``messages`` (dicts of ``append_message`` keyword arguments) to the spool.
 
+    Each record gets a ``spool_id`` once; a write that fails part-way is tried once more with
+    the SAME records (a torn line is cut off by a leading newline; a record written twice is
+    imported once by ``replay-spool``), then named (issue 22 item 1).
+
     Args:
         home: the profile's HERMES_HOME (the spool lives under ``sessions/``).
         session_id: the session the messages belong to.
@@ -33,28 +38,82 @@ def divert_to_spool(home: str | os.PathLike, session_id: str, messages: list[dic
         The spool file path.
     Raises:
         ValueError: a session id that cannot name a file.
-        OSError: the spool cannot be written (the caller must keep the messages).
+        SpoolWriteError: the spool cannot be written (an
+            :class:`~hermes_state.errors.EvidenceWriteError`): names the file, the cause and
+            the messages not spooled; ``retry()`` appends the same records again.
+        StorePermissionError: a planted link, FIFO or device where the spool belongs.
     """
     if not isinstance(messages, (list, tuple)) or not all(isinstance(m, dict) for m in messages):
         raise TypeError("messages must be a list of dicts (append_message keyword arguments), "
                         f"not {ascii(messages)[:60]}; nothing was spooled")
     session_id = clean_text(session_id)  # the file must be valid UTF-8 to be replayed
     path = spool_path(home, session_id)
-    ensure_home(Path(home))
-    atomic.ensure_dir(path.parent, what="the spool directory")  # a symlinked sessions/: refused
     lines = []
     for msg in messages:
         record = {"spool_id": uuid.uuid4().hex, "session_id": session_id,
                   "spooled_at": time.time(),
                   "message": {k: clean_text(v) for k, v in msg.items()}}
         lines.append(json.dumps(record, ensure_ascii=False, default=str) + "\n")
+    data = ("\n" + "".join(lines)).encode("utf-8", "surrogatepass")
+    err = None
+    for _attempt in range(2):
+        try:
+            return _append(Path(home), path, data)
+        except atomic.UnsafePathError:
+            raise
+        except OSError as exc:
+            err = SpoolWriteError(Path(home), path, data, len(lines), session_id, exc)
+    raise err  # type: ignore[misc]
+
+
+def _append(home: Path, path: Path, data: bytes) -> Path:
+    """One complete append of ``data`` to the spool file, fsynced (no short write left)."""
+    ensure_home(home)
+    atomic.ensure_dir(path.parent, what="the spool directory")  # a symlinked sessions/: refused
     fd = atomic.open_append(path)  # no link, no FIFO, no device, no hard-linked file
     try:
-        os.write(fd, "".join(lines).encode("utf-8", "surrogatepass"))
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
         os.fsync(fd)
     finally:
         os.close(fd)
     return path
+
+
+class SpoolWriteError(EvidenceWriteError):
+    """Refused messages could not be spooled (issue 22 item 1): they exist only in the
+    caller's memory. ``retry()`` appends the same records again (exactly once on replay).
+
+    Attributes:
+        count: how many messages were not spooled.
+        session_id: their session.
+    """
+
+    def __init__(self, home: Path, path: Path, data: bytes, count: int, session_id: str,
+                 exc: OSError) -> None:
+        self._home, self._data, self.count, self.session_id = home, data, count, session_id
+        why = exc.strerror or str(exc)
+        super().__init__(
+            f"{count} refused message(s) of session {session_id!r} could NOT be spooled to "
+            f"{path} ({why}): they exist only in this process's memory now. Keep them; once "
+            "the cause is fixed (free space), spool them again (SpoolWriteError.retry() "
+            "appends the same records; replay-spool imports each once).",
+            f"spool append failed: {exc!r}", path=str(path))
+
+    def retry(self) -> Path:
+        """Append the same records again; returns the spool path.
+
+        Raises:
+            SpoolWriteError: it failed again.
+        """
+        try:
+            return _append(self._home, Path(self.path), self._data)
+        except atomic.UnsafePathError:
+            raise
+        except OSError as exc:
+            raise SpoolWriteError(self._home, Path(self.path), self._data, self.count,
+                                  self.session_id, exc) from exc
 
 
 #: Longest spool line read (bytes); a longer one is reported, never held in memory whole.

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from ..errors import HermesStateError
+from ..files.paths import owning_store
 from . import manage as cli_manage
 from .common import (
     DRY_RUN_HELP,
@@ -59,6 +60,12 @@ def cmd_bundle(args: argparse.Namespace) -> int:
     if args.fix:
         raise CliError("--bundle only reads: it cannot be combined with --fix",
                        "run `doctor --bundle FILE` first, then `doctor --fix` on its own")
+    if args.bundle != "-":  # never a path a store owns: a lock file replaced splits the lock
+        owned = owning_store(args.bundle, store_path(args))
+        if owned:
+            raise CliError(f"--bundle {args.bundle} is {owned[1]} (store {owned[0]}); writing "
+                           "the bundle there would replace a file the store owns",
+                           "give a path outside the store's files, or `--bundle -`")
     with progress_display(args, "collecting the bundle (files, processes, locks)"):
         found = bundle.make_bundle(store_path(args))
     try:
@@ -277,7 +284,8 @@ def cmd_recover(args: argparse.Namespace) -> int:
                        "start with --inspect-only: it changes no file")
     with progress_display(args, "recover") as bar:
         report = recover(source, output=args.output, inspect_only=args.inspect_only,
-                         allow_partial=args.allow_partial, report=args.report, progress=bar)
+                         allow_partial=args.allow_partial, report=args.report, progress=bar,
+                         protect=(store_path(args),))
     print_json(report)
     print(_recover_summary(report), file=sys.stderr)
     return EXIT_OK if report.get("recoverable") and not report.get("failed") else EXIT_FAIL

@@ -100,10 +100,15 @@ def _warn_if_retired(path: Path, retired: list) -> None:
     """Read commands still work under a retired-WAL holder (SPEC §10.4), but what they show
     misses that holder's last writes: say so on stderr, naming the holders and ``doctor``."""
     if retired:
+        from ..processes.capture import others_at_risk
+
         names = ", ".join(f"PID {h.pid} ({h.command})" for h in retired)
+        risk = others_at_risk(path, retired)  # "nothing is lost" only with a capture (22.1)
         print(f"warning: {names} still hold(s) a retired WAL generation of {path}: what is shown "
-              "here lacks what they wrote since; nothing is lost. Stop them, then run "
-              "`hermes-state doctor`.", file=sys.stderr)
+              "here lacks what they wrote since; "
+              + (f"{risk} Run `hermes-state doctor` now (it saves the log), then stop them."
+                 if risk else "nothing is lost. Stop them, then run `hermes-state doctor`."),
+              file=sys.stderr)
 
 
 def require_store(args: argparse.Namespace, why: str) -> Path:

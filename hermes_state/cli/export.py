@@ -15,6 +15,7 @@ from pathlib import Path
 
 from .. import failpoints
 from ..files import atomic
+from ..files.paths import owning_store
 from ..files.sqlite_format import SQLITE_HEADER, WAL_MAGIC_BYTES
 from .common import EXIT_OK, CliError, open_ro, store_path
 from .progress import progress_display
@@ -52,20 +53,17 @@ def _check_export_target(output: str, db_path: Path) -> str:
     import stat
 
     target = Path(output).expanduser().absolute()
-    own = {Path(f"{db_path}{suffix}").absolute() for suffix in ("", "-wal", "-shm", "-journal")}
+    owned = owning_store(target, db_path)
+    if owned:  # a store's files, lock files, evidence: never an export target (issue 22.3)
+        raise CliError(f"--output {output} is {owned[1]} (store {owned[0]}); exporting there "
+                       "would replace a file the store owns", "choose another path for the "
+                       "export")
     try:
         st = os.lstat(target)
     except FileNotFoundError:
         st = None
     except OSError as exc:
         raise CliError(f"--output {output}: {exc.strerror}", "choose another path") from None
-    try:
-        same = st is not None and any(p.exists() and os.path.samefile(target, p) for p in own)
-    except OSError:
-        same = False
-    if target in own or same:
-        raise CliError(f"--output {output} is one of the store's own files; exporting there "
-                       "would destroy the store", "choose another path for the export")
     if st is None:
         return "new"
     if stat.S_ISFIFO(st.st_mode):

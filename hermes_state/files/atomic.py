@@ -478,7 +478,7 @@ class PartialDir:
         self._fd = os.open(init, os.O_RDONLY | _O_DIRECTORY | _O_NOFOLLOW | _O_CLOEXEC)
         try:
             os.fchmod(self._fd, DIR_MODE)
-            fcntl.flock(self._fd, fcntl.LOCK_EX)
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # ours alone: never waits
             self.path = _publish(init, _partial_names(Path(self.parent) / stem))
         except BaseException:
             os.close(self._fd)
@@ -539,7 +539,7 @@ class PartialFile:
                                      f"{os.urandom(4).hex()}")
         self._fd = create_file(init)
         try:
-            fcntl.flock(self._fd, fcntl.LOCK_EX)
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # ours alone: never waits
             self.path = _publish(init, _partial_names(self.target))
         except BaseException:
             os.close(self._fd)

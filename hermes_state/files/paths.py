@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import time
 from pathlib import Path
 
@@ -231,3 +232,127 @@ def access_problem(db_path: str | os.PathLike, *, write: bool):
                        f"no write permission ({why})", f"chmod u+rwx {directory}")
     return None
 
+
+
+# --------------------------------------------------------------------------- store-owned paths
+#: Names beside ``state.db`` that the store owns (issue 22 item 3; SPEC §1 table): the store
+#: files, its lock files, its evidence. ``{db}`` is the store's file name. No command of ours
+#: writes an output (an export, a recover report or output, ...) to any of them.
+STORE_OWNED_NAMES = ("{db}", "{db}-wal", "{db}-shm", "{db}-journal", "{db}.checkpoint.lock",
+                     "{db}.quarantine.lock")
+#: Name patterns beside ``state.db`` the store owns (regular expressions, ``{db}`` escaped).
+STORE_OWNED_PATTERNS = (r"{db}\.retired-wal-.*", r"{db}\.capture-pending-.*",
+                        r"{db}\.corrupt\..*", r"{db}\..*\.malformed-backup.*",
+                        r"{db}\.pre-update-emergency-.*", r"{db}-(wal|shm)\.stale-.*",
+                        r"\.{db}\..*")
+#: Directories beside ``state.db`` the store owns with everything under them.
+STORE_OWNED_DIRS = ("state-snapshots", "sessions")
+
+
+def store_owned(target: str | os.PathLike, db_path: str | os.PathLike) -> str | None:
+    """Why ``target`` is a path the store at ``db_path`` owns, or None (issue 22 item 3).
+
+    Compared after resolving the directories (a link to the store's directory does not hide
+    it) and by identity (a hard link to an owned file is owned too). The target need not exist.
+
+    Returns:
+        A phrase naming what the path is (``"the store's checkpoint lock"``, ...), or None.
+    """
+    db = Path(os.path.realpath(Path(db_path).absolute().parent)) / Path(db_path).name
+    t = Path(target).expanduser().absolute()
+    try:
+        t = Path(os.path.realpath(t.parent)) / t.name
+    except (OSError, ValueError):
+        return None
+    home = db.parent
+    if t.parent == home or home in t.parents:
+        top = t.relative_to(home).parts[0]  # the entry beside the store it is, or is under
+        inside = t.parent != home
+        if top in STORE_OWNED_DIRS:
+            return f"inside the store's {top}/ directory ({home / top})"
+        names = {n.format(db=db.name): n for n in STORE_OWNED_NAMES}
+        if top in names:
+            return _owned_phrase(names[top]) + (" (a path under it)" if inside else "")
+        for pattern in STORE_OWNED_PATTERNS:
+            if re.fullmatch(pattern.format(db=re.escape(db.name)), top):
+                return ("inside one of the store's evidence directories" if inside
+                        else "one of the store's evidence or lock files")
+    try:
+        st = os.stat(t)
+    except (OSError, ValueError):
+        return None
+    for name in STORE_OWNED_NAMES:
+        p = home / name.format(db=db.name)
+        try:
+            ps = os.stat(p)
+        except OSError:
+            continue
+        if (ps.st_dev, ps.st_ino) == (st.st_dev, st.st_ino):
+            return _owned_phrase(name) + f" (the same file as {p})"
+    return None
+
+
+def _inferred_stores(target: Path) -> list[Path]:
+    """Stores a path would belong to by its name alone: for ``target`` and each directory
+    above it, the ``state.db`` beside it and the file whose owned name it has
+    (``X.checkpoint.lock`` -> ``X``, ``X.retired-wal-.../`` -> ``X``), when that file exists."""
+    found: list[Path] = []
+    suffixes = [re.escape(n).replace(re.escape("{db}"), "(?P<db>.+)")
+                for n in STORE_OWNED_NAMES if n != "{db}"]
+    suffixes += [p.replace("{db}", "(?P<db>.+?)") for p in STORE_OWNED_PATTERNS]
+    for p in (target, *target.parents):
+        if p.parent == p:
+            break
+        names = {DB_NAME}
+        for rx in suffixes:
+            m = re.fullmatch(rx, p.name)
+            if m and m.group("db"):
+                names.add(m.group("db"))
+        for name in names:
+            db = p.parent / name
+            if (db != target or name == DB_NAME) and os.path.isfile(db) and db not in found:
+                found.append(db)  # a file named state.db is a store's own file
+    return found
+
+
+def owning_store(target: str | os.PathLike, *stores: str | os.PathLike
+                 ) -> tuple[Path, str] | None:
+    """``(store, why)`` when ``target`` is a path one of ``stores`` owns, or one any store
+    found beside it owns (another profile's lock file, a capture of another store; issue 22
+    item 3: no command of ours ever writes to a path a store owns). None otherwise.
+    """
+    t = Path(target).expanduser().absolute()
+    try:
+        t = Path(os.path.realpath(t.parent)) / t.name
+    except (OSError, ValueError):
+        return None
+    for db in (*(Path(s) for s in stores), *_inferred_stores(t)):
+        why = store_owned(t, db)
+        if why:
+            return Path(db), why
+    return None
+
+
+def _owned_phrase(name: str) -> str:
+    return {"{db}": "the store's database file", "{db}-wal": "the store's write-ahead log",
+            "{db}-shm": "the store's WAL index", "{db}-journal": "the store's rollback journal",
+            "{db}.checkpoint.lock": "the store's checkpoint lock",
+            "{db}.quarantine.lock": "the store's quarantine lock"}.get(name, "a store file")
+
+
+def refuse_store_owned(target: str | os.PathLike, *stores: str | os.PathLike,
+                       option: str = "the output") -> None:
+    """Raise when ``target`` is a path one of ``stores`` owns (issue 22 item 3): every output
+    path of every command goes through this before anything is written.
+
+    Raises:
+        StorePermissionError: naming the path, what it is, and the fix.
+    """
+    owned = owning_store(target, *stores)
+    if owned:
+        db, why = owned
+        raise StorePermissionError(
+            f"refusing to write {option} to {target}: it is {why} (store {db}). Writing there "
+            "would replace a file the session store owns (a lock file replaced splits the "
+            "lock; a store file replaced loses data).",
+            "fix: choose a path outside the store's files, e.g. in another directory")

@@ -21,6 +21,7 @@ from ..errors import corruption_kind
 from ..files.paths import access_problem
 from ..processes import checkpoint_lock, holders
 from ..processes.checkpoint_lock import wal_reset_exposure
+from . import capture_rescue
 from ..schema.tables import FTS_TABLES, SCHEMA_VERSION
 
 OK, WARN, ISSUE = "ok", "warn", "issue"
@@ -148,10 +149,13 @@ def run_doctor(db_path: str | os.PathLike, *, fix: bool = False) -> DoctorReport
         report.stopped_early = True
         report.add(ISSUE, f"{len(retired)} process(es) still hold a retired WAL generation",
                    *[f"PID {h.pid} ({h.command})" for h in retired],
-                   "fix: stop every one of them (gateway stop, quit the desktop app, pause cron); "
-                   "do NOT delete the WAL yourself; then run doctor again.",
+                   "fix: once each one's log is captured (below), stop every one of them "
+                   "(gateway stop, quit the desktop app, pause cron); do NOT delete the WAL "
+                   "yourself; then run doctor again.",
                    "doctor stops here: even a read-only open would be one more opener of the new "
                    "generation.")
+        capture_rescue.rescue(db, retired, report)  # issue 22.1: the only copy, saved first
+        capture_rescue.markers(db, report)
         return report
     try:
         os.lstat(db)
@@ -206,6 +210,7 @@ def run_doctor(db_path: str | os.PathLike, *, fix: bool = False) -> DoctorReport
         report.add(WARN, "cannot prove the store is quiet: some processes of this user could not "
                          "be inspected", *[f"PID {p}" for p in scan.unreadable])
     _checkpoint_lock_holders(db, report)
+    capture_rescue.markers(db, report)
     _evidence(db, report)
     _exposure(report, db)
     if fix:
@@ -584,6 +589,12 @@ def _checkpoint_lock_holders(db: Path, report: DoctorReport) -> None:
     """Who holds the checkpoint lock now (issue 12); a frozen (SIGSTOPped) holder is named."""
     found = checkpoint_lock.lock_holders(db)
     report.stats["checkpoint_lock_holders"] = [h.as_dict() for h in found]
+    split = checkpoint_lock.split_problem(db)
+    report.stats["checkpoint_lock_split"] = split
+    if split:  # issue 22 item 3: the lock file was removed or replaced under a live process
+        report.add(ISSUE, f"the checkpoint lock {checkpoint_lock.lock_path(db).name} is split",
+                   split, "fix: stop the process(es) named (gateway stop, quit the desktop app, "
+                   "pause cron) and start them again; never remove or replace the lock file")
     for h in found:
         frozen = h.status in ("stopped", "tracing-stop")
         what = ("a maintenance command, or a write that may restart the WAL: every write "

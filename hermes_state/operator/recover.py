@@ -37,6 +37,7 @@ from typing import Callable
 from .. import failpoints
 from ..db import SessionDB
 from ..files import atomic
+from ..files.paths import owning_store
 from ..processes import holders
 from ..schema.tables import SCHEMA_VERSION
 from .recover_scan import (
@@ -359,6 +360,7 @@ def _next_step(report: dict, source: Path) -> str:
 def recover(source: str | os.PathLike, *, output: str | os.PathLike | None = None,
             inspect_only: bool = False, allow_partial: bool = False,
             report: str | os.PathLike | None = None, tmp_dir: str | os.PathLike | None = None,
+            protect: tuple[str | os.PathLike, ...] = (),
             progress: Callable[[str, int | None, int | None], None] | None = None,
             _after_copy_hook: Callable[[], None] | None = None) -> dict:
     """Inspect a (possibly damaged) store and optionally salvage it into a new one (SPEC §14).
@@ -377,6 +379,8 @@ def recover(source: str | os.PathLike, *, output: str | os.PathLike | None = Non
         report: also write the JSON report to this file (replaced if it exists; refused if it
             names a source or output file).
         tmp_dir: where the private copy is made (default: the system temporary directory).
+        protect: more stores (the profile's) whose files ``output`` and ``report`` must not
+            name; the source's own store files are always protected (issue 22 item 3).
         progress: ``progress(phase, done, total)`` as the copy and the inspection advance
             (``done``/``total`` None when unknown), for a progress display.
         _after_copy_hook: test seam passed to :func:`copy_source`.
@@ -418,6 +422,12 @@ def recover(source: str | os.PathLike, *, output: str | os.PathLike | None = Non
                                  "file: nothing to recover from it.",
                                  "give --source the state.db file of a store")
     out_path = Path(output).expanduser().absolute() if output is not None else None
+    for target, option in ((out_path, "--output"), (report, "--report")):
+        owned = None if target is None else owning_store(target, src, *protect)
+        if owned:
+            raise RecoverRefused(f"{option} {target} is {owned[1]} (store {owned[0]}); "
+                                 "recover never writes a path a store owns.",
+                                 "choose a path outside the store's files")
     if out_path is not None:
         for suffix in ("", "-wal", "-shm", "-journal"):
             if os.path.lexists(f"{out_path}{suffix}"):

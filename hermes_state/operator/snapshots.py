@@ -186,8 +186,23 @@ def create_snapshot(db_path: str | os.PathLike, reason: str = "manual", *,
         raise SnapshotError(f"{db} is {atomic.describe_mode(st.st_mode)}, not a regular file: "
                             "nothing was backed up.", "check --home/--profile (or HERMES_HOME)")
     stamp = utc_stamp()
-    root = atomic.ensure_dir(db.parent / SNAPSHOT_DIR, what="the snapshot directory")
-    atomic.clean_partials(root, PARTIAL_RE)  # leftovers of a killed backup (issue 11.12)
+    root = db.parent / SNAPSHOT_DIR
+    try:
+        atomic.ensure_dir(root, what="the snapshot directory")
+        atomic.clean_partials(root, PARTIAL_RE)  # leftovers of a killed backup (issue 11.12)
+        return _take_snapshot(db, root, stamp, reason, keep, _protect, progress)
+    except HermesStateError:  # a planted link, a permission problem: already named
+        raise
+    except OSError as exc:  # the snapshot could not be written: named, the store untouched
+        raise SnapshotError(
+            f"the snapshot could not be written in {root} ({exc.strerror or exc}: "
+            f"{exc.filename or root}); nothing was removed and the store is unchanged.",
+            "fix the cause (free space, permissions), then run `backup` again") from exc
+
+
+def _take_snapshot(db: Path, root: Path, stamp: str, reason: str, keep: int,
+                   _protect: frozenset, progress) -> dict:
+    """The body of :func:`create_snapshot` once the snapshot directory exists."""
     with atomic.PartialDir(root, f"{stamp}-{reason}") as part:
         image = part.path / IMAGE
         os.close(atomic.create_file(image))  # 0600 from the start; SQLite fills it
@@ -223,6 +238,7 @@ def create_snapshot(db_path: str | os.PathLike, reason: str = "manual", *,
             "counts": {"sessions": facts["sessions"], "messages": facts["messages"]},
             "quick_check": facts["quick_check"],
             "verified": bool(facts["verified"]),
+            "complete": backup_error is None,  # the online backup ran to its end
             "error": facts["error"],
             "sqlite": sqlite3.sqlite_version,
             "page_size": facts["page_size"],
@@ -236,7 +252,9 @@ def create_snapshot(db_path: str | os.PathLike, reason: str = "manual", *,
     result = dict(manifest, id=final.name, path=str(final / IMAGE), dir=str(final), pruned=[])
     if not manifest["verified"]:
         lines = "; ".join(manifest["quick_check"][:5]) or manifest["error"] or "unknown"
-        if locked:  # the store was never read: nothing says it is damaged
+        if locked or backup_error is not None:
+            # The copy was never finished (the store locked, the disk full, an I/O error):
+            # nothing says the store is damaged (issue 22: the sweep's ENOSPC runs).
             raise SnapshotFailed(
                 f"the snapshot {final} could not be taken: {manifest['error']} It was kept and "
                 "marked failed, and no older snapshot was removed.",
@@ -574,11 +592,18 @@ def _restore_locked(db: Path, snapshot_id: str, image: Path, keep: int
                                   _protect=frozenset({str(snapshot_id)}))
         except SnapshotFailed as exc:
             pre = exc.result
-            if not pre.get("bytes") and file_size(db) != 0:  # an empty store has nothing to keep
+            # Only a COMPLETE copy that fails quick_check (the store itself is damaged) lets the
+            # restore go on; a copy cut short (a full disk, an I/O error) keeps nothing: the
+            # restore would lose every write since the snapshot (issue 22, the I/O sweep).
+            damaged = (pre.get("complete", True) and bool(pre.get("bytes"))
+                       and pre.get("error") is None
+                       and pre.get("quick_check") not in ([], ["ok"], None))
+            if not damaged and file_size(db) != 0:  # an empty store has nothing to keep
                 raise RestoreRefused(
-                    f"could not keep a copy of the current store {db} before restoring "
-                    f"({pre.get('error')}); not restored.",
-                    "move the damaged store aside yourself (with its -wal and -shm) and re-run"
+                    f"could not keep a verified copy of the current store {db} before "
+                    f"restoring ({pre.get('error') or 'the copy did not verify'}); not "
+                    "restored, the store is unchanged.",
+                    "fix the cause (free space, the disk), then run `backup restore` again"
                 ) from exc
             warnings.append(f"the current store failed quick_check; its copy was kept as the "
                             f"failed snapshot {pre['id']}")

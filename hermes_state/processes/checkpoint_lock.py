@@ -34,13 +34,23 @@ import sqlite3
 import stat
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
 from .. import events
 from ..errors import HermesStateError
-from .holders import HAVE_PROC, describe_pid
+from .generation import DirStamp
+from .holders import describe_pid
+from .lock_files import (
+    LockHolder,
+    file_identity,
+    flock_holders,
+    holders_text,
+    lock_file_descriptors,
+    open_lock_file,
+    stale_locked,
+    try_flock,
+)
 
 log = logging.getLogger("hermes_state")
 
@@ -114,18 +124,34 @@ class CheckpointLock:
         create: create the lock file when missing (store connections); False for readers of a
             store that may not be ours (``recover`` of a copy), where a missing file means "no
             live process of this code uses it": then ``problem`` is ``"absent"``.
+        adopt: also lock, from now on, older lock files other processes hold locked right now
+            (the path was removed or replaced under them: a split, issue 22 item 3).
+
+    The file at the path is compared with the one this description locks (``(st_dev,
+    st_ino)``, one ``lstat``) after each lock operation succeeds, as the write path does for
+    ``-wal``/``-shm``: when it was removed or replaced, the new file is opened (created) and
+    both are locked from then on, in inode order (``split`` says so). Docs:
+    docs/decisions/0001-checkpoint-lock.md, "A split lock".
     """
 
-    def __init__(self, db_path: str | os.PathLike, *, create: bool = True) -> None:
+    def __init__(self, db_path: str | os.PathLike, *, create: bool = True,
+                 adopt: bool = True) -> None:
         self.db_path = Path(db_path)
         self.path = lock_path(db_path)
+        self._path_str = os.fspath(self.path)
         self.fd: int | None = None
         self.problem: str | None = None
         self.mode: str | None = None  # None, "shared" or "exclusive"
+        self.split: str | None = None  # why this lock holds more than one file, or None
+        self._ident: tuple[int, int] | None = None  # (st_dev, st_ino) of ``fd``
+        self._old: dict[int, tuple[int, int]] = {}  # fd -> identity of earlier lock files
+        self._dir_stamp = DirStamp(self.path)  # the identity check's fast path (issue 24.4)
         if disabled_by_env():
             self.problem = f"disabled by {ENV_VAR}=off"
         else:
             self.problem = self._open(create)
+            if self.fd is not None and adopt:
+                self._adopt_stale()
 
     def _open(self, create: bool) -> str | None:
         path = self.path
@@ -169,7 +195,86 @@ class CheckpointLock:
                             f"({errno.errorcode.get(exc.errno, exc.errno)})")
                 return f"cannot lock {path}: {exc.strerror}"
         self.fd = fd
+        self._ident = (fst.st_dev, fst.st_ino)
         return None
+
+    # ---------------------------------------------------------------- identity (issue 22.3)
+    def _follow_path(self) -> bool:
+        """The path names another file than ``fd`` (removed, replaced): open that one too.
+        True when ``fd`` changed (the old descriptor is kept in ``_old``).
+
+        While the directory's stamp equals the one taken before a check that found the same
+        file, one ``stat`` of the directory stands for the ``lstat`` (removing, replacing or
+        renaming the lock file changes it): :class:`~hermes_state.processes.generation.DirStamp`.
+        """
+        stamps = self._dir_stamp
+        stamp, taken = stamps.take()
+        if stamp is not None and stamp == stamps.kept:
+            return False
+        try:
+            st = os.lstat(self._path_str)
+            now: tuple[int, int] | None = (st.st_dev, st.st_ino)
+        except FileNotFoundError:
+            now = None
+        except OSError:
+            return False
+        if now == self._ident or (now is not None and now in self._old.values()):
+            stamps.keep(stamp, taken)
+            return False
+        stamps.kept = None
+        try:
+            fd = open_lock_file(self.path)
+        except OSError as exc:
+            self._note_split(f"{self.path} was removed or replaced by something that cannot be "
+                             f"locked ({exc.strerror or exc}); this process keeps locking the "
+                             "file it had")
+            return False
+        new, old = file_identity(fd), self._ident
+        self._old[self.fd] = old  # type: ignore[index]
+        self.fd, self._ident = fd, new
+        self._note_split(f"{self.path} was removed or replaced while this process had it open "
+                         f"(inode {old[1] if old else '?'} -> {new[1] if new else '?'}); this "
+                         "process now locks both files")
+        return True
+
+    def _adopt_stale(self) -> None:
+        """Lock, from now on, the older lock files other processes hold locked at this moment
+        (they would exclude nobody otherwise): each opened through ``/proc/PID/fd/N``."""
+        for d in stale_locked(self.path, self._ident):
+            if d.ident in self._old.values() or d.ident == self._ident:
+                continue
+            try:
+                fd = os.open(d.proc_path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+            except OSError:
+                continue
+            if file_identity(fd) != d.ident:
+                os.close(fd)
+                continue
+            self._old[fd] = d.ident
+            self._note_split(f"PID {d.pid} holds a removed or replaced {self.path.name} "
+                             f"({d.link}); this process locks it too")
+
+    def _note_split(self, why: str) -> None:
+        self.split = why
+        key = (str(self.path), why)
+        if key not in _degraded_logged:
+            _degraded_logged.add(key)
+            log.error("checkpoint lock split: %s. Run `doctor`; restart the processes using "
+                      "this store to end it (issue 22 item 3).", why)
+        events.enabled() and events.emit("checkpoint_lock", status="split", reason=why)
+
+    def _all_fds(self) -> list[int]:
+        """Every descriptor to lock, in inode order (the same order in every process)."""
+        fds = {self.fd: self._ident, **self._old}
+        return sorted(fds, key=lambda fd: fds[fd] or (0, 0))  # type: ignore[arg-type]
+
+    def holders(self) -> list[LockHolder]:
+        """Processes holding (or waiting for) any file this lock locks (the old ones of a
+        split too), from ``/proc/locks``; this description's own hold excluded."""
+        idents = [self._ident, *self._old.values()] if self.fd is not None else []
+        mine = os.getpid() if self.mode is not None else None
+        return [h for ident in idents if ident for h in flock_holders(ident)
+                if h.pid != mine]
 
     @property
     def usable(self) -> bool:
@@ -196,13 +301,31 @@ class CheckpointLock:
 
     # ---------------------------------------------------------------- operations
     def _try(self, op: int) -> bool:
-        try:
-            fcntl.flock(self.fd, op | fcntl.LOCK_NB)  # type: ignore[arg-type]
-            return True
-        except OSError as exc:
-            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+        if not self._old:
+            ok = try_flock(self.fd, op == fcntl.LOCK_EX)  # type: ignore[arg-type]
+        else:
+            ok = self._try_all(op)
+        # One identity check, AFTER locking: a file removed or replaced before or while it was
+        # locked is seen here, and the file now at the path is locked too before any use.
+        if ok and self._follow_path():
+            if not try_flock(self.fd, op == fcntl.LOCK_EX):  # type: ignore[arg-type]
+                self._unlock_all()
                 return False
-            raise
+        return ok
+
+    def _try_all(self, op: int) -> bool:
+        taken = []
+        for fd in self._all_fds():
+            if not try_flock(fd, op == fcntl.LOCK_EX):
+                for t in taken:
+                    fcntl.flock(t, fcntl.LOCK_UN)
+                return False
+            taken.append(fd)
+        return True
+
+    def _unlock_all(self) -> None:
+        for fd in (self._all_fds() if self._old else (self.fd,)):
+            fcntl.flock(fd, fcntl.LOCK_UN)  # type: ignore[arg-type]
 
     def _wait(self, op: int, timeout: float, max_pause: float = 0.004,
               before_try: Callable[[], None] | None = None) -> bool:
@@ -266,7 +389,7 @@ class CheckpointLock:
         if self.fd is None or self.mode is not None:
             return False
         if self._try(fcntl.LOCK_SH):
-            fcntl.flock(self.fd, fcntl.LOCK_UN)
+            self._unlock_all()
             return False
         return True
 
@@ -274,7 +397,7 @@ class CheckpointLock:
         """Drop whatever this description holds (no-op when nothing is held)."""
         if self.fd is not None and self.mode is not None:
             self.mode = None
-            fcntl.flock(self.fd, fcntl.LOCK_UN)
+            self._unlock_all()
 
     def close(self) -> None:
         """Release and close the descriptor (idempotent)."""
@@ -282,6 +405,9 @@ class CheckpointLock:
             fd, self.fd = self.fd, None
             self.mode = None
             os.close(fd)
+            for old in self._old:
+                os.close(old)
+            self._old.clear()
 
 
 class LockBusy(HermesStateError):
@@ -345,8 +471,8 @@ def exclusive(db_path: str | os.PathLike, *, timeout: float | None = None,
             raise LockUnavailable(lock.problem)
         timeout = MAINTENANCE_WAIT_S if timeout is None else timeout
         if not lock.acquire_exclusive(timeout):
-            found = lock_holders(db_path)
-            names = ", ".join(h.line() for h in found) or "a process that cannot be seen"
+            found = lock.holders()
+            names = holders_text(found, file_identity(lock.path))
             raise LockBusy(f"a write transaction kept the store's write lock for {timeout:g}s "
                            f"({names})", found)
         t_acquired = time.monotonic()
@@ -380,70 +506,12 @@ def exclusive_unless_unusable(db_path: str | os.PathLike, *, purpose: str
 
 
 # ---------------------------------------------------------------- who holds it (/proc/locks)
-@dataclass(frozen=True)
-class LockHolder:
-    """A process holding (or waiting for) the lock: ``mode`` is ``exclusive`` or ``shared``."""
-
-    pid: int
-    mode: str
-    waiting: bool
-    command: str
-    status: str
-
-    def line(self) -> str:
-        """``PID N (command) exclusive[, stopped]``."""
-        extra = f", {self.status}" if self.status in ("stopped", "tracing-stop") else ""
-        wait = " (waiting)" if self.waiting else ""
-        return f"PID {self.pid} ({self.command}) {self.mode}{wait}{extra}"
-
-    def as_dict(self) -> dict:
-        return {"pid": self.pid, "mode": self.mode, "waiting": self.waiting,
-                "command": self.command, "status": self.status}
-
-
-def _status(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            data = fh.read()
-        letter = data[data.rfind(b")") + 2:].split()[0].decode("ascii", "replace")
-    except (OSError, IndexError):
-        return "gone"
-    return {"R": "running", "S": "sleeping", "D": "disk-sleep", "T": "stopped",
-            "t": "tracing-stop", "Z": "zombie"}.get(letter, letter)
-
-
 def lock_holders(db_path: str | os.PathLike) -> list[LockHolder]:
     """Every ``flock`` on the store's lock file from ``/proc/locks`` (Linux; else ``[]``).
 
     A process frozen with SIGSTOP while holding it shows with ``status`` ``stopped``.
     """
-    if not HAVE_PROC:
-        return []
-    try:
-        st = os.stat(lock_path(db_path), follow_symlinks=False)
-        text = Path("/proc/locks").read_text()
-    except OSError:
-        return []
-    want = (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino)
-    out = []
-    for line in text.splitlines():
-        parts = line.split()
-        waiting = "->" in parts
-        if waiting:
-            parts.remove("->")
-        # id: FLOCK ADVISORY WRITE|READ pid maj:min:ino start end
-        if len(parts) < 6 or parts[1] != "FLOCK":
-            continue
-        try:
-            maj, mnr, ino = parts[5].split(":")
-            if (int(maj, 16), int(mnr, 16), int(ino)) != want:
-                continue
-            pid = int(parts[4])
-        except ValueError:
-            continue
-        mode = "exclusive" if parts[3] == "WRITE" else "shared"
-        out.append(LockHolder(pid, mode, waiting, describe_pid(pid), _status(pid)))
-    return out
+    return flock_holders(lock_path(db_path))
 
 
 # ---------------------------------------------------------------- exposure report
@@ -474,8 +542,10 @@ def probe(db_path: str | os.PathLike) -> str | None:
         return f"disabled by {ENV_VAR}=off"
     path = lock_path(db_path)
     if os.path.lexists(path):
-        lock = CheckpointLock(db_path, create=False)
+        lock = CheckpointLock(db_path, create=False, adopt=False)
         lock.close()
+        if lock.problem is None:
+            return split_problem(db_path)
         return lock.problem
     parent = path.parent
     if not parent.is_dir():
@@ -494,3 +564,32 @@ def probe(db_path: str | os.PathLike) -> str | None:
     finally:
         os.close(fd)
     return None
+
+
+def split_problem(db_path: str | os.PathLike) -> str | None:
+    """Why the store's lock is split now, or None (issue 22 item 3; for ``doctor``).
+
+    Split: a process holds a descriptor of a file that was the lock file (removed, replaced,
+    renamed: another inode than the file at the path) and none of the file at the path; it
+    and the processes that opened the store since lock different files. A process that holds
+    both (this code locks both once it noticed) is not counted. Reads ``/proc/*/fd``.
+    """
+    path = lock_path(db_path)
+    current = file_identity(path)
+    by_pid: dict[int, list] = {}
+    for d in lock_file_descriptors(path):
+        by_pid.setdefault(d.pid, []).append(d)
+    split = []
+    for pid, ds in sorted(by_pid.items()):
+        if current is not None and any(d.ident == current for d in ds):
+            continue
+        stale = [d for d in ds if d.ident != current]
+        if stale:
+            split.append(f"PID {pid} ({describe_pid(pid)}) locks {stale[0].link}, not the file "
+                         f"now at {path.name}")
+    if not split:
+        return None
+    return ("checkpoint lock split: " + "; ".join(split) + "; processes that opened the store "
+            "since lock another file, so checkpoints and writes of the two groups may overlap. "
+            f"Stop {'that process' if len(split) == 1 else 'those processes'} (and never "
+            f"remove or replace {path.name})")

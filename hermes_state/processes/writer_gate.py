@@ -29,6 +29,7 @@ from typing import Iterator
 from .. import failpoints
 from ..errors import HermesStateError
 from . import checkpoint_lock, holders
+from .capture import others_at_risk
 
 log = logging.getLogger("hermes_state")
 
@@ -67,10 +68,13 @@ def refusal_text(command: str, db_path: Path, found: list, unreadable: list[int]
     if unreadable:
         lines.append("  cannot prove the store is quiet: could not inspect PID(s) "
                      + ", ".join(map(str, unreadable)))
+    retired = [h for h in found if getattr(h, "retired", ())]
+    risk = others_at_risk(db_path, retired) if retired else None  # issue 22.1
     lines += [
         "Rewriting the database under a live writer is how every agent ends up refusing turns "
         "with the",
-        "retired state.db-wal error. Nothing is lost.",
+        "retired state.db-wal error. " + (f"Nothing was changed. {risk}" if risk
+                                          else "Nothing is lost."),
         "Stop them first (gateway stop, quit the desktop app, pause cron), then re-run.",
         "Override with --force if you accept the risk.",
     ]

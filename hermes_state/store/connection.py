@@ -26,7 +26,9 @@ from ..errors import (
     StateDbCorruptError,
     WriteContentionError,
     corruption_kind,
+    is_io_error,
     is_lock_error,
+    store_io_error,
 )
 from ..fts import backfill as fts_backfill
 from ..processes import checkpoint_lock, holders
@@ -35,6 +37,7 @@ from ..processes.generation import Generation, diff
 from ..schema.tables import FTS_TABLES
 from . import wal_index, wal_sync
 from .checkpointing import BUSY_TIMEOUT_S, Checkpointing
+from .capture_obligation import close_attempts
 from .generation_tracking import GenerationTracking
 from .pragmas import disable_checkpoint_on_close
 from .quarantine import raise_named
@@ -122,6 +125,15 @@ def retry_lock_errors(fn: Callable[[], T], rng: random.Random, *, op: str = "ope
     raise AssertionError("unreachable")
 
 
+def _io_error(db_path: Path, exc: sqlite3.DatabaseError) -> BaseException:
+    """A write that failed for I/O (SQLITE_FULL, IOERR, CANTOPEN, READONLY) as a named
+    :class:`~hermes_state.errors.StoreIOError` keeping SQLite's code; rolled back."""
+    err = store_io_error(db_path, exc, "writing to")
+    err.sqlite_errorcode = getattr(exc, "sqlite_errorcode", None)  # type: ignore[attr-defined]
+    err.sqlite_errorname = getattr(exc, "sqlite_errorname", None)  # type: ignore[attr-defined]
+    return err
+
+
 class _CheckpointLockMet(Exception):
     """Internal: right after BEGIN IMMEDIATE a checkpoint held the checkpoint lock."""
 
@@ -169,7 +181,9 @@ class StoreConnection(Checkpointing, GenerationTracking, wal_sync.WalSyncing):
         self._sticky: BaseException | None = None
         self._retired = False
         self._closed = False
-        self._capture_dir: str | None = None
+        self._obligation = None  # capture_obligation.CaptureObligation once retired
+        self._retire_info: tuple[str, str] | None = None  # (kind, operator detail)
+        self._stale_move_error: str | None = None  # sidecars of a replaced file left at the path
         self._main_fd: int | None = None
         self._initial_disk_app_id: int | None = None
         self._backfill = None  # fts_backfill.BackfillThread after a deferred FTS re-index
@@ -209,8 +223,14 @@ class StoreConnection(Checkpointing, GenerationTracking, wal_sync.WalSyncing):
 
     @property
     def capture_dir(self) -> str | None:
-        """The retired-WAL capture this handle wrote, if any (SPEC §10.3)."""
-        return self._capture_dir
+        """The verified retired-WAL capture of this handle's generation, if any (SPEC §10.3)."""
+        return self._obligation.capture_dir if self._obligation is not None else None
+
+    @property
+    def capture_pending(self) -> bool:
+        """True while this handle holds a retired WAL that no verified capture holds yet
+        (issue 22 item 1): then the refusals say what is at risk."""
+        return self._obligation is not None and self._obligation.pending
 
     def start_backfill(self) -> None:
         """Resume a deferred FTS back-fill in a background thread (SPEC §2.4), if one is wanted."""
@@ -226,6 +246,7 @@ class StoreConnection(Checkpointing, GenerationTracking, wal_sync.WalSyncing):
                 "this session store handle is read-only (mode=ro); open it without read_only "
                 "to write")
         if self._sticky is not None:
+            self.retry_capture()  # a pending capture is retried at every call (issue 22.1)
             raise self._sticky
 
     def execute_write(self, fn: Callable[[sqlite3.Connection], T], *, op: str = "write",
@@ -309,6 +330,8 @@ class StoreConnection(Checkpointing, GenerationTracking, wal_sync.WalSyncing):
                     if kind == "structural":
                         raise self._corrupt(exc) from exc
                     if not is_lock_error(exc):
+                        if is_io_error(exc):  # full disk, I/O error: named (issue 22 sweep)
+                            raise _io_error(self.db_path, exc) from exc
                         raise
                     owner_run = self._sight_lock_owner(
                         owner_run, checkpoint_lock=getattr(exc, "checkpoint_lock", False))
@@ -620,6 +643,8 @@ class StoreConnection(Checkpointing, GenerationTracking, wal_sync.WalSyncing):
         with self._lock:
             if self._closed:
                 raise sqlite3.ProgrammingError("Cannot operate on a closed session store.")
+            if self._obligation is not None:
+                self.retry_capture()
             try:
                 try:
                     return fn(self.conn)
@@ -684,6 +709,10 @@ class StoreConnection(Checkpointing, GenerationTracking, wal_sync.WalSyncing):
                                 self._fdatasync_wal("close")
                 self._sync_pending = False
                 if self._retired or self._sticky is not None:
+                    self.retry_stale_move()
+                    ob = self._obligation
+                    if ob is not None and ob.pending and not close_attempts(ob):
+                        return  # kept open with its obligation until a capture or the exit
                     if not disable_checkpoint_on_close(conn, str(self.db_path)):
                         _UNCLOSABLE.append(conn)  # SPEC §10.5 fallback: never close it
                         return

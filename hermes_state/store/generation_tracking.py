@@ -14,18 +14,17 @@ import os
 from pathlib import Path
 
 from .. import events
-from ..errors import HOLDER_SELF, DeletedWalGenerationError, StateDbReplacedError
+from ..errors import (
+    HOLDER_SELF,
+    REPLACED_DB_USER_MESSAGE,
+    DeletedWalGenerationError,
+    StateDbReplacedError,
+)
 from ..files import atomic
 from ..files.paths import utc_stamp
 from ..files.sqlite_format import application_id
-from ..processes.generation import (
-    DirStamp,
-    Generation,
-    capture_retired,
-    diff,
-    identity,
-    own_descriptors,
-)
+from ..processes.generation import DirStamp, Generation, diff, identity, own_descriptors
+from .capture_obligation import CaptureObligation
 from .pragmas import disable_checkpoint_on_close
 
 log = logging.getLogger("hermes_state")
@@ -126,32 +125,73 @@ class GenerationTracking:
         return disk
 
     def _retire(self, kind: str, detail: str, trigger: str) -> None:
-        """Make the refusal sticky, capture the retired WAL, never checkpoint again."""
+        """Make the refusal sticky, capture the retired WAL (an obligation kept until a
+        verified capture exists: :mod:`hermes_state.store.capture_obligation`), never
+        checkpoint again."""
         self._retired = True
-        capture = None
-        try:
-            path = capture_retired(self.db_path, self.generation, trigger)  # type: ignore[arg-type]
-            capture = str(path) if path else None
-        except Exception as exc:  # noqa: BLE001 - the refusal must stand even if evidence fails
-            log.error("could not write the retired-WAL capture beside %s: %s", self.db_path, exc)
-        self._capture_dir = capture
+        ob = CaptureObligation(self.db_path, self.generation, self.conn)  # type: ignore[arg-type]
+        self._obligation = ob
+        ob.attempt(trigger)
+        self._stale_move_error = None
         if kind == "replaced_db":
-            detail += self._move_stale_sidecars_aside(capture)
+            detail += self._move_stale_sidecars_aside(ob.capture_dir)
+        self._retire_info = (kind, detail)
+        self._sticky = self.retired_error()
+        events.enabled() and events.emit("refusal", reason=kind, detail=detail,
+                                         capture_pending=ob.pending)
+        disable_checkpoint_on_close(self.conn, str(self.db_path))
+
+    def retry_capture(self) -> None:
+        """Another attempt at a pending capture (every call on a retired handle, issue 22.1);
+        the sticky refusal then says what is true now."""
+        ob = self._obligation
+        if ob is not None and ob.pending:
+            ob.attempt("retry")
+            if self._retire_info is not None:
+                self._sticky = self.retired_error()
+        self.retry_stale_move()
+
+    def retry_stale_move(self) -> None:
+        """Another attempt at moving this generation's sidecars away from the path of a
+        replaced ``state.db`` when the first one failed (every call, close; issue 22.1)."""
+        if not self._stale_move_error or self._retire_info is None:
+            return
+        ob = self._obligation
+        moved = self._move_stale_sidecars_aside(ob.capture_dir if ob is not None else None)
+        if moved:
+            kind, detail = self._retire_info
+            self._retire_info = (kind, detail + moved)
+        self._sticky = self.retired_error()
+
+    def retired_error(self) -> StateDbReplacedError:
+        """The refusal of a retired handle as things stand: "Nothing is lost" only with a
+        verified capture; otherwise what is at risk and where (issue 22 item 1)."""
+        kind, detail = self._retire_info  # type: ignore[misc]
+        ob = self._obligation
+        capture = ob.capture_dir if ob is not None else None
         if capture:
-            detail += f"; evidence captured in {capture}"
-            events.enabled() and events.emit("capture", dir=capture, trigger=trigger, reason=kind)
+            detail += f"; evidence captured in {capture} (verified)"
+        stale = self._stale_move_error
+        if stale:
+            detail += (f"; {stale}: a process opening the store now would replay that log onto "
+                       "the new state.db, so opens move it aside first or refuse (retried at "
+                       "every call and at close)")
+        elif ob is not None and ob.pending:
+            detail += (f"; capture PENDING after {ob.attempts} attempt(s): "
+                       f"{ob.error.user_message if ob.error else 'not attempted'}")
+        at_risk = ob.at_risk() if ob is not None else None
         if kind == "retired_wal":
             # This handle holds the retired generation itself (issue 16 item 4).
-            detail = (f"held by this process: PID {os.getpid()}, the connection that was "
-                      f"writing; {detail}")
-            err: StateDbReplacedError = DeletedWalGenerationError(
-                detail, capture_dir=capture, held_by=HOLDER_SELF, pid=os.getpid(),
-                own_connection=True)
-        else:
-            err = StateDbReplacedError(detail)
-        self._sticky = err
-        events.enabled() and events.emit("refusal", reason=kind, detail=detail)
-        disable_checkpoint_on_close(self.conn, str(self.db_path))
+            return DeletedWalGenerationError(
+                f"held by this process: PID {os.getpid()}, the connection that was writing; "
+                f"{detail}", capture_dir=capture, held_by=HOLDER_SELF, pid=os.getpid(),
+                own_connection=True, at_risk=at_risk)
+        if at_risk is None:
+            return StateDbReplacedError(detail)
+        return StateDbReplacedError(detail, user_message=REPLACED_DB_USER_MESSAGE.replace(
+            "Nothing this process wrote is lost: stop every process",
+            at_risk.replace("exist only in that deleted log", "are in the write-ahead log of "
+                            "the replaced file") + " Run `doctor` first, then stop every process"))
 
     def _move_stale_sidecars_aside(self, capture: str | None) -> str:
         """After ``state.db`` was replaced, our ``-wal``/``-shm`` still sit at the path.
@@ -162,7 +202,8 @@ class GenerationTracking:
         deleted: the bytes stay as evidence.
         """
         assert self.generation is not None
-        moved = []
+        moved: list[str] = []
+        failed: list[str] = []
         for suffix, recorded in (("-wal", self.generation.wal), ("-shm", self.generation.shm)):
             path = Path(f"{self.db_path}{suffix}")
             if recorded is None or identity(path) != tuple(recorded):
@@ -173,6 +214,11 @@ class GenerationTracking:
                 dest = path.with_name(f"{path.name}.stale-{utc_stamp()}-{os.getpid()}")
             try:
                 moved.append(str(atomic.move_aside(path, atomic.numbered(dest))))
-            except OSError as exc:
-                log.error("could not move the stale %s aside: %s", path, exc)
+            except OSError as exc:  # named and retried, never dropped (issue 22 item 1)
+                why = (f"this generation's {path.name} is still at {path} (it could not be "
+                       f"moved aside: {exc.strerror or exc})")
+                if why != self._stale_move_error:
+                    log.error("session storage: %s; retried at every call and at close", why)
+                failed.append(why)
+        self._stale_move_error = "; ".join(failed) or None
         return f"; moved this generation's sidecars aside: {', '.join(moved)}" if moved else ""

@@ -27,16 +27,23 @@ from ..errors import (
     HOLDER_SELF,
     HOLDER_SELF_AND_OTHERS,
     DeletedWalGenerationError,
+    EvidenceWriteError,
     HermesStateError,
     OpenContentionError,
+    StateDbReplacedError,
+    is_io_error,
     is_lock_error,
+    store_io_error,
 )
+from ..files import atomic
 from ..files.paths import access_problem, ensure_home, sqlite_uri
 from ..files.store_files import refuse_special_store_files
 from ..processes import holders
+from ..processes.capture import others_at_risk, retired_log_at_path
 from ..processes.checkpoint_lock import CheckpointLock, wal_reset_exposure
 from ..schema.shape import pending_work, stored_version
 from . import migrated_copy, migrations
+from .capture_obligation import pending_obligations
 from .connection import (
     BUSY_TIMEOUT_S,
     StoreConnection,
@@ -72,6 +79,7 @@ def open_connection(db_path: Path, *, read_only: bool = False,
     _log_exposure_once()
     if read_only:
         _refuse_unsafe_files(db_path)
+        _move_retired_log_aside(db_path, read_only=True)
         conn, retired = _connect_ro(db_path)
         pending = _pending_for_reads(db_path, conn)
         if pending:  # an older store: read a migrated private copy (issue 22 item 6)
@@ -85,6 +93,7 @@ def open_connection(db_path: Path, *, read_only: bool = False,
     if problem is not None:  # SPEC §4: the exact path, the permission and the fix
         raise problem
     _refuse_if_retired_holders(db_path)
+    _move_retired_log_aside(db_path, read_only=False)
     quarantined_to = quarantine_if_not_sqlite(db_path)
     guard = CheckpointLock(db_path)  # issue 12; an unusable one is logged, never silent
     guard.log_degraded(exposed_to_wal_reset())
@@ -109,6 +118,7 @@ def _connect_and_prepare(db_path: Path, guard: CheckpointLock, synchronous: str,
         conn, journal_mode = _connect_rw(db_path, synchronous)
     except sqlite3.DatabaseError as exc:
         _raise_named_lock(db_path, exc, "set up the connection")
+        _raise_io(db_path, exc)
         raise_named(db_path, exc)
     sc = StoreConnection(db_path, conn, guard=guard, journal_mode=journal_mode,
                          quarantined_to=quarantined_to, synchronous=synchronous)
@@ -119,11 +129,23 @@ def _connect_and_prepare(db_path: Path, guard: CheckpointLock, synchronous: str,
     except sqlite3.DatabaseError as exc:
         conn.close()
         _raise_named_lock(db_path, exc, "read what the open has to do")
+        _raise_io(db_path, exc)
         raise_named(db_path, exc)
     except BaseException:
         conn.close()
         raise
     return sc
+
+
+def _raise_io(db_path: Path, exc: sqlite3.DatabaseError) -> None:
+    """An I/O-class SQLite error while opening becomes a named :class:`StoreIOError` (a
+    permission problem is named as one first); anything else returns (issue 22 sweep)."""
+    if not is_io_error(exc):
+        return
+    problem = access_problem(db_path, write=True)
+    if problem is not None:
+        raise problem from exc
+    raise store_io_error(db_path, exc, "opening") from exc
 
 
 def _connect_ro(db_path: Path) -> tuple[sqlite3.Connection, list]:
@@ -194,8 +216,50 @@ def _refuse_if_retired_holders(db_path: Path) -> None:
     mine = [h for h in found if h.pid == os.getpid()]
     held_by = (HOLDER_OTHER if not mine else HOLDER_SELF if len(mine) == len(found)
                else HOLDER_SELF_AND_OTHERS)
+    # "Nothing is lost" only when every retired log has a verified capture (issue 22.1).
+    risks = [r for r in (others_at_risk(db_path, found),
+                         *(ob.at_risk() for ob in pending_obligations()
+                           if mine and ob.db_path == db_path)) if r]
     raise DeletedWalGenerationError(detail, holders=[h.as_tuple() for h in found],
-                                    held_by=held_by, pid=os.getpid())
+                                    held_by=held_by, pid=os.getpid(),
+                                    at_risk=" ".join(risks) or None)
+
+
+def _move_retired_log_aside(db_path: Path, *, read_only: bool) -> None:
+    """A replaced ``state.db``'s WAL still at the path (its holder could not move it aside:
+    a full disk) would be replayed by SQLite onto the new file: a writable open moves it into
+    its capture (``<name>.moved-from-path``, as the holder would have); a read-only open, or a
+    move that fails, refuses by name (issue 22 item 1). Nothing is deleted."""
+    found = retired_log_at_path(db_path)
+    if found is None:
+        return
+    capture, sidecars = found
+    names = ", ".join(str(p) for p in sidecars)
+    if not read_only:
+        try:
+            for side in sidecars:
+                atomic.move_aside(side, atomic.numbered(capture / f"{side.name}.moved-from-path"))
+            atomic.fsync_dir(db_path.parent)
+        except OSError as exc:
+            raise EvidenceWriteError(
+                f"session storage cannot open {db_path}: the write-ahead log of the file it "
+                f"replaced is still at {names} (its content is captured in {capture}) and it "
+                f"could not be moved aside ({exc.strerror or exc}); opening now would replay "
+                "that log onto the new state.db. Nothing was written. Free space (or fix the "
+                f"cause) and open again, or move it yourself: mv {names} {capture}/",
+                "a replaced store's sidecars left at the path (issue 22 item 1)",
+                path=str(sidecars[0])) from exc
+        log.warning("moved the write-ahead log of a replaced state.db (%s) into its capture "
+                    "%s before opening", names, capture)
+        return
+    raise StateDbReplacedError(
+        f"the write-ahead log of the file state.db replaced is still at {names} (captured in "
+        f"{capture}); a read would mix it into the new store",
+        user_message=(f"session storage cannot read {db_path} yet: the write-ahead log of the "
+                      f"file it replaced is still at {names} (its content is safe in "
+                      f"{capture}). Open the store once for writing (any command that writes, "
+                      "or `doctor --fix`) to move it aside, or move it yourself: "
+                      f"mv {names} {capture}/"))
 
 
 def _connect_rw(db_path: Path, synchronous: str) -> tuple[sqlite3.Connection, str]:

@@ -13,15 +13,28 @@ import logging
 import os
 import sqlite3
 import stat
+import time
 from pathlib import Path
 
-from .. import events
-from ..errors import StateDbCorruptError, corruption_kind
+from .. import events, failpoints
+from ..errors import (
+    EvidenceWriteError,
+    StateDbCorruptError,
+    corruption_kind,
+    store_io_error,
+)
 from ..files import atomic
 from ..files.paths import utc_stamp
 from ..files.sqlite_format import is_sqlite
 from ..processes import holders
 from ..processes.generation import own_descriptors
+from ..processes.lock_files import LockTimeout, hold_file_lock
+
+#: Seconds a starting process waits for another one's quarantine (a few renames) before the
+#: named :class:`~hermes_state.processes.lock_files.LockTimeout` (SPEC §4: no unbounded wait).
+QUARANTINE_LOCK_WAIT_S = 5.0
+#: Seconds holders of a damaged file are scanned again before they count (header readers).
+SETTLE_S = 1.0
 
 log = logging.getLogger("hermes_state")
 
@@ -45,9 +58,9 @@ def quarantine_if_not_sqlite(db_path: Path) -> Path | None:
     """Move a 0-byte, zero-filled or non-SQLite ``state.db`` aside before connecting (§12).
 
     The file and its sidecars go to ``state.db.corrupt.<UTCSTAMP>.bak`` (``-wal``, ``-shm``
-    appended) under the cross-process lock ``state.db.quarantine.lock`` (flock; the holder's pid
-    is written in it), re-checked inside the lock, so two starting processes never both move
-    things. Never touches a file some process holds open, a 0-byte file beside a non-empty WAL
+    appended) under the cross-process lock ``state.db.quarantine.lock`` (flock, waited for at
+    most :data:`QUARANTINE_LOCK_WAIT_S`; the holder's pid is written in it when it can be),
+    re-checked inside the lock, so two starting processes never both move things. Never touches a file some process holds open, a 0-byte file beside a non-empty WAL
     (a store being created), or a file this process already has a descriptor of (reading it
     would mean opening and closing a descriptor: SPEC §4). Names are taken without following
     links and without replacing anything (:mod:`hermes_state.files.atomic`).
@@ -57,45 +70,42 @@ def quarantine_if_not_sqlite(db_path: Path) -> Path | None:
     Raises:
         StateDbCorruptError: the file is damaged (not merely empty) and another process has it
             open: it is not moved under that process; the error names the holders (issue 11.7).
+        LockTimeout: another process kept the quarantine lock past the deadline (named, with
+            its state: a stopped process mid-quarantine).
+        EvidenceWriteError: a rename failed (see :func:`_move_aside`).
     """
     if not _looks_damaged(db_path):
         return None
-    import fcntl
-
-    with _DirLock(db_path.parent, exclusive=True):
-        # Exclusive on the directory: no starting process is reading the header right now (they
-        # read it under a shared lock), so every holder the scan sees really has the file open.
-        lock = atomic.open_lock(f"{db_path}.quarantine.lock")
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+    try:
+        lock = hold_file_lock(f"{db_path}.quarantine.lock", exclusive=True,
+                              timeout=QUARANTINE_LOCK_WAIT_S, opener=atomic.open_lock,
+                              what=f"the quarantine lock of {db_path}")
+    except (LockTimeout, atomic.UnsafePathError):
+        raise
+    except OSError as exc:  # a full disk, an I/O error: named; the next open retries
+        raise store_io_error(db_path, exc, "taking the quarantine lock of") from exc
+    try:
+        failpoints.hit("quarantine.locked")
+        try:  # who holds it: informational (/proc/locks is the authority); never fatal
             os.ftruncate(lock, 0)
             os.pwrite(lock, f"pid={os.getpid()}\n".encode(), 0)
-            if not _looks_damaged(db_path, locked=True):
+        except OSError:
+            pass
+        if not _looks_damaged(db_path, locked=True):
+            return None
+        held = _settled_holders(db_path)
+        if held:
+            if os.lstat(db_path).st_size == 0 or not _looks_damaged(db_path, locked=True):
+                # An empty file another process holds is a store being created; one that
+                # became a database while we scanned was being created too.
                 return None
-            held = holders.scan(db_path).holders
-            if held:
-                if (os.lstat(db_path).st_size == 0
-                        or not _looks_damaged(db_path, locked=True)):
-                    # An empty file another process holds is a store being created; one that
-                    # became a database while we scanned was being created too.
-                    return None
-                raise _damaged_and_held(db_path, held)
-            name_for = atomic.numbered(f"{db_path}.corrupt.{utc_stamp()}.bak", before=".bak")
-            for n in range(1, 100_000):  # the backup and both sidecar names must be free
-                backup = name_for(n)
-                if any(os.path.lexists(f"{backup}{s}") for s in ("", "-wal", "-shm")):
-                    continue
-                try:
-                    atomic.rename_noreplace(db_path, backup)
-                    break
-                except FileExistsError:
-                    continue
-            for suffix in ("-wal", "-shm"):
-                side = Path(f"{db_path}{suffix}")
-                if os.path.lexists(side):
-                    atomic.rename_noreplace(side, Path(f"{backup}{suffix}"))
-        finally:
-            os.close(lock)
+            raise _damaged_and_held(db_path, held)
+        if not _looks_damaged(db_path, locked=True):
+            # A store being created: its creator finished (and let go) while we scanned.
+            return None
+        backup = _move_aside(db_path)
+    finally:
+        os.close(lock)
     log.error("%s was not a SQLite database (empty, zero-filled or another format): moved "
               "aside to %s with its sidecars and a fresh store was created. Inspect it with "
               "`hermes-state sessions recover %s --inspect-only`.", db_path, backup, backup)
@@ -103,26 +113,53 @@ def quarantine_if_not_sqlite(db_path: Path) -> Path | None:
     return backup
 
 
-class _DirLock:
-    """``flock`` on the store's directory: shared while a starting process reads the header,
-    exclusive while one decides to quarantine (so its holder scan never sees a mere reader)."""
+def _move_aside(db_path: Path) -> Path:
+    """Rename the damaged file and its sidecars to ``state.db.corrupt.<UTCSTAMP>[-N].bak``.
 
-    def __init__(self, directory: Path, *, exclusive: bool) -> None:
-        self.directory, self.exclusive, self.fd = directory, exclusive, None
+    Raises:
+        EvidenceWriteError: a rename failed (named: what was moved, what was not, why); nothing
+            is deleted and the next open retries.
+    """
+    name_for = atomic.numbered(f"{db_path}.corrupt.{utc_stamp()}.bak", before=".bak")
+    moved: list[str] = []
+    try:
+        for n in range(1, 100_000):  # the backup and both sidecar names must be free
+            backup = name_for(n)
+            if not any(os.path.lexists(f"{backup}{s}") for s in ("", "-wal", "-shm")):
+                break
+        # The sidecars first, state.db last: a move cut short (a full disk) leaves state.db
+        # at the path, still damaged, so the next open moves the rest; never a damaged file's
+        # -wal beside a fresh store (SQLite would replay it, checkpoint it and delete it).
+        for suffix in ("-wal", "-shm"):
+            side = Path(f"{db_path}{suffix}")
+            if os.path.lexists(side):
+                atomic.rename_noreplace(side, Path(f"{backup}{suffix}"))
+                moved.append(f"{side.name} -> {backup.name}{suffix}")
+        atomic.rename_noreplace(db_path, backup)
+        moved.append(f"{db_path.name} -> {backup.name}")
+        atomic.fsync_dir(db_path.parent)
+    except OSError as exc:
+        raise EvidenceWriteError(
+            f"session storage could not move the damaged {db_path} aside "
+            f"({exc.strerror or exc}: {exc.filename or db_path}). Nothing was deleted"
+            + (f"; already moved: {'; '.join(moved)}" if moved else "")
+            + ". Fix the cause (free space, permissions), then start again: the next open "
+            "retries the move.", "quarantine of a file that is not SQLite (SPEC §12)",
+            path=str(exc.filename or db_path)) from exc
+    return backup
 
-    def __enter__(self) -> "_DirLock":
-        import fcntl
 
-        try:
-            self.fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-            fcntl.flock(self.fd, fcntl.LOCK_EX if self.exclusive else fcntl.LOCK_SH)
-        except OSError:
-            pass  # no directory lock on this filesystem: the quarantine lock file still orders
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.fd is not None:
-            os.close(self.fd)
+def _settled_holders(db_path: Path) -> list:
+    """Holders of ``db_path`` that stay: a starting process of an older release (or one whose
+    lock file was unusable) reads the header without the quarantine lock, through a
+    descriptor it closes at once, so holders are scanned again every few ms for at most
+    :data:`SETTLE_S` and only a scan that still sees them counts."""
+    deadline = time.monotonic() + SETTLE_S
+    while True:
+        held = holders.scan(db_path).holders
+        if not held or time.monotonic() >= deadline:
+            return held
+        time.sleep(0.005)
 
 
 def _damaged_and_held(db_path: Path, held: list) -> StateDbCorruptError:
@@ -143,8 +180,13 @@ def _damaged_and_held(db_path: Path, held: list) -> StateDbCorruptError:
 def _looks_damaged(db_path: Path, *, locked: bool = False) -> bool:
     """True for a 0-byte (no WAL beside it), zero-filled or non-SQLite regular ``state.db``.
 
-    The header is read under a shared lock of the directory unless ``locked`` (see
-    :func:`quarantine_if_not_sqlite`); never through a link, never blocking on a FIFO.
+    The header is read under a SHARED lock of ``state.db.quarantine.lock`` (waited for at most
+    :data:`QUARANTINE_LOCK_WAIT_S`) unless ``locked`` (the quarantiner holds it EXCLUSIVELY):
+    the quarantiner's holder scan then never takes this read for a holder. Never the store's
+    directory: a user's ``flock ~/.hermes`` holds that (issue 22 item 2). A lock file that
+    cannot be used (a full disk, a planted link) only costs that guarantee; the quarantiner's
+    settle scan still tells a brief read from a holder. Never through a link, never blocking
+    on a FIFO.
     """
     try:
         st = os.lstat(db_path)
@@ -160,16 +202,36 @@ def _looks_damaged(db_path: Path, *, locked: bool = False) -> bool:
             return os.lstat(wal).st_size == 0
         except FileNotFoundError:
             return True
+    lock = None if locked else _shared_lock(db_path)
     try:
-        if locked:
-            with atomic.open_regular(db_path) as fh:
-                head = fh.read(4096)
-        else:
-            with _DirLock(db_path.parent, exclusive=False), atomic.open_regular(db_path) as fh:
-                head = fh.read(4096)
+        with atomic.open_regular(db_path) as fh:
+            head = fh.read(4096)
     except FileNotFoundError:
         return False
+    except atomic.UnsafePathError:
+        raise
+    except OSError as exc:  # EIO, ENOSPC on open, ...: named, never a bare traceback
+        raise store_io_error(db_path, exc, "reading the header of") from exc
+    finally:
+        if lock is not None:
+            os.close(lock)
     return not is_sqlite(head)
+
+
+def _shared_lock(db_path: Path) -> int | None:
+    """The quarantine lock SHARED for a header read, or None when the lock file is unusable.
+
+    Raises:
+        LockTimeout: a quarantiner kept it past the deadline (a stopped process: named).
+    """
+    try:
+        return hold_file_lock(f"{db_path}.quarantine.lock", exclusive=False,
+                              timeout=QUARANTINE_LOCK_WAIT_S, opener=atomic.open_lock,
+                              what=f"the quarantine lock of {db_path}")
+    except LockTimeout:
+        raise
+    except OSError:  # no space for it, a planted link or FIFO (refused when quarantining)
+        return None
 
 
 def raise_named(db_path: Path, exc: sqlite3.DatabaseError) -> None:

@@ -23,7 +23,13 @@ from typing import Iterable
 from ..api.messages import build_append
 from ..api.system_prompts import prompt_hash
 from ..db import SessionDB
-from ..files.paths import default_db_path, sessions_json_path, sqlite_uri, utc_stamp
+from ..files.paths import (
+    default_db_path,
+    owning_store,
+    sessions_json_path,
+    sqlite_uri,
+    utc_stamp,
+)
 from ..files.sqlite_format import (
     SHM_LOCK_NAMES,
     WAL_HEADER_SIZE,
@@ -75,7 +81,7 @@ __all__ = [
     "ROW_KEYS", "VERSIONS", "append_messages", "build_fixture", "check_migrated", "cjk_number",
     "copy_store", "create_store_schema", "default_db_path", "describe_pid", "exposure_line",
     "history_layout", "infer_version", "inventory", "list_snapshots", "live_fts_layout",
-    "lock_holders", "prompt_hash", "read_locks", "scan_holders", "schema_at", "sessions_json_path",
+    "lock_holders", "owning_store", "prompt_hash", "read_locks", "scan_holders", "schema_at", "sessions_json_path",
     "sqlite_problems", "sqlite_uri", "utc_stamp", "verify_fts", "version_table", "wal_header",
     "wal_reset_exposure", "WAL_SYNC_ENV_VAR", "SHM_LOCK_NAMES", "WAL_HEADER_SIZE",
     "db_header", "is_sqlite",
