@@ -132,9 +132,13 @@ def test_checkpoint_starvation_wal_grows_while_pinned_and_recovers(tmp_path):
     # Pinned: checkpoints could not copy the frames written after the reader's snapshot.
     assert all(r["checkpointed"] < r["log"] for r in during[len(during) // 2:])
     assert max(r["log"] for r in during) > max(r["log"] for r in during[:1])
-    # Released: everything copied back and the WAL restarted from its beginning.
+    # Released: everything copied back and the WAL restarted from its beginning: a
+    # checkpoint after the release found a shorter log than the one before it. (How far the
+    # log grows again afterwards depends on the machine's speed: two writers keep it busy, and
+    # a write restarts it only when no reader holds a read slot at that moment.)
     assert after[-1]["checkpointed"] == after[-1]["log"]
-    assert after[-1]["log"] < max(r["log"] for r in during)
+    logs = [during[-1]["log"]] + [r["log"] for r in after]
+    assert any(b < a for a, b in zip(logs, logs[1:])), logs
     assert held["result"]["wal_bytes_after"] > held["result"]["wal_bytes_before"]
 
 

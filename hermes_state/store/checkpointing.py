@@ -47,11 +47,26 @@ class Checkpointing:
             failpoints.hit("checkpoint.before")
             drain = self._wal_needs_drain()
             row = self._checkpoint_once(mode, trigger, wait)
-            if drain and row is not None and row[0] == 0 and 0 <= row[2] < row[1]:
-                # Writes beside it added frames: copy that tail with every writer held off
-                # (a short hold), so the log ends complete and the next write restarts it.
-                row = self._checkpoint_once(mode, "drain", wait, exclusive=True) or row
+            if drain and row is not None and row[0] == 0 and 0 <= row[2] <= row[1] and (
+                    row[2] < row[1] or self._log_extended()):
+                # Writes beside it added frames (while it ran, or after the snapshot it
+                # copied): copy that tail with every writer held off (a short hold), so the
+                # log ends complete and the next write restarts it. Two writers whose
+                # cadences coincide otherwise keep every checkpoint one write short of
+                # complete, and the log grows without end (checkpoint_starvation).
+                drained = self._checkpoint_once(mode, "drain", wait, exclusive=True)
+                if drained is None or drained[2] < drained[1]:
+                    # A drain a reader keeps from finishing is not tried again before the log
+                    # has grown by as much once more (it would hold writers off for nothing).
+                    self._drain_after = row[1] + DRAIN_FRAMES
+                row = drained or row
             return row
+
+    def _log_extended(self) -> bool:
+        """True when the WAL now holds frames no checkpoint has copied (wal-index header
+        through SQLite's own ``-shm`` descriptor; True when unreadable)."""
+        ix = self._shm.read(self.generation.shm if self.generation is not None else None)
+        return ix is None or ix.mx_frame > ix.n_backfill
 
     def _checkpoint_once(self, mode: str, trigger: str, wait: float, *,
                          exclusive: bool = False) -> tuple | None:
@@ -82,9 +97,6 @@ class Checkpointing:
             if ix is not None and ix.mx_frame < self._drain_after - DRAIN_FRAMES:
                 self._drain_after = 0  # the log restarted since
             return False
-        # A drain a reader keeps from finishing is not tried again before the log has grown
-        # by as much once more (it would hold writers off for nothing).
-        self._drain_after = ix.mx_frame + DRAIN_FRAMES
         return True
 
     def _enter_for_checkpoint(self, wait: float, *, passive: bool = False,
