@@ -10,6 +10,7 @@ from .api.workspace import workspace_key
 from .db import SessionDB
 from .errors import (
     DeletedWalGenerationError,
+    ForkedHandleError,
     HermesStateError,
     NewerSchemaWriteError,
     OpenContentionError,
@@ -51,6 +52,7 @@ __all__ = [
     "WriteContentionError",
     "OpenContentionError",
     "StorePermissionError",
+    "ForkedHandleError",
     "NewerSchemaWriteError",
     "find_holders",
     "format_holder",

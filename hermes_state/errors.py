@@ -300,3 +300,13 @@ def corruption_kind(exc: BaseException) -> str | None:
     if code & 0xFF in (SQLITE_CORRUPT, SQLITE_NOTADB):
         return "structural"
     return None
+
+
+class ForkedHandleError(HermesStateError, sqlite3.ProgrammingError):
+    """A store handle opened in another process (before a ``fork``) was used in this one.
+
+    SQLite forbids carrying a connection across ``fork``: the child holds none of the
+    parent's POSIX locks, so its writes, checkpoints and close could run beside the parent's
+    as if alone (a split WAL, a deleted log under a live transaction). Open a new
+    ``SessionDB`` in the child (SPEC §4).
+    """

@@ -4,7 +4,7 @@ A mixin of :class:`~hermes_state.store.connection.StoreConnection`: the PASSIVE/
 TRUNCATE call, the checkpoint lock taken SHARED (EXCLUSIVELY for a drain of a long WAL), and
 the skip that never hangs. It needs from the class it is mixed into: ``conn``, ``db_path``,
 ``generation``, ``journal_mode``, ``_lock``, ``_guard``, ``_shm``, ``_retired``, ``_sticky``,
-``_writes``, ``_exposed``, ``_lock_checkpoints`` and ``_drain_after``.
+``_writes``, ``_exposed``, ``_lock_checkpoints``, ``_drain_after`` and ``_check_process``.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ class Checkpointing:
         ``skipped``), it never hangs. Never runs on a retired/replaced/corrupt handle. Failures
         are logged, not raised (SPEC §4: a checkpoint is housekeeping).
         """
+        self._check_process()  # type: ignore[attr-defined]
         with self._lock:
             if self._retired or self._sticky is not None or self.journal_mode != "wal":
                 return None

@@ -23,6 +23,7 @@ from .. import events, failpoints
 from ..errors import (
     SQLITE_BUSY,
     SQLITE_CONSTRAINT,
+    ForkedHandleError,
     StateDbCorruptError,
     WriteContentionError,
     corruption_kind,
@@ -197,6 +198,7 @@ class StoreConnection(Checkpointing, GenerationTracking, wal_sync.WalSyncing):
                             and str(synchronous).upper() == "NORMAL" else None)
         self._sync_pending = False  # a commit not yet covered by a WAL sync
         self._sync_lock = threading.Lock()  # the syncer's fdatasync vs close()
+        self._pid = os.getpid()  # a handle is used only by the process that opened it
         self._wal_fd: int | None = None  # SQLite's own -wal descriptor
         self._exposed = exposed_to_wal_reset()
         # Checkpoints take the lock only where SQLite has the WAL-reset race (issue 12).
@@ -238,7 +240,16 @@ class StoreConnection(Checkpointing, GenerationTracking, wal_sync.WalSyncing):
             self._backfill = fts_backfill.BackfillThread(self)
             self._backfill.start()
 
+    def _check_process(self) -> None:
+        """Raise :class:`ForkedHandleError` in a process other than the one that opened it."""
+        if os.getpid() != self._pid:
+            raise ForkedHandleError(
+                f"this session store handle ({self.db_path}) was opened by process {self._pid} "
+                f"and cannot be used after a fork (SQLite forbids it); open a new SessionDB in "
+                f"process {os.getpid()}")
+
     def _check_usable(self) -> None:
+        self._check_process()
         if self._closed:
             raise sqlite3.ProgrammingError("Cannot operate on a closed session store.")
         if self.read_only:
@@ -640,6 +651,7 @@ class StoreConnection(Checkpointing, GenerationTracking, wal_sync.WalSyncing):
         U+FFFD in place of the bad bytes instead of failing the whole read (issue 22 item 7):
         ``fn`` runs again with a lenient text factory, only after such a failure.
         """
+        self._check_process()
         with self._lock:
             if self._closed:
                 raise sqlite3.ProgrammingError("Cannot operate on a closed session store.")
@@ -675,6 +687,13 @@ class StoreConnection(Checkpointing, GenerationTracking, wal_sync.WalSyncing):
         live, so this one is not the last anyway), issue 12. At NORMAL, a close whose
         checkpoint did not copy the whole WAL syncs it (the loss window's time bound, §4).
         """
+        if os.getpid() != self._pid:
+            # A forked child's copy: it holds none of the parent's locks, so closing it could
+            # checkpoint or delete the parent's log; its locks and threads may be copies held
+            # mid-use. Forgotten, never closed (the parent's handle is untouched).
+            self._closed = True
+            _UNCLOSABLE.append(self.conn)
+            return
         if self._backfill is not None:
             self._backfill.stop()  # before taking the lock: it may be waiting for it
         with self._lock:

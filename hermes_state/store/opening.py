@@ -126,6 +126,7 @@ def _connect_and_prepare(db_path: Path, guard: CheckpointLock, synchronous: str,
         _prepare_schema(sc)
         failpoints.hit("open.after_schema")
         sc.record_generation()
+        sc.sync_left_behind()
     except sqlite3.DatabaseError as exc:
         conn.close()
         _raise_named_lock(db_path, exc, "read what the open has to do")

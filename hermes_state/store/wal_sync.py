@@ -17,6 +17,8 @@ reference and the proof that the power-cut scenarios fail without it).
 
 from __future__ import annotations
 
+import atexit
+import errno
 import logging
 import os
 import threading
@@ -31,11 +33,15 @@ log = logging.getLogger("hermes_state")
 ENV_VAR = "HERMES_STATE_WAL_SYNC_S"
 #: Seconds between a connection's first unsynced commit and the sync that covers it.
 SYNC_DELAY_S = 1.0
+#: The longest delay ``HERMES_STATE_WAL_SYNC_S`` may ask for (an hour); beyond it, or not a
+#: positive number, the default is used with a warning (never a silently unbounded window).
+MAX_DELAY_S = 3600.0
 
 
 def delay_s() -> float | None:
-    """The configured delay (:data:`SYNC_DELAY_S` unless ``HERMES_STATE_WAL_SYNC_S`` says
-    otherwise), or None when switched off (``off``/``0``/``no``/``false``)."""
+    """The configured delay in seconds (:data:`SYNC_DELAY_S` unless ``HERMES_STATE_WAL_SYNC_S``
+    says otherwise), or None when switched off (``off``/``0``/``no``/``false``). A value that
+    is not a number in (0, :data:`MAX_DELAY_S`] is logged and the default used."""
     raw = os.environ.get(ENV_VAR, "").strip().lower()
     if not raw:
         return SYNC_DELAY_S
@@ -44,9 +50,12 @@ def delay_s() -> float | None:
     try:
         value = float(raw)
     except ValueError:
-        log.warning("%s=%r is not a number of seconds; using %g s", ENV_VAR, raw, SYNC_DELAY_S)
+        value = float("nan")
+    if not (0 < value <= MAX_DELAY_S):  # also NaN and infinities
+        log.warning("%s=%r is not a number of seconds in (0, %g] (or 'off'); using %g s",
+                    ENV_VAR, raw, MAX_DELAY_S, SYNC_DELAY_S)
         return SYNC_DELAY_S
-    return value if value > 0 else None
+    return value
 
 
 class WalSyncer:
@@ -93,13 +102,40 @@ class WalSyncer:
             del due
 
 
+    def flush(self) -> None:
+        """Sync every connection still due now (at interpreter exit: a process that ends
+        without ``close()`` still has its commits made durable, not only after the delay)."""
+        if self._pid != os.getpid():
+            return
+        with self._cond:
+            due = list(self._due.keys())
+            self._due.clear()
+        for h in due:
+            try:
+                h.sync_wal()  # type: ignore[attr-defined]
+            except Exception as exc:  # noqa: BLE001 - exit-time housekeeping
+                log.warning("WAL sync at exit failed (ignored): %s", exc)
+
+    def _after_fork_in_child(self) -> None:
+        """A forked child starts with no thread, no due handles and fresh locks (its copy of
+        the parent's may have been held mid-use)."""
+        self._cond = threading.Condition()
+        self._due = weakref.WeakKeyDictionary()
+        self._thread = None
+        self._pid = os.getpid()
+
+
 SYNCER = WalSyncer()
+atexit.register(SYNCER.flush)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=SYNCER._after_fork_in_child)
 
 
 class WalSyncing:
     """Mixin of :class:`~hermes_state.store.connection.StoreConnection`: the WAL sync of the
     loss window's time bound. It needs ``db_path``, ``generation``, ``_sync_pending``,
-    ``_sync_lock``, ``_wal_fd``, ``_closed``, ``_retired``, ``_sticky`` and ``_writes``."""
+    ``_sync_lock``, ``_wal_fd``, ``_closed``, ``_retired``, ``_sticky``, ``_writes`` and
+    ``_pid``."""
 
     def sync_wal(self) -> bool:
         """Make every commit of this connection so far durable: ``fdatasync`` of the ``-wal``
@@ -111,6 +147,8 @@ class WalSyncing:
             True when the WAL was synced. A failed sync is logged and emitted (``wal_sync``
             with ``error``), never raised.
         """
+        if os.getpid() != self._pid:
+            return False  # a forked child's copy of the parent's handle: never touched
         with self._sync_lock:
             if not self._sync_pending:
                 return False
@@ -119,23 +157,54 @@ class WalSyncing:
                 return False
             return self._fdatasync_wal("idle")
 
-    def _fdatasync_wal(self, trigger: str) -> bool:
-        fd = self._own_wal_fd()
-        if fd is None:
+    def sync_left_behind(self) -> bool:
+        """At a writable open at NORMAL: ``fdatasync`` a ``-wal`` that holds frames, so
+        commits a writer left unsynced (killed by ``kill -9``, or ended without ``close()``
+        before its sync was due) are durable from here on (SPEC §4). Returns True when synced.
+        """
+        if self._sync_delay is None:  # type: ignore[attr-defined]
             return False
-        t_start = time.monotonic()
-        failpoints.hit("wal_sync.before")
         try:
-            os.fdatasync(fd)
-        except OSError as exc:
-            log.error("fdatasync of %s-wal failed: %s (commits since the last checkpoint may "
-                      "not survive a power cut)", self.db_path, exc)
-            events.enabled() and events.emit("wal_sync", trigger=trigger, error=str(exc),
-                                             t_start=t_start, t_end=time.monotonic())
+            if os.lstat(f"{self.db_path}-wal").st_size <= 32:  # the header alone: no frames
+                return False
+        except OSError:
             return False
+        with self._sync_lock:
+            return self._fdatasync_wal("open")
+
+    def _fdatasync_wal(self, trigger: str) -> bool:
+        t_start = time.monotonic()
+        for _ in range(3):
+            fd = self._own_wal_fd()
+            if fd is None:
+                return False
+            failpoints.hit("wal_sync.before")
+            try:
+                os.fdatasync(fd)
+                # The descriptor may be another connection's of this process (the same
+                # file: as good), closed and its number reused meanwhile: the sync counts
+                # only when it still names this generation's -wal afterwards.
+                st = os.fstat(fd)
+                if (st.st_dev, st.st_ino) == tuple(self.generation.wal):  # type: ignore
+                    break
+            except OSError as exc:
+                if exc.errno != errno.EBADF:
+                    return self._sync_failed(trigger, exc, t_start)
+            self._wal_fd = None  # look it up again
+        else:
+            return self._sync_failed(trigger, OSError(errno.EBADF, "no descriptor of this "
+                                                      "generation's -wal stayed open"), t_start)
         events.enabled() and events.emit("wal_sync", trigger=trigger, t_start=t_start,
                                          t_end=time.monotonic(), seq=self._writes)
         return True
+
+    def _sync_failed(self, trigger: str, exc: OSError, t_start: float) -> bool:
+        """Log and emit a failed sync (``wal_sync`` with ``error``); returns False."""
+        log.error("fdatasync of %s-wal failed: %s (commits since the last checkpoint may "
+                  "not survive a power cut)", self.db_path, exc)
+        events.enabled() and events.emit("wal_sync", trigger=trigger, error=str(exc),
+                                         t_start=t_start, t_end=time.monotonic())
+        return False
 
     def _own_wal_fd(self) -> int | None:
         """SQLite's descriptor of this generation's ``-wal``, or None when the ``-wal`` at the
