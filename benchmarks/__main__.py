@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import os
 import platform
 import sqlite3
@@ -131,6 +132,41 @@ def rerun_misses(rows: list[dict], sizes: Sizes, cache: Path) -> list[dict]:
     return out
 
 
+def results_in(path: Path, ap: argparse.ArgumentParser) -> dict:
+    """A results file read and checked (a regular file, never a FIFO or a device; JSON of an
+    object with ``rows`` and ``machine``); a bad one is a usage error naming it (exit 2)."""
+    from hermes_state.files.atomic import read_regular
+
+    try:
+        data = json.loads(read_regular(path, limit=256 << 20, follow=True))
+    except (OSError, ValueError) as exc:  # also NotRegularFileError, JSONDecodeError
+        ap.error(f"{path}: not a results file ({exc})")
+    if not (isinstance(data, dict) and isinstance(data.get("rows"), list)
+            and isinstance(data.get("machine"), dict)):
+        ap.error(f"{path}: not a results file (a JSON object with 'rows' and 'machine' "
+                 f"is expected)")
+    return data
+
+
+def writable_results_path(path: Path, what: str, ap: argparse.ArgumentParser) -> None:
+    """Refuse (exit 2) a results path that is not a regular file or a new name, or that a
+    session store owns (``state.db``, its sidecars, locks, captures: issue 22 item 3)."""
+    from hermes_state.files.paths import owning_store
+
+    if path.name in ("", ".", ".."):
+        ap.error(f"{what} {str(path)!r} names no file")
+    if path.exists() or path.is_symlink():
+        if path.is_symlink() or not path.is_file():
+            ap.error(f"{what} {path} exists and is not a regular file (a directory, FIFO, "
+                     f"device or symlink is never written)")
+        with open(path, "rb") as fh:
+            if fh.read(16) == b"SQLite format 3\x00":
+                ap.error(f"{what} {path} is an SQLite database: never overwritten")
+    owned = owning_store(path, path.parent / "state.db")
+    if owned is not None:
+        ap.error(f"{what} {path} is {owned[1]} of {owned[0]}: never written")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks",
                                  description="issue 18 / SPEC §17 benchmarks, side by side.")
@@ -157,17 +193,27 @@ def main(argv: list[str] | None = None) -> int:
                          "(default benchmarks/results/latest.json) and exit")
     args = ap.parse_args(argv)
     if args.markdown is not None:
-        print(markdown(json.loads(args.markdown.read_text())))
+        print(markdown(results_in(args.markdown, ap)))
         return 0
     if args.readme is not None:
+        results_in(args.readme, ap)
         changed = update_readme(args.readme)
         print(f"docs/BENCHMARKS.md {'updated' if changed else 'unchanged'} from {args.readme}")
         return 0
-    wanted = list(ROWS) if not args.only else [x.strip() for x in args.only.split(",") if x]
+    wanted = list(ROWS) if args.only is None else list(dict.fromkeys(
+        x.strip() for x in args.only.split(",") if x.strip()))
     unknown = [w for w in wanted if w not in ROWS]
-    if unknown or args.scale <= 0:
+    if unknown or not wanted:
         ap.error(f"unknown row(s) {unknown}; choose from {', '.join(ROWS)}" if unknown
-                 else "--scale must be > 0")
+                 else f"--only names no row; choose from {', '.join(ROWS)}")
+    if not (math.isfinite(args.scale) and args.scale > 0):
+        ap.error(f"--scale must be a finite number > 0, not {args.scale}")
+    earlier = results_in(args.merge, ap) if args.merge is not None else None  # before the rows
+    for path, what in ((args.out, "--out"), (args.merge, "--merge")):
+        if path is not None:
+            writable_results_path(path, what, ap)
+    if args.cache is not None and args.cache.exists() and not args.cache.is_dir():
+        ap.error(f"--cache {args.cache} is not a directory")
     sizes: Sizes = QUICK if args.quick else FULL
     if args.scale != 1.0:
         sizes = sizes.scaled(args.scale)
@@ -204,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     result["loadavg_at_end"] = loadavg()
     if args.merge is not None:
         out = args.merge
-        result = merge_results(json.loads(out.read_text()), result)
+        result = merge_results(earlier, result)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1, default=str) + "\n")
     out.with_name(out.name + ".partial").unlink(missing_ok=True)

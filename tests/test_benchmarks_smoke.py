@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -80,3 +82,37 @@ def test_a_skipped_rows_install_hint_keeps_its_brackets():
             "rows": [row], "total_s": 0.1, "command": "python -m benchmarks"},
            Console(file=buf, width=200))
     assert "pip install -e '.[bench]'" in buf.getvalue(), buf.getvalue()
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--only", ","], "--only names no row"),
+    (["--scale", "nan"], "finite number > 0"),
+    (["--scale", "inf"], "finite number > 0"),
+    (["--out", "{fifo}", "--only", "append"], "not a regular file"),
+    (["--out", "{db}", "--only", "append"], "SQLite database"),
+    (["--out", "{db}-wal", "--only", "append"], "write-ahead log"),
+    (["--out", "{dir}", "--only", "append"], "not a regular file"),
+    (["--markdown", "{fifo}"], "not a results file"),
+    (["--markdown", "{dir}/missing.json"], "not a results file"),
+    (["--readme", "{db}"], "not a results file"),
+    (["--merge", "{list}", "--only", "append"], "not a results file"),
+    (["--cache", "{db}", "--only", "append"], "not a directory"),
+])
+def test_bad_arguments_are_usage_errors_that_write_nothing_and_never_block(
+        tmp_path, capsys, args, says):
+    """Found by trying to break it: --out naming a store replaced it, a FIFO blocked forever,
+    nan/inf and malformed results files ended in tracebacks (after the rows had run)."""
+    import sqlite3
+
+    import benchmarks.__main__ as bench_main
+
+    fifo, db, lst = tmp_path / "fifo", tmp_path / "state.db", tmp_path / "list.json"
+    os.mkfifo(fifo)
+    sqlite3.connect(db).execute("CREATE TABLE t(x)").connection.close()
+    lst.write_text("[1, 2]")
+    before = {p.name: p.stat().st_mtime_ns for p in tmp_path.iterdir()}
+    argv = [a.format(fifo=fifo, db=db, dir=tmp_path, list=lst) for a in args]
+    with pytest.raises(SystemExit) as exc:
+        bench_main.main(argv)
+    assert exc.value.code == 2 and says in capsys.readouterr().err
+    assert {p.name: p.stat().st_mtime_ns for p in tmp_path.iterdir()} == before
