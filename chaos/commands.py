@@ -145,7 +145,7 @@ def _add_gate(sub) -> None:
                    help="instead: run the mutant catalogue against the `ci` scenarios "
                    "(python -m chaos audit --tag ci; exit 0 only if every mutant is killed)")
     p.add_argument("--mutants", type=Path, default=None,
-                   help="with --audit: directory of mutant files (default chaos/mutants)")
+                   help="with --audit: directory of mutant files (default chaos/audit/mutants)")
     add_matrix_arguments(p)
 
 
@@ -165,7 +165,7 @@ def _add_audit(sub) -> None:
     p = sub.add_parser("audit", help="plant each mutant of the catalogue in a copy of the store "
                        "and run scenarios against it; exit 0 only if every mutant is killed")
     p.add_argument("--mutants", type=Path, default=None,
-                   help="directory of mutant files (default: the catalogue chaos/mutants)")
+                   help="directory of mutant files (default: the catalogue chaos/audit/mutants)")
     p.add_argument("--only", action="append", default=None, metavar="GLOB",
                    help="audit only the mutants whose name matches (repeatable)")
     p.add_argument("--scenarios", default="scenarios/*.yaml",

@@ -15,7 +15,9 @@ import pytest
 from rich.console import Console
 
 import hermes_state
-from chaos import audit, audit_probe, mutants
+from chaos.audit import catalogue as mutants
+from chaos.audit import driver as audit
+from chaos.audit import probe as audit_probe
 from chaos.scenario import load_scenario
 
 REPO = Path(__file__).resolve().parent.parent

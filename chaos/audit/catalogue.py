@@ -1,6 +1,6 @@
 """The mutant catalogue (issue 14): planted bugs, one per file, that the scenarios must catch.
 
-A mutant is a YAML file in this directory (or any directory given to ``chaos audit --mutants``):
+A mutant is a YAML file in ``chaos/audit/mutants/`` (or any directory given to ``chaos audit --mutants``):
 
 ```yaml
 rule: every write transaction starts with BEGIN IMMEDIATE (lock conflicts surface at BEGIN)
@@ -32,7 +32,7 @@ import yaml
 
 from ..files import inputs, names
 
-CATALOGUE = Path(__file__).resolve().parent
+CATALOGUE = Path(__file__).resolve().parent / "mutants"
 _KEYS = {"rule", "spec", "rewrite", "scenarios", "unit_tests", "description"}
 _REWRITE_KEYS = {"name", "literal", "regex", "replacement"}
 #: Largest mutant file read (bytes): the catalogue's are under 2 KiB.

@@ -19,7 +19,7 @@ from pathlib import Path
 ENV_LOG = "HERMES_AUDIT_PROBE"
 
 SOURCE = '''\
-"""chaos audit probe: records where hermes_state is imported from (chaos/audit_probe.py)."""
+"""chaos audit probe: records where hermes_state is imported from (chaos/audit/probe.py)."""
 import json as _json
 import os as _os
 import sys as _sys

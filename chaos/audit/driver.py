@@ -1,6 +1,6 @@
 """``python -m chaos audit``: does every planted bug make a scenario fail? (issue 14)
 
-For each mutant of the catalogue (:mod:`chaos.mutants`) the installed ``hermes_state`` package is
+For each mutant of the catalogue (:mod:`chaos.audit.catalogue`) the installed ``hermes_state`` package is
 copied into the audit's directory with ONE rewrite applied, and scenarios run against it in child
 processes (``python -m chaos run FILE --json``) whose ``PYTHONPATH`` starts with the copy and
 whose working directory is the copy's (never the developer's tree). The mutant's own
@@ -11,7 +11,7 @@ run the same way (the *control*, once per scenario): a scenario that fails anywa
 A kill by anything but a checker FAIL is confirmed by a second run of the mutant (an
 INCONCLUSIVE under load is not a detection): if that one passes, it does not count.
 
-Each run's probe (:mod:`chaos.audit_probe`) proves that every process that imported the store, and
+Each run's probe (:mod:`chaos.audit.probe`) proves that every process that imported the store, and
 every role process, imported the mutant copy; otherwise the audit is INVALID and exits 3. A
 mutant whose pattern does not match exactly once is stale: an ERROR, never killed nor survived.
 
@@ -41,18 +41,20 @@ from rich.text import Text
 import hermes_state
 from hermes_state.testing import utc_stamp
 
-from . import audit_probe, mutants, store
-from .audit_report import kill_table, markdown_table, write_readme
-from .files import names
-from .files.owned import NotOwned, Owned
-from .gate import _Slots, run_parallel
+from .. import store
+from ..files import names
+from ..files.owned import NotOwned, Owned
+from ..gate import _Slots, run_parallel
+from . import catalogue as mutants
+from . import probe as audit_probe
+from .report import kill_table, markdown_table, write_readme
 
 KILLED, SURVIVED, ERROR = "KILLED", "SURVIVED", "ERROR"
 #: Hang guard for one scenario run of a mutant (s): no verdict by then counts as a hang.
 RUN_TIMEOUT_S = 300.0
 #: Hang guard for one unit-test run of a mutant (s).
 UNIT_TIMEOUT_S = 900.0
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parent.parent.parent
 
 
 class AuditInvalid(Exception):
@@ -170,7 +172,7 @@ class Audit:
         not exist: a directory this audit did not create is never reused nor removed.
 
         Raises:
-            mutants.StaleMutant / mutants.MutantError: from :meth:`chaos.mutants.Mutant.apply`;
+            mutants.StaleMutant / mutants.MutantError: from :meth:`chaos.audit.catalogue.Mutant.apply`;
                 a bad name, or ``out/<name>`` exists.
         """
         self.out.mkdir(parents=True, exist_ok=True)
@@ -511,7 +513,7 @@ def run_audit(catalogue: list[mutants.Mutant], scenarios: list, *, jobs: int | N
     """Run ``catalogue`` against ``scenarios`` (validated scenario objects); print the kill table.
 
     Args:
-        catalogue: the mutants (:func:`chaos.mutants.load_dir`).
+        catalogue: the mutants (:func:`chaos.audit.catalogue.load_dir`).
         scenarios: the selection, each a :class:`chaos.scenario.Scenario`.
         jobs: scenario runs at once (default: the core count).
         out: the audit directory (default ``runs/audit-<UTCSTAMP>``): one copy per mutant.

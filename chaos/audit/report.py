@@ -10,7 +10,7 @@ from rich import box
 from rich.markup import escape
 from rich.table import Table
 
-from .report.terminal import compact
+from ..report.terminal import compact
 
 _STYLE = {"KILLED": "green", "SURVIVED": "bold red", "ERROR": "bold magenta"}
 
