@@ -1,36 +1,36 @@
-"""``python -m chaos audit``: does every planted bug make a scenario fail? (issue 14)
+"""``python -m chaos audit``: does every planted bug make a scenario fail? (issue 14, issue 27)
 
-For each mutant of the catalogue (:mod:`chaos.audit.catalogue`) the installed ``hermes_state`` package is
-copied into the audit's directory with ONE rewrite applied, and scenarios run against it in child
-processes (``python -m chaos run FILE --json``) whose ``PYTHONPATH`` starts with the copy and
-whose working directory is the copy's (never the developer's tree). The mutant's own
-``scenarios:`` run first, then the rest of the selection, cheapest first; the first scenario that
-fails (a checker FAIL or INCONCLUSIVE, a toolkit error, a hang) kills it and the rest are skipped
-(``--all`` runs every one). A kill only counts when the same scenario passes on an unmutated copy
-run the same way (the *control*, once per scenario): a scenario that fails anyway proves nothing.
-A kill by anything but a checker FAIL is confirmed by a second run of the mutant (an
-INCONCLUSIVE under load is not a detection): if that one passes, it does not count.
+For each mutant of the catalogue (:mod:`chaos.audit.catalogue`: YAML rewrites and ``*.patch``
+diffs) the installed ``hermes_state`` package is copied into the audit's directory with the
+mutant planted, and scenarios run against it in child processes (``python -m chaos run FILE
+--json``) whose ``PYTHONPATH`` starts with the copy and whose working directory is the copy's
+(never the developer's tree). The mutant's own ``scenarios:`` run first, then the rest of the
+selection, cheapest first, until one kills it (``--all``: every one).
 
-Each run's probe (:mod:`chaos.audit.probe`) proves that every process that imported the store, and
-every role process, imported the mutant copy; otherwise the audit is INVALID and exits 3. A
+When a failing run counts as a kill is :mod:`chaos.audit.verdicts`: it reached the mutated code,
+the control passes (a failed control is run once more), and every confirmation run fails too
+(a killer that passes one is FLAKY, and the search goes on for a reliable one).
+
+Each run's probe (:mod:`chaos.audit.probe`) proves that every process that imported the store,
+and every role process, imported the mutant copy; otherwise the audit is INVALID and exits 3. A
 mutant whose pattern does not match exactly once is stale: an ERROR, never killed nor survived.
 
-Exit 0 only when every mutant is killed; 1 when one survived or errored; 2 bad input (a mutant or
-scenario file); 3 the audit itself is invalid (a run did not run the mutant) or failed.
+Exit 0 only when every mutant is killed; 1 when one survived, was only killed flakily or
+errored; 2 bad input (a mutant, patch or scenario file); 3 the audit itself is invalid (a run
+did not run the mutant) or failed.
 """
 
 from __future__ import annotations
 
-import fnmatch
 import json
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import threading
 import time
-import xml.etree.ElementTree as ET
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -45,15 +45,19 @@ from .. import store
 from ..files import names
 from ..files.owned import NotOwned, Owned
 from ..gate import _Slots, run_parallel
+from ..sampler import measure
 from . import catalogue as mutants
 from . import probe as audit_probe
-from .report import kill_table, markdown_table, write_readme
+from .report import kill_table, markdown_table, write_junit, write_readme
+from .verdicts import (ERROR, FLAKY, KILLED, RUN_TIMEOUT_S, SURVIVED, RunOutcome, confirmations,
+                       control_verdict, counts, kill_verdict, last_json, outcome_of)
 
-KILLED, SURVIVED, ERROR = "KILLED", "SURVIVED", "ERROR"
-#: Hang guard for one scenario run of a mutant (s): no verdict by then counts as a hang.
-RUN_TIMEOUT_S = 300.0
+__all__ = ["ERROR", "FLAKY", "KILLED", "SURVIVED", "Audit", "AuditInvalid", "MutantResult",
+           "RunOutcome", "Workspace", "run_audit"]
 #: Hang guard for one unit-test run of a mutant (s).
 UNIT_TIMEOUT_S = 900.0
+#: Confirmation runs of a kill by default (each must fail too): 2, so a kill is 3 of 3 runs.
+DEFAULT_CONFIRM = 2
 REPO = Path(__file__).resolve().parent.parent.parent
 
 
@@ -62,26 +66,13 @@ class AuditInvalid(Exception):
 
 
 @dataclass
-class RunOutcome:
-    """One scenario run against one copy of the store."""
-
-    scenario: str
-    status: str                  # PASS | FAIL | INCONCLUSIVE | SKIPPED | TOOLKIT | HANG | ERROR
-    checkers: list[str] = field(default_factory=list)   # "name STATUS: summary" of non-PASS
-    seconds: float = 0.0
-    run_dir: str | None = None
-    exit_code: int | None = None
-    log: str = ""
-
-    @property
-    def failed(self) -> bool:
-        """The scenario caught something (a kill, once the control passed)."""
-        return self.status in ("FAIL", "INCONCLUSIVE", "TOOLKIT", "HANG")
-
-
-@dataclass
 class MutantResult:
-    """The audit's verdict on one mutant: a row of the kill table."""
+    """The audit's verdict on one mutant: a row of the kill table.
+
+    ``kills``: for KILLED and FLAKY, ``"<failing runs> of <runs>"`` of the killer;
+    ``flaky``: every killer that failed a confirmation run (``scenario``, ``checker``,
+    ``kills``, ``runs``).
+    """
 
     name: str
     rule: str
@@ -95,19 +86,36 @@ class MutantResult:
     unit_tests: str | None = None     # "caught" | "missed" | "error: ..." | None (not asked)
     seconds: float = 0.0
     error: str = ""
+    kills: str | None = None
+    flaky: list[dict] = field(default_factory=list)
+    sites: int = 0
 
 
 class Control:
-    """The unmutated copy's verdict per scenario, computed once (under the same harness)."""
+    """The unmutated copy's verdict per scenario, computed once (under the same harness); a
+    control that fails is run once more before its scenario is set aside."""
 
     def __init__(self, audit: "Audit") -> None:
         self.audit = audit
         self.ws: Workspace | None = None
         self.lock = threading.Lock()
         self.events: dict[str, threading.Event] = {}
-        self.results: dict[str, RunOutcome] = {}
+        self.runs: dict[str, list[RunOutcome]] = {}
 
-    def passes(self, scenario: Path) -> bool:
+    @property
+    def results(self) -> dict[str, RunOutcome]:
+        """The last run of each scenario's control (its status is :func:`verdict`'s)."""
+        out = {}
+        for name, runs in self.runs.items():
+            last = RunOutcome(**{**asdict(runs[-1]), "status": control_verdict(runs)})
+            if len(runs) > 1:
+                last.checkers = [f"run 1 {runs[0].status}: {'; '.join(runs[0].checkers)}"[:300],
+                                 *last.checkers]
+            out[name] = last
+        return out
+
+    def verdict(self, scenario: Path) -> str:
+        """:func:`chaos.audit.verdicts.control_verdict` of ``scenario`` (run on first use)."""
         name = scenario.name
         with self.lock:
             ev = self.events.get(name)
@@ -118,21 +126,36 @@ class Control:
                     self.ws = self.audit.workspace("_control", None)
         if first:
             try:
-                self.results[name] = self.audit.run_scenario(self.ws, scenario)
+                runs = [self.audit.run_scenario(self.ws, scenario)]
+                if runs[0].status not in ("PASS", "SKIPPED") and not self.audit.stopping:
+                    self.audit._say(f"      control {name}: {runs[0].status} "
+                                    f"({'; '.join(runs[0].checkers)[:160]}): run once more",
+                                    dim=True)
+                    runs.append(self.audit.run_scenario(self.ws, scenario))
+                self.runs[name] = runs
             finally:
                 ev.set()
         ev.wait()
-        out = self.results.get(name)
-        return out is not None and out.status == "PASS"
+        runs = self.runs.get(name)
+        return control_verdict(runs) if runs else ERROR
+
+    def passes(self, scenario: Path) -> bool:
+        """The scenario passes on the unmutated copy (at once, or when run once more)."""
+        return self.verdict(scenario) in ("PASS", FLAKY)
 
 
 @dataclass
 class Workspace:
-    """A copy of the store package (mutated or not) and where its runs go."""
+    """A copy of the store package (mutated or not) and where its runs go.
+
+    ``sites``: the mutated statements (:mod:`chaos.audit.reach`), empty for the control.
+    """
 
     root: Path
     package: Path
     mutated_file: Path | None
+    sites: dict = field(default_factory=dict)
+    attempts: dict = field(default_factory=dict)
 
     @property
     def runs(self) -> Path:
@@ -144,7 +167,8 @@ class Audit:
 
     def __init__(self, out: Path, scenarios: list, jobs: int, console: Console, *,
                  all_scenarios: bool = False, control: bool = True,
-                 unit_tests: list[str] | None = None, own_only: bool = False) -> None:
+                 unit_tests: list[str] | None = None, own_only: bool = False,
+                 confirm: int = DEFAULT_CONFIRM) -> None:
         self.out = out
         self.own_only = own_only
         self.scenarios = scenarios
@@ -152,6 +176,7 @@ class Audit:
         self.console = console
         self.all = all_scenarios
         self.unit = unit_tests
+        self.confirm = max(0, confirm)
         self.source = Path(hermes_state.__file__).resolve().parent
         self.slots = _Slots(self.jobs)
         self.control = Control(self) if control else None
@@ -163,35 +188,40 @@ class Audit:
         self.owned = Owned()
         self.done = 0
         self.total = 0
+        self.load_factors: list[float] = []
 
     # ------------------------------------------------------------------ workspaces
-    def workspace(self, name: str, mutant: mutants.Mutant | None) -> Workspace:
+    def workspace(self, name: str, mutant) -> Workspace:
         """A fresh copy under ``out/<name>/``: mutated (``mutant``) or pristine (the control).
 
-        ``name`` must be a plain file name (:func:`chaos.files.names.check`) and ``out/<name>`` must
-        not exist: a directory this audit did not create is never reused nor removed.
+        ``name`` must be a plain file name (:func:`chaos.files.names.check`) and ``out/<name>``
+        must not exist: a directory this audit did not create is never reused nor removed. The
+        copy is made and changed only there (a patch never touches the checkout).
 
         Raises:
-            mutants.StaleMutant / mutants.MutantError: from :meth:`chaos.audit.catalogue.Mutant.apply`;
-                a bad name, or ``out/<name>`` exists.
+            mutants.StaleMutant / mutants.MutantError: from the mutant's ``plant``; a bad name,
+                or ``out/<name>`` exists.
         """
         self.out.mkdir(parents=True, exist_ok=True)
         try:
             root = self.owned.make(names.child(self.out, name, "mutant"))
         except (names.BadName, NotOwned) as exc:
             raise mutants.MutantError(f"audit workspace: {exc}") from None
+        sites: dict = {}
         if mutant is None:
             package, target = mutants.copy_package(self.source, root), None
         else:
-            target = mutant.apply(self.source, root)
+            planted = mutant.plant(self.source, root)
+            target = planted.files[0] if planted.files else None
+            sites = planted.sites
             package = root / "hermes_state"
-        audit_probe.install(root)
+        audit_probe.install(root, sites)
         if self.unit is not None:
             for extra in ("tests", "scenarios"):
                 if (REPO / extra).is_dir() and not (root / extra).exists():
                     shutil.copytree(REPO / extra, root / extra,
                                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        return Workspace(root, package, target)
+        return Workspace(root, package, target, sites)
 
     def env(self, ws: Workspace, probe: Path) -> dict:
         env = {k: v for k, v in os.environ.items() if k != "HERMES_STATE_FAILPOINTS"}
@@ -221,7 +251,8 @@ class Audit:
         return code, stdout
 
     def run_scenario(self, ws: Workspace, scenario: Path) -> RunOutcome:
-        """``python -m chaos run SCENARIO --json`` on ``ws``'s copy; verifies the probe.
+        """``python -m chaos run SCENARIO --json`` on ``ws``'s copy; verifies the probe and
+        reads which mutated statements the run reached.
 
         Raises:
             AuditInvalid: a process of the run imported ``hermes_state`` from elsewhere.
@@ -233,9 +264,12 @@ class Audit:
                 return RunOutcome(scenario.name, "ERROR", ["audit interrupted"])
             ws.runs.mkdir(exist_ok=True)
             stem = names.derive(scenario.stem)
-            probe = ws.root / f"probe-{stem}.jsonl"
+            with self.lock:
+                k = ws.attempts[stem] = ws.attempts.get(stem, 0) + 1
+            suffix = "" if k == 1 else f"-{k}"
+            probe = ws.root / f"probe-{stem}{suffix}.jsonl"
             probe.unlink(missing_ok=True)
-            log = ws.root / f"run-{stem}.log"
+            log = ws.root / f"run-{stem}{suffix}.log"
             t0 = time.monotonic()
             code, stdout = self._spawn([sys.executable, "-m", "chaos", "run",
                                         str(scenario.resolve()), "--json", "--out",
@@ -243,8 +277,8 @@ class Audit:
             seconds = round(time.monotonic() - t0, 2)
         finally:
             self.slots.release(exclusive)
-        out = _outcome(scenario.name, code, stdout, seconds, log)
-        result = _last_json(stdout) or {}
+        out = outcome_of(scenario.name, code, stdout, seconds, log)
+        result = last_json(stdout) or {}
         pids = [p.get("pid") for p in result.get("processes", [])
                 if isinstance(p, dict) and p.get("pid")
                 and _ran(result.get("run_dir"), p.get("process"))]
@@ -253,6 +287,11 @@ class Audit:
             text = (f"{ws.root.name} / {scenario.name}: the run did not provably run the copy "
                     f"{ws.package}:\n  " + "\n  ".join(problems))
             raise AuditInvalid(text)
+        if ws.sites:
+            out.reached = audit_probe.reached(probe)
+        if out.load_factor is not None:
+            with self.lock:
+                self.load_factors.append(out.load_factor)
         return out
 
     def _scenario_of(self, path: Path):
@@ -262,7 +301,7 @@ class Audit:
         return None
 
     # ------------------------------------------------------------------ one mutant
-    def order(self, mutant: mutants.Mutant) -> list[Path]:
+    def order(self, mutant) -> list[Path]:
         """The scenarios to try on ``mutant``: its own first (those selected), then the rest of
         the selection, shortest first."""
         paths = {Path(sc.source).stem: Path(sc.source) for sc in self.scenarios}
@@ -275,7 +314,7 @@ class Audit:
                            self._scenario_of(p)), p.name))
         return first + rest
 
-    def audit_one(self, mutant: mutants.Mutant) -> MutantResult:
+    def audit_one(self, mutant) -> MutantResult:
         res = MutantResult(mutant.name, mutant.rule, mutant.spec, mutant.rewrite_name)
         t0 = time.monotonic()
         try:
@@ -285,43 +324,79 @@ class Audit:
             res.seconds = round(time.monotonic() - t0, 2)
             return res
         res.file = str(ws.mutated_file.relative_to(ws.root)) if ws.mutated_file else None
+        res.sites = sum(len(v) for v in ws.sites.values())
         res.status = SURVIVED
         for scenario in self.order(mutant):
             if self.stopping:
                 res.status, res.error = ERROR, "audit interrupted"
                 break
-            out = self.run_scenario(ws, scenario)
-            counted = out.failed and (self.control is None or self.control.passes(scenario))
-            note = ("the scenario fails on the unmutated copy too (control)"
-                    if out.failed and not counted else "")
-            if counted and out.status != "FAIL":
-                # INCONCLUSIVE, a toolkit error or a hang may be the machine's load, not the
-                # mutant: it kills only when a second run of the mutant does not pass either
-                again = self.run_scenario(ws, scenario)
-                if not again.failed:
-                    counted = False
-                    note = (f"{out.status} once, then {again.status} on a second run of the "
-                            "mutant: not counted")
-            entry = asdict(out)
-            entry["kill"] = counted
-            if note:
-                entry["note"] = note
-            res.runs.append(entry)
-            self._say(f"      {mutant.name}: {scenario.name} {out.status}"
-                      + (f" ({out.checkers[0]})" if out.checkers and out.failed else "")
-                      + ("" if counted or not out.failed else f" - {note}")
-                      + f" {out.seconds:.1f}s", dim=True)
-            if counted and res.killed_by is None:
-                res.status, res.killed_by = KILLED, scenario.stem
-                res.checker = out.checkers[0] if out.checkers else out.status
-                if not self.all:
-                    break
+            verdict, runs, note = self.try_scenario(ws, mutant, scenario)
+            for i, out in enumerate(runs):
+                entry = asdict(out)
+                entry["kill"] = verdict == KILLED
+                if i:
+                    entry["confirmation"] = i
+                if note and i == len(runs) - 1:
+                    entry["note"] = note
+                res.runs.append(entry)
+            if verdict is None:
+                continue
+            first = runs[0]
+            checker = first.checkers[0] if first.checkers else first.status
+            kills = f"{kill_verdict(runs)[1]} of {len(runs)}"
+            if verdict == FLAKY:
+                res.flaky.append({"scenario": scenario.stem, "checker": checker,
+                                  "kills": kill_verdict(runs)[1], "runs": len(runs)})
+                if res.status == SURVIVED:
+                    res.status, res.killed_by, res.checker, res.kills = (
+                        FLAKY, scenario.stem, checker, kills)
+                continue
+            if res.status != KILLED:
+                res.status, res.killed_by, res.checker, res.kills = (
+                    KILLED, scenario.stem, checker, kills)
+            if not self.all:
+                break
         if self.unit is not None:
             res.unit_tests = self.unit_tests(ws, mutant)
         res.seconds = round(time.monotonic() - t0, 2)
         return res
 
-    def unit_tests(self, ws: Workspace, mutant: mutants.Mutant) -> str:
+    def try_scenario(self, ws: Workspace, mutant,
+                     scenario: Path) -> tuple[str | None, list[RunOutcome], str]:
+        """Run ``scenario`` on the mutant, and confirm a candidate kill.
+
+        Returns:
+            ``(KILLED | FLAKY | None, the runs, a note)``: None when it is no kill (the run
+            passed, did not reach the mutated code, or the control fails too).
+        """
+        out = self.run_scenario(ws, scenario)
+        ok, note = counts(out)
+        if ok and self.control is not None and not self.control.passes(scenario):
+            ok, note = False, (f"{out.status}, but the scenario fails on the unmutated copy too "
+                               f"(control {self.control.verdict(scenario)}, run twice)")
+        self._say(f"      {mutant.name}: {scenario.name} {out.status}"
+                  + (f" ({out.checkers[0]})" if out.checkers and out.failed else "")
+                  + (f" - {note}" if note else "") + f" {out.seconds:.1f}s", dim=True)
+        if not ok:
+            return None, [out], note
+        runs = [out]
+        for i in range(confirmations(out, self.confirm)):
+            if self.stopping:
+                break
+            again = self.run_scenario(ws, scenario)
+            runs.append(again)
+            self._say(f"      {mutant.name}: {scenario.name} confirmation {i + 1}: "
+                      f"{again.status}" + ("" if counts(again)[0] else
+                                           f" - {counts(again)[1] or 'passed'}")
+                      + f" {again.seconds:.1f}s", dim=True)
+            if not counts(again)[0]:
+                break
+        verdict, kills = kill_verdict(runs)
+        note = "" if verdict == KILLED else (
+            f"flaky killer: killed in {kills} of {len(runs)} runs (not counted as a kill)")
+        return verdict, runs, note
+
+    def unit_tests(self, ws: Workspace, mutant) -> str:
         """Run the pytest subset (the mutant's ``unit_tests``, else ``--unit-tests``) on the copy.
 
         Returns ``"caught"`` (a test failed), ``"missed"`` (all passed) or ``"error: ..."``.
@@ -346,11 +421,11 @@ class Audit:
         return {0: "missed", 1: "caught"}.get(code, f"error: pytest exit {code} (log {log})")
 
     # ------------------------------------------------------------------ all
-    def run(self, catalogue: list[mutants.Mutant]) -> list[MutantResult]:
+    def run(self, catalogue: list) -> list[MutantResult]:
         self.total = len(catalogue)
         results: list[MutantResult] = []
 
-        def work(m: mutants.Mutant) -> None:
+        def work(m) -> None:
             if self.stopping:
                 return
             try:
@@ -365,9 +440,10 @@ class Audit:
                 results.append(r)
                 self.done += 1
                 style = {KILLED: "green", SURVIVED: "bold red"}.get(r.status, "bold magenta")
-                how = (f"by {r.killed_by} ({r.checker})" if r.status == KILLED
+                how = (f"by {r.killed_by} ({r.checker}; {r.kills} runs)"
+                       if r.status in (KILLED, FLAKY)
                        else r.error.splitlines()[0] if r.error else
-                       f"{len(r.runs)} scenario(s) passed")
+                       f"{len(r.runs)} scenario run(s), none a kill")
                 self.console.print(f"[{self.done:3}/{self.total}] [{style}]{r.status:8}[/] "
                                    f"{escape(f'{r.name} {how}')} {r.seconds:.0f}s",
                                    highlight=False)
@@ -422,98 +498,44 @@ def _ran(run_dir: str | None, process: str | None) -> bool:
         return False
 
 
-def _last_json(stdout: str) -> dict | None:
-    for line in reversed((stdout or "").strip().splitlines()):
-        try:
-            d = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(d, dict):
-            return d
-    return None
+def load_line(start: dict, end: dict | None, factors: list[float]) -> str:
+    """The machine's load during an audit, in one line (the kill table's footnote)."""
+    text = (f"machine load: {start['ratio']:g} s wall per CPU second at the start"
+            + (f", {end['ratio']:g} at the end" if end else "")
+            + f" (loadavg per CPU {start.get('loadavg_per_cpu')}"
+            + (f" / {end.get('loadavg_per_cpu')}" if end else "") + ")")
+    if factors:
+        text += (f"; the runs' load factors: median {statistics.median(factors):.2f}, "
+                 f"max {max(factors):.2f} over {len(factors)} runs")
+    return text
 
 
-def _outcome(name: str, code: int | None, stdout: str, seconds: float, log: Path) -> RunOutcome:
-    """A run's exit code and ``results.json`` line turned into a :class:`RunOutcome`."""
-    if code is None:
-        return RunOutcome(name, "HANG", [f"no verdict within {RUN_TIMEOUT_S:g}s"], seconds,
-                          log=str(log))
-    results = _last_json(stdout)
-    if code in (0, 1) and results is not None:
-        verdicts = results.get("verdicts", [])
-        bad = [v for v in verdicts if v.get("status") not in ("PASS", "SKIPPED")]
-        checkers = [f"{v.get('checker')} {v.get('status')}: {v.get('summary', '')}"[:300]
-                    for v in sorted(bad, key=lambda v: v.get("status") != "FAIL")]
-        status = "PASS" if code == 0 and not bad else (
-            "FAIL" if any(v.get("status") == "FAIL" for v in bad) or not bad else "INCONCLUSIVE")
-        return RunOutcome(name, status, checkers, seconds, results.get("run_dir"), code,
-                          str(log))
-    if code == 4 and results is not None:  # every checker SKIPPED: nothing tested, no kill
-        return RunOutcome(name, "SKIPPED", [str(results.get("skipped") or "")[:300]], seconds,
-                          results.get("run_dir"), code, str(log))
-    if code == 3:
-        return RunOutcome(name, "TOOLKIT", ["the run failed (exit 3): " + _tail(log)], seconds,
-                          exit_code=code, log=str(log))
-    return RunOutcome(name, "ERROR", [f"exit {code}: {_tail(log)}"], seconds, exit_code=code,
-                      log=str(log))
+def patch_sentence(r: MutantResult) -> str:
+    """What ``--patch`` answers: would the gate catch this change (coming back)?"""
+    tried = len({x["scenario"] for x in r.runs})
+    if r.status == KILLED:
+        return (f"patch {r.name}: KILLED by {r.killed_by} ({r.checker}; {r.kills} runs): the "
+                f"scenarios catch this change")
+    if r.status == FLAKY:
+        return (f"patch {r.name}: only flaky killers ({r.killed_by} killed it in {r.kills} "
+                f"runs): the scenarios do not catch this change every time")
+    if r.status == SURVIVED:
+        return (f"patch {r.name}: no scenario kills it ({tried} scenario(s) ran): the scenarios "
+                "would not catch this change")
+    return f"patch {r.name}: not run: {r.error}"
 
 
-def _tail(path: Path, n: int = 3) -> str:
-    try:
-        return " | ".join(path.read_text(errors="replace").strip().splitlines()[-n:])[:400]
-    except OSError:
-        return ""
-
-
-def select_scenarios(pattern: str, tags: list[str] | None = None) -> list[Path]:
-    """Scenario files matching ``pattern`` (a glob, relative to the cwd or absolute)."""
-    base = Path(pattern)
-    if base.is_dir():
-        files = sorted(base.glob("*.yaml"))
-    else:
-        anchor = Path(base.anchor) if base.is_absolute() else Path(".")
-        rel = str(base.relative_to(anchor)) if base.is_absolute() else pattern
-        files = sorted(p for p in anchor.glob(rel) if p.suffix in (".yaml", ".yml"))
-    return files
-
-
-def write_junit(path: Path, results: list[MutantResult], total_s: float) -> None:
-    """JUnit XML: one ``testcase`` per mutant; a survivor is a ``failure``, an ERROR an ``error``."""
-    root = ET.Element("testsuites", name="chaos audit", tests=str(len(results)),
-                      failures=str(sum(r.status == SURVIVED for r in results)),
-                      errors=str(sum(r.status == ERROR for r in results)), time=f"{total_s:.3f}")
-    suite = ET.SubElement(root, "testsuite", name="chaos.audit", tests=str(len(results)),
-                          failures=str(sum(r.status == SURVIVED for r in results)),
-                          errors=str(sum(r.status == ERROR for r in results)),
-                          time=f"{sum(r.seconds for r in results):.3f}")
-    for r in results:
-        case = ET.SubElement(suite, "testcase", classname="chaos.mutants", name=r.name,
-                             time=f"{r.seconds:.3f}")
-        if r.status == SURVIVED:
-            el = ET.SubElement(case, "failure", type=SURVIVED,
-                               message=f"survived every scenario: {r.rule} ({r.spec})"[:1000])
-            el.text = "\n".join(f"{x['scenario']}: {x['status']}" for x in r.runs)
-        elif r.status == ERROR:
-            el = ET.SubElement(case, "error", type=ERROR, message=r.error.splitlines()[0][:1000]
-                               if r.error else ERROR)
-            el.text = r.error
-        else:
-            ET.SubElement(case, "system-out").text = f"killed by {r.killed_by}: {r.checker}"
-    ET.indent(root)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    ET.ElementTree(root).write(path, encoding="utf-8", xml_declaration=True)
-
-
-def run_audit(catalogue: list[mutants.Mutant], scenarios: list, *, jobs: int | None = None,
+def run_audit(catalogue: list, scenarios: list, *, jobs: int | None = None,
               out: Path | None = None, as_json: bool = False, junit: Path | None = None,
               all_scenarios: bool = False, control: bool = True,
               unit_tests: list[str] | None = None, markdown: Path | None = None,
               own_only: bool = False, readme: Path | None = None,
-              console: Console | None = None) -> int:
+              console: Console | None = None, confirm: int = DEFAULT_CONFIRM,
+              command: str | None = None, patches: bool = False) -> int:
     """Run ``catalogue`` against ``scenarios`` (validated scenario objects); print the kill table.
 
     Args:
-        catalogue: the mutants (:func:`chaos.audit.catalogue.load_dir`).
+        catalogue: the mutants (:func:`chaos.audit.catalogue.load_dir`, or patches).
         scenarios: the selection, each a :class:`chaos.scenario.Scenario`.
         jobs: scenario runs at once (default: the core count).
         out: the audit directory (default ``runs/audit-<UTCSTAMP>``): one copy per mutant.
@@ -526,24 +548,32 @@ def run_audit(catalogue: list[mutants.Mutant], scenarios: list, *, jobs: int | N
         markdown: write the kill table as Markdown there (the README's table).
         own_only: try only each mutant's own ``scenarios:`` (a quick look, not the verdict).
         readme: rewrite the kill-table block of this README with the result.
+        confirm: runs of the mutant after a candidate kill that must fail too (>= 0; at least
+            one for a timing-bound or INCONCLUSIVE kill).
+        command: the command line named above the Markdown table.
+        patches: the catalogue is ``--patch`` files: end with one sentence per patch saying
+            which scenario kills it, or that none does.
     Returns:
-        0 every mutant killed; 1 a survivor or an ERROR; 3 the audit is invalid.
+        0 every mutant killed; 1 a survivor, a flaky kill or an ERROR; 3 the audit is invalid.
     """
     console = console or Console(stderr=as_json)
     jobs = jobs or os.cpu_count() or 1
     out = (out or Path(store.DEFAULT_OUT) / f"audit-{utc_stamp()}").absolute()
     out.mkdir(parents=True, exist_ok=True)
     audit = Audit(out, scenarios, jobs, console, all_scenarios=all_scenarios, control=control,
-                  unit_tests=unit_tests, own_only=own_only)
+                  unit_tests=unit_tests, own_only=own_only, confirm=confirm)
     if audit.control is not None:  # before any mutant: a conflict is reported once, by name
         try:
             audit.control.ws = audit.workspace("_control", None)
         except mutants.MutantError as exc:
             console.print(f"[red]chaos audit: {escape(str(exc))}[/]", highlight=False)
             return 2
+    load_start = measure("audit start")
     console.print(f"chaos audit: {len(catalogue)} mutant(s) of {audit.source} x "
-                  f"{len(scenarios)} scenario(s), {jobs} run(s) at once; output {out}",
-                  highlight=False, markup=False)
+                  f"{len(scenarios)} scenario(s), {jobs} run(s) at once, a kill confirmed by "
+                  f"{audit.confirm} more run(s); output {out}; machine load: "
+                  f"{load_start['ratio']:g} s wall per CPU second, loadavg/cpu "
+                  f"{load_start['loadavg_per_cpu']}", highlight=False, markup=False)
     t0 = time.monotonic()
     try:
         results = audit.run(catalogue)
@@ -551,77 +581,46 @@ def run_audit(catalogue: list[mutants.Mutant], scenarios: list, *, jobs: int | N
         console.print("[red]chaos audit: interrupted[/]")
         return 3
     total = time.monotonic() - t0
+    load_end = measure("audit end")
+    load = load_line(load_start, load_end, audit.load_factors)
     controls = {k: asdict(v) for k, v in (audit.control.results.items() if audit.control
                                           else [])}
     console.print(kill_table(results, console.width, with_unit=unit_tests is not None))
     for name, ctl in sorted(controls.items()):
         if ctl["status"] != "PASS":
             console.print(Text(f"control: {name} {ctl['status']} on the unmutated copy "
-                               f"({'; '.join(ctl['checkers'])[:300]}): its failures count as "
-                               "no kill", style="yellow"), highlight=False)
-    counts = {s: sum(r.status == s for r in results) for s in (KILLED, SURVIVED, ERROR)}
-    code = 0 if counts[KILLED] == len(results) and results else 1
+                               f"({'; '.join(ctl['checkers'])[:300]})"
+                               + ("" if ctl["status"] == FLAKY else
+                                  ": its failures count as no kill"), style="yellow"),
+                          highlight=False)
+    tally = {s: sum(r.status == s for r in results) for s in (KILLED, SURVIVED, FLAKY, ERROR)}
+    code = 0 if tally[KILLED] == len(results) and results else 1
     if audit.invalid:
         code = 3
         for text in audit.invalid:
             console.print(f"[bold red]AUDIT INVALID[/] {escape(text)}", highlight=False)
-    console.print(f"audit: {counts[KILLED]} killed, {counts[SURVIVED]} survived, "
-                  f"{counts[ERROR]} error(s) of {len(results)} mutant(s) in {total:.1f}s "
-                  f"({jobs} at once, {os.cpu_count()} cores)", highlight=False, markup=False)
+    console.print(f"audit: {tally[KILLED]} killed, {tally[SURVIVED]} survived, {tally[FLAKY]} "
+                  f"flaky (killed in some runs only), {tally[ERROR]} error(s) of {len(results)} "
+                  f"mutant(s) in {total:.1f}s ({jobs} at once, {os.cpu_count()} cores); {load}",
+                  highlight=False, markup=False)
+    if patches:
+        for r in results:
+            console.print(patch_sentence(r), highlight=False, markup=False)
     if junit:
         write_junit(Path(junit), results, total)
-    table = markdown_table(results, total, jobs, with_unit=unit_tests is not None)
+    table = markdown_table(results, total, jobs, with_unit=unit_tests is not None, load=load,
+                           confirm=audit.confirm)
     if markdown:
         Path(markdown).write_text(table)
-    if readme and not write_readme(Path(readme), table, "python -m chaos audit "
-                                   + " ".join(sys.argv[2:])):
+    command = command or "python -m chaos audit " + " ".join(sys.argv[2:])
+    if readme and not write_readme(Path(readme), table, command):
         console.print(f"[red]chaos audit: no kill-table markers in {escape(str(readme))}[/]",
                       highlight=False)
     if as_json:
         print(json.dumps({"mutants": [asdict(r) for r in results], **{
-            k.lower(): v for k, v in counts.items()}, "controls": controls,
+            k.lower(): v for k, v in tally.items()}, "controls": controls,
             "invalid": audit.invalid, "seconds": round(total, 1), "jobs": jobs,
+            "confirm": audit.confirm, "load": {"start": load_start, "end": load_end,
+                                               "run_factors": audit.load_factors},
             "exit_code": code, "out": str(out)}, default=str))
     return code
-
-
-# ---------------------------------------------------------------------- command line
-
-def cmd_audit(args, load_all, err: Console, *, tags: list[str] | None = None,
-              pattern: str | None = None) -> int:
-    """``python -m chaos audit`` (and ``gate --audit``): load, validate, run."""
-    try:
-        catalogue = mutants.load_dir(getattr(args, "mutants", None))
-    except mutants.MutantError as exc:
-        err.print(f"[red]chaos audit: {escape(str(exc))}[/]", highlight=False)
-        return 2
-    only = getattr(args, "only", None)
-    if only:
-        catalogue = [m for m in catalogue if any(fnmatch.fnmatch(m.name, g) for g in only)]
-        if not catalogue:
-            err.print(f"[red]chaos audit: no mutant matches {escape(' '.join(only))}[/]",
-                      highlight=False)
-            return 2
-    files = select_scenarios(pattern or args.scenarios)
-    if not files:
-        err.print(f"[red]chaos audit: no scenario files match {escape(str(pattern or args.scenarios))}[/]",
-                  highlight=False)
-        return 2
-    scenarios, bad = load_all(files, err)
-    if bad:
-        return 2
-    want = list(tags or []) + list(getattr(args, "tag", None) or [])
-    if want:
-        scenarios = [sc for sc in scenarios if set(want) & set(sc.tags)]
-        if not scenarios:
-            err.print(f"[red]chaos audit: no scenario tagged {escape(', '.join(want))}[/]",
-                      highlight=False)
-            return 2
-    unit_arg = getattr(args, "unit_tests", None)
-    unit = None if unit_arg is None else unit_arg.split()
-    return run_audit(catalogue, scenarios, jobs=args.jobs, out=args.out, as_json=args.json,
-                     junit=args.junit, all_scenarios=getattr(args, "all", False),
-                     control=getattr(args, "control", True), unit_tests=unit,
-                     markdown=getattr(args, "markdown", None),
-                     own_only=getattr(args, "own", False),
-                     readme=getattr(args, "readme", None))
