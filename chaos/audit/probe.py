@@ -99,10 +99,14 @@ def _marked_loader():
                         out.append(call(st))
                 setattr(node, name, out)
         # __future__ imports stay first (a mark planted before them would be a SyntaxError)
-        futures = [st for st in tree.body if isinstance(st, ast.ImportFrom)
+        body = tree.body
+        futures = [st for st in body if isinstance(st, ast.ImportFrom)
                    and st.module == "__future__"]
         if futures:
-            tree.body = futures + [st for st in tree.body if st not in futures]
+            rest = [st for st in body if st not in futures]
+            doc = rest[:1] if (isinstance(body[0], ast.Expr) and isinstance(
+                getattr(body[0], "value", None), ast.Constant)) else []
+            tree.body = doc + futures + rest[len(doc):]
         return ast.fix_missing_locations(tree)
 
     class MarkedLoader(SourceFileLoader):

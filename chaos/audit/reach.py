@@ -66,6 +66,14 @@ def _site(st: ast.stmt, where: str) -> dict:
     return {"line": st.lineno, "col": st.col_offset, "where": where}
 
 
+def _bare_string(tree: ast.Module, site: dict) -> bool:
+    for st in _walk(tree.body):
+        if (st.lineno, st.col_offset) == (site["line"], site["col"]):
+            return (isinstance(st, ast.Expr) and isinstance(st.value, ast.Constant)
+                    and isinstance(st.value.value, str))
+    return False
+
+
 def _walk(stmts: list[ast.stmt]):
     """Every statement, depth first, with its block."""
     for st in stmts:
@@ -109,15 +117,17 @@ def sites(new_text: str, start: int, end: int, indent: int | None = None) -> lis
             return out
 
         found = innermost(tree.body)
-        if found:
-            return found
+        # a changed docstring (or bare string) is no behaviour: marked only when alone
+        code = [s for s in found if not _bare_string(tree, s)]
+        if code or found:
+            return code or found
     return _deletion_site(tree, src, start, indent, span)
 
 
 def _deletion_site(tree: ast.Module, src: _Text, at: int, indent: int | None, span) -> list[dict]:
     every = list(_walk(tree.body))
     # text removed inside one statement (or a compound statement's header): that statement
-    inside = [st for st in every if span(st)[0] < at < span(st)[1]]
+    inside = [st for st in every if span(st)[0] < at <= span(st)[1]]
     if inside:
         st = max(inside, key=lambda s: span(s)[0])
         children = [c for lst in _child_lists(st) for c in lst]
