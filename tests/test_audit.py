@@ -18,6 +18,7 @@ import hermes_state
 from chaos.audit import catalogue as mutants
 from chaos.audit import driver as audit
 from chaos.audit import probe as audit_probe
+from chaos.audit import verdicts
 from chaos.scenario import load_scenario
 
 REPO = Path(__file__).resolve().parent.parent
@@ -78,7 +79,8 @@ def _tiny(tmp_path: Path, **files: str) -> tuple[Path, Path]:
 def _audit(tmp_path: Path, cat: Path, scen: Path, *extra: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "chaos", "audit", "--mutants", str(cat), "--scenarios",
-         str(scen / "*.yaml"), "--jobs", "2", "--out", str(tmp_path / "out"), "--json", *extra],
+         str(scen / "*.yaml"), "--jobs", "2", "--out", str(tmp_path / "out"), "--json",
+         "--no-matrix", *extra],
         capture_output=True, text=True, cwd=REPO, timeout=600)
 
 
@@ -324,3 +326,28 @@ def test_a_role_killed_before_it_ran_has_no_import_to_prove(tmp_path):
     assert not audit._ran(str(tmp_path), "gateway-1")   # killed before its first record
     assert not audit._ran(str(tmp_path), "gateway-2")   # no history at all
     assert audit._ran(None, "gateway-1")                # nothing to go by: stay strict
+
+
+def test_the_matrix_is_one_more_killer_judged_by_its_rows(tmp_path):
+    """The quick schema-migration matrix is tried last (first when a mutant names it); its rows
+    that did not pass are the kill's evidence."""
+    rows = [{"name": "v1/plain", "status": "PASS", "problems": []},
+            {"name": "real-3/crash@v18", "status": "FAIL", "problems": ["routing lost"]},
+            {"name": "v2/writer", "status": "SKIPPED", "problems": ["no fuse"]}]
+    out = verdicts.matrix_outcome("matrix", 1, "progress\n" + "\n".join(
+        json.dumps(r) for r in rows), 50.0, tmp_path / "log")
+    assert out.status == "FAIL" and out.failed_checkers == ["matrix"]
+    assert out.checkers == ["matrix real-3/crash@v18 FAIL: routing lost"]
+    assert verdicts.matrix_outcome("matrix", 0, json.dumps(rows[0]), 1, tmp_path).status == "PASS"
+    assert verdicts.matrix_outcome("matrix", 1, "no rows", 1, tmp_path).status == "ERROR"
+    assert verdicts.matrix_outcome("matrix", None, "", 1, tmp_path).status == "HANG"
+    (tmp_path / "s").mkdir()
+    _, scen = _tiny(tmp_path / "s")
+    sc = load_scenario(scen / "tiny.yaml")
+    a = audit.Audit(tmp_path / "out", [sc], 1, Console(file=open(os.devnull, "w")), matrix=True)
+    m = mutants.Mutant("m", "m.yaml", "r", "§4", "n", "x", "y", False, scenarios=[])
+    assert [p.name for p in a.order(m)] == ["tiny.yaml", "matrix"]
+    m = mutants.Mutant("m", "m.yaml", "r", "§4", "n", "x", "y", False, scenarios=["matrix"])
+    assert [p.name for p in a.order(m)] == ["matrix", "tiny.yaml"]
+    a.matrix = False
+    assert [p.name for p in a.order(m)] == ["tiny.yaml"]

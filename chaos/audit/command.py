@@ -105,4 +105,4 @@ def cmd_audit(args, load_all, err: Console, *, tags: list[str] | None = None,
                      own_only=getattr(args, "own", False),
                      readme=getattr(args, "readme", None),
                      confirm=DEFAULT_CONFIRM if confirm is None else confirm,
-                     patches=bool(patch_files))
+                     patches=bool(patch_files), matrix=getattr(args, "matrix", True))

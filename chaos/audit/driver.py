@@ -49,8 +49,9 @@ from ..sampler import measure
 from . import catalogue as mutants
 from . import probe as audit_probe
 from .report import kill_table, markdown_table, write_junit, write_readme
-from .verdicts import (ERROR, FLAKY, KILLED, RUN_TIMEOUT_S, SURVIVED, RunOutcome, confirmations,
-                       control_verdict, counts, kill_verdict, last_json, outcome_of)
+from .verdicts import (ERROR, FLAKY, KILLED, MATRIX_TIMEOUT_S, RUN_TIMEOUT_S, SURVIVED, RunOutcome,
+                       confirmations, control_verdict, counts, kill_verdict, last_json,
+                       matrix_outcome, outcome_of)
 
 __all__ = ["ERROR", "FLAKY", "KILLED", "SURVIVED", "Audit", "AuditInvalid", "MutantResult",
            "RunOutcome", "Workspace", "run_audit"]
@@ -59,6 +60,11 @@ UNIT_TIMEOUT_S = 900.0
 #: Confirmation runs of a kill by default (each must fail too): 2, so a kill is 3 of 3 runs.
 DEFAULT_CONFIRM = 2
 REPO = Path(__file__).resolve().parent.parent.parent
+#: The quick schema-migration matrix (SPEC §16.6: generated fixtures of every version and the
+#: bundled stores real upstream code wrote, plain, beside a writer, crashed at each step) as one
+#: more killer: ``python -m chaos.matrix --quick --jsonl`` on the copy. A mutant names it
+#: ``matrix`` among its ``scenarios:``; ``--no-matrix`` leaves it out.
+MATRIX = Path("matrix")
 
 
 class AuditInvalid(Exception):
@@ -168,8 +174,9 @@ class Audit:
     def __init__(self, out: Path, scenarios: list, jobs: int, console: Console, *,
                  all_scenarios: bool = False, control: bool = True,
                  unit_tests: list[str] | None = None, own_only: bool = False,
-                 confirm: int = DEFAULT_CONFIRM) -> None:
+                 confirm: int = DEFAULT_CONFIRM, matrix: bool = False) -> None:
         self.out = out
+        self.matrix = matrix
         self.own_only = own_only
         self.scenarios = scenarios
         self.jobs = max(1, jobs)
@@ -270,14 +277,21 @@ class Audit:
             probe = ws.root / f"probe-{stem}{suffix}.jsonl"
             probe.unlink(missing_ok=True)
             log = ws.root / f"run-{stem}{suffix}.log"
+            if scenario == MATRIX:
+                argv = [sys.executable, "-m", "chaos.matrix", "--quick", "--jsonl"]
+            else:
+                argv = [sys.executable, "-m", "chaos", "run", str(scenario.resolve()), "--json",
+                        "--out", str(ws.runs)]
             t0 = time.monotonic()
-            code, stdout = self._spawn([sys.executable, "-m", "chaos", "run",
-                                        str(scenario.resolve()), "--json", "--out",
-                                        str(ws.runs)], ws, probe, log, RUN_TIMEOUT_S)
+            code, stdout = self._spawn(argv, ws, probe, log, MATRIX_TIMEOUT_S
+                                       if scenario == MATRIX else RUN_TIMEOUT_S)
             seconds = round(time.monotonic() - t0, 2)
         finally:
             self.slots.release(exclusive)
-        out = outcome_of(scenario.name, code, stdout, seconds, log)
+        if scenario == MATRIX:
+            out = matrix_outcome(scenario.name, code, stdout, seconds, log)
+        else:
+            out = outcome_of(scenario.name, code, stdout, seconds, log)
         result = last_json(stdout) or {}
         pids = [p.get("pid") for p in result.get("processes", [])
                 if isinstance(p, dict) and p.get("pid")
@@ -302,9 +316,12 @@ class Audit:
 
     # ------------------------------------------------------------------ one mutant
     def order(self, mutant) -> list[Path]:
-        """The scenarios to try on ``mutant``: its own first (those selected), then the rest of
-        the selection, shortest first."""
+        """The scenarios to try on ``mutant``: its own first (those selected; ``matrix`` names
+        the schema-migration matrix), then the rest of the selection, shortest first, and the
+        matrix last (with ``matrix`` on)."""
         paths = {Path(sc.source).stem: Path(sc.source) for sc in self.scenarios}
+        if self.matrix:
+            paths.setdefault(MATRIX.name, MATRIX)
         first = [paths[n.removesuffix(".yaml")] for n in mutant.scenarios
                  if n.removesuffix(".yaml") in paths]
         if self.own_only:
@@ -312,6 +329,8 @@ class Audit:
         rest = sorted((Path(sc.source) for sc in self.scenarios
                        if Path(sc.source) not in first), key=lambda p: (_duration(
                            self._scenario_of(p)), p.name))
+        if self.matrix and MATRIX not in first:
+            rest.append(MATRIX)
         return first + rest
 
     def audit_one(self, mutant) -> MutantResult:
@@ -531,7 +550,7 @@ def run_audit(catalogue: list, scenarios: list, *, jobs: int | None = None,
               unit_tests: list[str] | None = None, markdown: Path | None = None,
               own_only: bool = False, readme: Path | None = None,
               console: Console | None = None, confirm: int = DEFAULT_CONFIRM,
-              command: str | None = None, patches: bool = False) -> int:
+              command: str | None = None, patches: bool = False, matrix: bool = False) -> int:
     """Run ``catalogue`` against ``scenarios`` (validated scenario objects); print the kill table.
 
     Args:
@@ -553,6 +572,7 @@ def run_audit(catalogue: list, scenarios: list, *, jobs: int | None = None,
         command: the command line named above the Markdown table.
         patches: the catalogue is ``--patch`` files: end with one sentence per patch saying
             which scenario kills it, or that none does.
+        matrix: also try the quick schema-migration matrix (:data:`MATRIX`), last.
     Returns:
         0 every mutant killed; 1 a survivor, a flaky kill or an ERROR; 3 the audit is invalid.
     """
@@ -561,7 +581,7 @@ def run_audit(catalogue: list, scenarios: list, *, jobs: int | None = None,
     out = (out or Path(store.DEFAULT_OUT) / f"audit-{utc_stamp()}").absolute()
     out.mkdir(parents=True, exist_ok=True)
     audit = Audit(out, scenarios, jobs, console, all_scenarios=all_scenarios, control=control,
-                  unit_tests=unit_tests, own_only=own_only, confirm=confirm)
+                  unit_tests=unit_tests, own_only=own_only, confirm=confirm, matrix=matrix)
     if audit.control is not None:  # before any mutant: a conflict is reported once, by name
         try:
             audit.control.ws = audit.workspace("_control", None)
@@ -570,7 +590,8 @@ def run_audit(catalogue: list, scenarios: list, *, jobs: int | None = None,
             return 2
     load_start = measure("audit start")
     console.print(f"chaos audit: {len(catalogue)} mutant(s) of {audit.source} x "
-                  f"{len(scenarios)} scenario(s), {jobs} run(s) at once, a kill confirmed by "
+                  f"{len(scenarios)} scenario(s){' and the quick matrix' if matrix else ''}, "
+                  f"{jobs} run(s) at once, a kill confirmed by "
                   f"{audit.confirm} more run(s); output {out}; machine load: "
                   f"{load_start['ratio']:g} s wall per CPU second, loadavg/cpu "
                   f"{load_start['loadavg_per_cpu']}", highlight=False, markup=False)

@@ -26,6 +26,8 @@ from ..gate import rerun_reason_for
 KILLED, SURVIVED, FLAKY, ERROR = "KILLED", "SURVIVED", "FLAKY", "ERROR"
 #: Hang guard for one scenario run of a mutant (s): no verdict by then counts as a hang.
 RUN_TIMEOUT_S = 300.0
+#: Hang guard for one run of the quick schema-migration matrix (s).
+MATRIX_TIMEOUT_S = 900.0
 #: Run statuses that say the scenario caught something.
 FAILED = ("FAIL", "INCONCLUSIVE", "TOOLKIT", "HANG")
 
@@ -139,6 +141,35 @@ def outcome_of(name: str, code: int | None, stdout: str, seconds: float,
                           exit_code=code, log=str(log))
     return RunOutcome(name, "ERROR", [f"exit {code}: {tail(log)}"], seconds, exit_code=code,
                       log=str(log))
+
+
+def matrix_outcome(name: str, code: int | None, stdout: str, seconds: float,
+                   log: Path) -> RunOutcome:
+    """The quick schema-migration matrix's rows (``python -m chaos.matrix --jsonl``) as one
+    :class:`RunOutcome`: FAIL naming the rows that did not pass, PASS when every row passed
+    (SKIPPED rows count as nothing), ERROR when no row came back."""
+    if code is None:
+        return RunOutcome(name, "HANG", [f"no verdict within {MATRIX_TIMEOUT_S:g}s"], seconds,
+                          log=str(log))
+    rows = []
+    for line in (stdout or "").splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict) and "name" in row and "status" in row:
+            rows.append(row)
+    if not rows:
+        return RunOutcome(name, "ERROR", [f"exit {code}, no matrix row: {tail(log)}"], seconds,
+                          exit_code=code, log=str(log))
+    bad = [r for r in rows if r["status"] not in ("PASS", "SKIPPED")]
+    if not bad:
+        status = "PASS" if any(r["status"] == "PASS" for r in rows) else "SKIPPED"
+        return RunOutcome(name, status, [], seconds, exit_code=code, log=str(log))
+    checkers = [f"matrix {r['name']} {r['status']}: {'; '.join(map(str, r.get('problems') or []))}"
+                [:300] for r in bad]
+    return RunOutcome(name, "FAIL", checkers, seconds, exit_code=code, log=str(log),
+                      failed_checkers=["matrix"])
 
 
 def tail(path: Path, n: int = 3) -> str:
