@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -203,10 +204,12 @@ CATALOGUE = mutants.load_dir()
 @pytest.mark.parametrize("mutant", CATALOGUE, ids=[m.name for m in CATALOGUE])
 def test_shipped_mutant_matches_exactly_once_and_compiles(mutant, tmp_path):
     """A pattern that no longer matches (code moved or rewritten) is caught here, at once."""
-    target = mutant.apply(PACKAGE, tmp_path)
-    assert target.read_text() != (PACKAGE / target.relative_to(tmp_path / "hermes_state")
-                                  ).read_text()
-    known = {p.stem for p in (REPO / "scenarios").glob("*.yaml")}
+    planted = mutant.plant(PACKAGE, tmp_path)
+    assert planted.files
+    for target in planted.files:
+        assert target.read_text() != (PACKAGE / target.relative_to(tmp_path / "hermes_state")
+                                      ).read_text()
+    known = {p.stem for p in (REPO / "scenarios").glob("*.yaml")} | {audit.MATRIX.name}
     assert mutant.scenarios, "name the scenarios most likely to kill it"
     assert set(mutant.scenarios) <= known, set(mutant.scenarios) - known
     assert mutant.spec.startswith("§") and mutant.rule
@@ -351,3 +354,22 @@ def test_the_matrix_is_one_more_killer_judged_by_its_rows(tmp_path):
     assert [p.name for p in a.order(m)] == ["matrix", "tiny.yaml"]
     a.matrix = False
     assert [p.name for p in a.order(m)] == ["tiny.yaml"]
+
+
+def test_the_matrix_children_import_the_store_the_matrix_runs(tmp_path):
+    """Run on a mutant copy (PYTHONPATH first), the matrix's children (old-schema writer, open
+    probes, crash children) get that copy first on their path and run in it, never the
+    checkout's store (else the audit is INVALID: found by the first matrix kill attempt)."""
+    copy = tmp_path / "copy"
+    shutil.copytree(Path(hermes_state.__file__).resolve().parent, copy / "hermes_state",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    code = ("import json, chaos.matrix.open_probe as o, chaos.matrix.real_stores as r; "
+            "print(json.dumps([str(o.STORE_ROOT), str(r.STORE_ROOT), "
+            "o.probe_env()['PYTHONPATH']]))")
+    env = {**os.environ, "PYTHONPATH": str(copy)}
+    out = subprocess.run([sys.executable, "-c", code], cwd=copy, env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    o_root, r_root, path = json.loads(out.stdout)
+    assert o_root == r_root == str(copy)
+    assert path.split(os.pathsep)[0] == str(copy)
