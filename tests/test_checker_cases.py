@@ -599,3 +599,27 @@ def test_doctor_cases_find_pending_spool_not_reported_and_a_false_claim():
     assert [c["violation"] for c in cases] == ["spool_pending_claimed"]
     cases = recovery.doctor_cases(None, "doctor --json printed no JSON report (exit 2)", none, none)
     assert [c["violation"] for c in cases] == ["doctor_no_report"]
+
+
+# ------------------------------------------------------------------------------ fixture_preserved
+def test_shape_cases_find_a_store_migrated_in_place(tmp_path):
+    """unmigrated: the fixture as built vs the final store: an object added, changed or dropped,
+    or a table whose row count changed, is a case; the same store is none."""
+    import sqlite3
+
+    from chaos.checkers import fixture_preserved as fp
+
+    db = tmp_path / "state.db"
+    conn = sqlite3.connect(db)
+    conn.executescript("CREATE TABLE sessions(id TEXT PRIMARY KEY); CREATE TABLE t(x);"
+                       "INSERT INTO sessions VALUES ('a'); INSERT INTO t VALUES (1);")
+    conn.close()
+    built = fp.shape_of(db)
+    assert fp.shape_cases(built, fp.shape_of(db)) == []
+    conn = sqlite3.connect(db)
+    conn.executescript("CREATE INDEX i ON t(x); ALTER TABLE sessions ADD COLUMN title TEXT;"
+                       "INSERT INTO t VALUES (2); DROP TABLE IF EXISTS nothing;")
+    conn.close()
+    cases = fp.shape_cases(built, fp.shape_of(db))
+    assert sorted((c["violation"], c.get("change") or c.get("table")) for c in cases) == [
+        ("rows_changed", "t"), ("schema_changed", "added"), ("schema_changed", "changed")]
