@@ -618,7 +618,7 @@ def test_shape_cases_find_a_store_migrated_in_place(tmp_path):
     assert fp.shape_cases(built, fp.shape_of(db)) == []
     conn = sqlite3.connect(db)
     conn.executescript("CREATE INDEX i ON t(x); ALTER TABLE sessions ADD COLUMN title TEXT;"
-                       "INSERT INTO t VALUES (2); DROP TABLE IF EXISTS nothing;")
+                       "INSERT INTO t VALUES (2);")
     conn.close()
     cases = fp.shape_cases(built, fp.shape_of(db))
     assert sorted((c["violation"], c.get("change") or c.get("table")) for c in cases) == [
