@@ -21,6 +21,9 @@ fixture            what ``<run>/home/state.db`` is when the first role starts
                    trigger under another name, as a client that ran an older migration twice
                    leaves it: every later insert would be indexed twice until the open replaces
                    the trigger set whole (SPEC §8)
+``newer_not_null`` a store a newer release wrote: schema version 32, and ``messages`` has a
+                   NOT NULL column without a default that this code does not know (one session,
+                   no message): every append must be refused by name (issue 10 item 2)
 =================  ================================================================================
 
 ``tmpfs: 16M`` mounts a tmpfs of that size on ``<run>/home`` before the fixture is written (root
@@ -50,7 +53,10 @@ from . import store
 from .fs import tmpfs_guard
 
 #: Fixture names (``schema_v1`` .. ``schema_v22`` are matched by :data:`SCHEMA_FIXTURE_RE`).
-FIXTURES = ("empty", "generated", "zeroed", "empty_file", "not_sqlite", "duplicate_fts")
+FIXTURES = ("empty", "generated", "zeroed", "empty_file", "not_sqlite", "duplicate_fts",
+            "newer_not_null")
+#: The ``newer_not_null`` fixture's schema version and its column this code does not write.
+NEWER_VERSION, NEWER_COLUMN = 32, "reasoning_kind"
 SCHEMA_FIXTURE_RE = re.compile(r"^schema_v([1-9]|1[0-9]|2[0-2])$")
 SCHEMA_FIXTURES = tuple(f"schema_v{n}" for n in range(1, 23))
 #: The parameters of a fixture and their defaults (a parameter belongs to its fixture only).
@@ -241,6 +247,10 @@ def prepare_store(store: dict, db_path: Path, *, seed: int = 0,
         (db_path.parent.parent / MANIFEST_NAME).write_text(
             json.dumps(manifest, default=str, ensure_ascii=False) + "\n", encoding="utf-8")
         out.update(version=version, counts=manifest["counts"])
+    elif fixture == "newer_not_null":
+        _current_store(db_path, 1, 0, seed)
+        _newer_not_null(db_path)
+        out.update(version=NEWER_VERSION)
     elif fixture == "zeroed":
         db_path.write_bytes(b"\0" * int(store.get("bytes", FIXTURE_DEFAULTS["zeroed"]["bytes"])))
     elif fixture == "empty_file":
@@ -299,6 +309,33 @@ def _duplicate_fts_trigger(db_path: Path) -> None:
         if row is None:
             raise ValueError("the current store has no messages_fts_insert trigger to duplicate")
         conn.execute(row[0].replace("messages_fts_insert", DUPLICATE_FTS_TRIGGER, 1))
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    finally:
+        conn.close()
+
+
+def _newer_not_null(db_path: Path) -> None:
+    """Make a current store look written by a newer release (raw sqlite3): ``messages`` gets
+    :data:`NEWER_COLUMN` ``TEXT NOT NULL`` without a default (added with one, which the
+    table's SQL then loses, as a release that created the table so would have it), and
+    ``schema_version`` says :data:`NEWER_VERSION`."""
+    conn = sqlite3.connect(str(db_path), isolation_level=None)
+    try:
+        conn.execute(f"ALTER TABLE messages ADD COLUMN {NEWER_COLUMN} TEXT NOT NULL DEFAULT ''")
+        sql = conn.execute("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = "
+                           "'messages'").fetchone()[0]
+        conn.execute("BEGIN")
+        conn.execute("PRAGMA writable_schema=ON")
+        conn.execute("UPDATE sqlite_master SET sql = ? WHERE type = 'table' AND name = 'messages'",
+                     (sql.replace(f"{NEWER_COLUMN} TEXT NOT NULL DEFAULT ''",
+                                  f"{NEWER_COLUMN} TEXT NOT NULL"),))
+        version = conn.execute("PRAGMA schema_version").fetchone()[0]
+        conn.execute(f"PRAGMA schema_version={version + 1}")
+        conn.execute("PRAGMA writable_schema=OFF")
+        conn.execute("UPDATE schema_version SET version = ?", (NEWER_VERSION,))
+        conn.execute("COMMIT")
+        if conn.execute("PRAGMA integrity_check").fetchone()[0] != "ok":
+            raise ValueError("the newer_not_null fixture is not intact")
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     finally:
         conn.close()

@@ -45,7 +45,8 @@ class StoreDecl:
                          "bytes; `empty_file`: 0 bytes; `not_sqlite`: a text file (SPEC §12 "
                          "quarantine); `duplicate_fts`: a current store whose FTS insert trigger "
                          "was created twice under two names (SPEC §8: the open replaces the "
-                         "trigger set).", title="store fixture",
+                         "trigger set); `newer_not_null`: a schema-32 store whose messages have "
+                         "a NOT NULL column this code does not write (issue 10).", title="store fixture",
                          enum=list(fixtures.FIXTURES) + list(fixtures.SCHEMA_FIXTURES))
     sessions: int | None = param(None, "`generated` only: number of sessions (default "
                                  f"{_DEFAULTS['generated']['sessions']}).", minimum=1,
