@@ -20,7 +20,8 @@ from chaos.audit import catalogue, patches
 REPO = Path(__file__).resolve().parent.parent
 PACKAGE = Path(hermes_state.__file__).resolve().parent
 #: ``git show a7c3b33 -R -- hermes_state/``: the holder scan's confirm pass (issue 11) reverted;
-#: the commit changed ``hermes_state/holders.py``, since moved to ``processes/holders.py``.
+#: the commit changed ``hermes_state/holders.py``, since moved to ``processes/holders.py`` (its
+#: hunks refreshed to today's code, which passes ``locked_only`` to every scan).
 REVERTED_FIX = REPO / "tests" / "fixtures" / "holder_scan_confirm_reverted.patch"
 
 CADENCE_FULL = """\
@@ -62,7 +63,7 @@ def test_a_real_fix_reverted_is_located_where_its_code_moved_and_marked(tmp_path
     target = tmp_path / "copy" / "hermes_state" / "processes" / "holders.py"
     assert planted.files == [target]
     text = target.read_text()
-    assert "confirm = scan(db_path, include_self=include_self)" not in text
+    assert "confirm = scan(" not in text
     assert "if not retired or time.monotonic() >= deadline:" in text
     lines = text.splitlines()
     marked = [lines[s["line"] - 1].strip() for s in planted.sites["hermes_state/processes/holders.py"]]
