@@ -145,7 +145,7 @@ def _add_gate(sub) -> None:
                    help="instead: run the mutant catalogue against the `ci` scenarios "
                    "(python -m chaos audit --tag ci; exit 0 only if every mutant is killed)")
     p.add_argument("--mutants", type=Path, default=None,
-                   help="with --audit: directory of mutant files (default chaos/mutants)")
+                   help="with --audit: directory of mutant files (default chaos/audit/mutants)")
     add_matrix_arguments(p)
 
 
@@ -165,7 +165,15 @@ def _add_audit(sub) -> None:
     p = sub.add_parser("audit", help="plant each mutant of the catalogue in a copy of the store "
                        "and run scenarios against it; exit 0 only if every mutant is killed")
     p.add_argument("--mutants", type=Path, default=None,
-                   help="directory of mutant files (default: the catalogue chaos/mutants)")
+                   help="directory of mutant files: *.yaml rewrites and *.patch unified diffs "
+                   "(default: the catalogue chaos/audit/mutants)")
+    p.add_argument("--patch", action="append", type=Path, default=None, metavar="FILE",
+                   help="audit this unified diff instead of the catalogue (repeatable): e.g. a "
+                   "fix reversed, `git show COMMIT -R -- hermes_state/ > fix.patch`; applied to "
+                   "the audit's copy only; says which scenario kills it, or that none does")
+    p.add_argument("--list", action="store_true",
+                   help="list the mutants and where each is planted (a stale one: exit 1); "
+                   "run nothing")
     p.add_argument("--only", action="append", default=None, metavar="GLOB",
                    help="audit only the mutants whose name matches (repeatable)")
     p.add_argument("--scenarios", default="scenarios/*.yaml",
@@ -174,6 +182,13 @@ def _add_audit(sub) -> None:
                    help="only scenarios with this tag (repeatable; e.g. ci)")
     p.add_argument("--jobs", type=positive_int, default=None,
                    help="scenario runs at once (default: the core count)")
+    p.add_argument("--confirm", type=non_negative_int, default=None, metavar="N",
+                   help="runs of the mutant after a kill that must fail too, else the killer "
+                   "is reported as flaky (default 2; a timing-bound or INCONCLUSIVE kill gets "
+                   "at least 1)")
+    p.add_argument("--no-matrix", dest="matrix", action="store_false",
+                   help="leave out the quick schema-migration matrix (tried last on a mutant no "
+                   "scenario killed, or first when the mutant names `matrix`)")
     p.add_argument("--all", action="store_true",
                    help="run every selected scenario on every mutant (no stop at the first kill)")
     p.add_argument("--own", action="store_true",
@@ -192,6 +207,17 @@ def _add_audit(sub) -> None:
                    help="write the kill table as Markdown to this file")
     p.add_argument("--readme", type=Path, default=None,
                    help="rewrite the kill-table block of this file (docs/AUDIT.md)")
+
+
+def non_negative_int(text: str) -> int:
+    """An argparse type: an integer >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return value
 
 
 def _add_shrink(sub) -> None:

@@ -17,6 +17,13 @@ fixture            what ``<run>/home/state.db`` is when the first role starts
 ``zeroed``         ``bytes`` zero bytes (default 16384): a damaged store (SPEC §12 quarantine)
 ``empty_file``     a 0-byte ``state.db``
 ``not_sqlite``     a text file that is not a SQLite database
+``duplicate_fts``  a current store (5 sessions, 100 messages, as ``generated``) with a second copy of its FTS insert
+                   trigger under another name, as a client that ran an older migration twice
+                   leaves it: every later insert would be indexed twice until the open replaces
+                   the trigger set whole (SPEC §8)
+``newer_not_null`` a store a newer release wrote: schema version 32, and ``messages`` has a
+                   NOT NULL column without a default that this code does not know (one session,
+                   no message): every append must be refused by name (issue 10 item 2)
 =================  ================================================================================
 
 ``tmpfs: 16M`` mounts a tmpfs of that size on ``<run>/home`` before the fixture is written (root
@@ -46,11 +53,18 @@ from . import store
 from .fs import tmpfs_guard
 
 #: Fixture names (``schema_v1`` .. ``schema_v22`` are matched by :data:`SCHEMA_FIXTURE_RE`).
-FIXTURES = ("empty", "generated", "zeroed", "empty_file", "not_sqlite")
+FIXTURES = ("empty", "generated", "zeroed", "empty_file", "not_sqlite", "duplicate_fts",
+            "newer_not_null")
+#: The ``newer_not_null`` fixture's schema version and its column this code does not write.
+NEWER_VERSION, NEWER_COLUMN = 32, "reasoning_kind"
 SCHEMA_FIXTURE_RE = re.compile(r"^schema_v([1-9]|1[0-9]|2[0-2])$")
 SCHEMA_FIXTURES = tuple(f"schema_v{n}" for n in range(1, 23))
 #: The parameters of a fixture and their defaults (a parameter belongs to its fixture only).
 FIXTURE_DEFAULTS = {"generated": {"sessions": 20, "messages": 1000}, "zeroed": {"bytes": 16384}}
+#: Sessions and messages of the ``duplicate_fts`` fixture (it takes no parameter).
+DUPLICATE_FTS_SIZE = {"sessions": 5, "messages": 100}
+#: The name of the second FTS insert trigger of the ``duplicate_fts`` fixture.
+DUPLICATE_FTS_TRIGGER = "legacy_messages_fts_insert_copy"
 SIZE_RE = re.compile(r"^(?P<num>[1-9][0-9]*)(?P<unit>[KMG])$")
 _UNITS = {"K": 1024, "M": 1024 ** 2, "G": 1024 ** 3}
 #: Smallest and largest tmpfs a scenario may ask for (bytes).
@@ -218,11 +232,14 @@ def prepare_store(store: dict, db_path: Path, *, seed: int = 0,
     version = schema_version_of(fixture)
     if fixture == "empty":
         _current_store(db_path, 0, 0, seed)
-    elif fixture == "generated":
-        given = {**FIXTURE_DEFAULTS["generated"], **store}
+    elif fixture in ("generated", "duplicate_fts"):
+        given = ({**FIXTURE_DEFAULTS["generated"], **store} if fixture == "generated"
+                 else DUPLICATE_FTS_SIZE)
         n_s, n_m = int(given["sessions"]), int(given["messages"])
         _current_store(db_path, n_s, n_m, seed)
         out.update(sessions=n_s, messages=n_m)
+        if fixture == "duplicate_fts":
+            _duplicate_fts_trigger(db_path)
     elif version is not None:
         from hermes_state.testing import build_fixture
 
@@ -230,6 +247,10 @@ def prepare_store(store: dict, db_path: Path, *, seed: int = 0,
         (db_path.parent.parent / MANIFEST_NAME).write_text(
             json.dumps(manifest, default=str, ensure_ascii=False) + "\n", encoding="utf-8")
         out.update(version=version, counts=manifest["counts"])
+    elif fixture == "newer_not_null":
+        _current_store(db_path, 1, 0, seed)
+        _newer_not_null(db_path)
+        out.update(version=NEWER_VERSION)
     elif fixture == "zeroed":
         db_path.write_bytes(b"\0" * int(store.get("bytes", FIXTURE_DEFAULTS["zeroed"]["bytes"])))
     elif fixture == "empty_file":
@@ -276,6 +297,48 @@ def other_store(path: Path, seed: int = 0) -> Path:
             p.unlink()
     _current_store(path, 2, 6, seed + 1)
     return path
+
+
+def _duplicate_fts_trigger(db_path: Path) -> None:
+    """Add :data:`DUPLICATE_FTS_TRIGGER`: the store's own FTS insert trigger under another name
+    (raw sqlite3: no code of the store would write it)."""
+    conn = sqlite3.connect(str(db_path), isolation_level=None)
+    try:
+        row = conn.execute("SELECT sql FROM sqlite_master WHERE type = 'trigger' AND name = "
+                           "'messages_fts_insert'").fetchone()
+        if row is None:
+            raise ValueError("the current store has no messages_fts_insert trigger to duplicate")
+        conn.execute(row[0].replace("messages_fts_insert", DUPLICATE_FTS_TRIGGER, 1))
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    finally:
+        conn.close()
+
+
+def _newer_not_null(db_path: Path) -> None:
+    """Make a current store look written by a newer release (raw sqlite3): ``messages`` gets
+    :data:`NEWER_COLUMN` ``TEXT NOT NULL`` without a default (added with one, which the
+    table's SQL then loses, as a release that created the table so would have it), and
+    ``schema_version`` says :data:`NEWER_VERSION`."""
+    conn = sqlite3.connect(str(db_path), isolation_level=None)
+    try:
+        conn.execute(f"ALTER TABLE messages ADD COLUMN {NEWER_COLUMN} TEXT NOT NULL DEFAULT ''")
+        sql = conn.execute("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = "
+                           "'messages'").fetchone()[0]
+        conn.execute("BEGIN")
+        conn.execute("PRAGMA writable_schema=ON")
+        conn.execute("UPDATE sqlite_master SET sql = ? WHERE type = 'table' AND name = 'messages'",
+                     (sql.replace(f"{NEWER_COLUMN} TEXT NOT NULL DEFAULT ''",
+                                  f"{NEWER_COLUMN} TEXT NOT NULL"),))
+        version = conn.execute("PRAGMA schema_version").fetchone()[0]
+        conn.execute(f"PRAGMA schema_version={version + 1}")
+        conn.execute("PRAGMA writable_schema=OFF")
+        conn.execute("UPDATE schema_version SET version = ?", (NEWER_VERSION,))
+        conn.execute("COMMIT")
+        if conn.execute("PRAGMA integrity_check").fetchone()[0] != "ok":
+            raise ValueError("the newer_not_null fixture is not intact")
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    finally:
+        conn.close()
 
 
 def _current_store(db_path: Path, n_sessions: int, n_messages: int, seed: int) -> None:

@@ -58,7 +58,8 @@ from .report.gate import (
 from .report.gate import verdict_table as _table
 from .sampler import measure
 
-__all__ = ["GateRow", "Job", "rerun_reason", "run_gate", "verdict_table", "write_junit"]
+__all__ = ["GateRow", "Job", "rerun_reason", "rerun_reason_for", "run_gate", "verdict_table",
+           "write_junit"]
 #: Hang guard for one job (s): a scenario run or a matrix chunk stuck this long is an ERROR.
 JOB_TIMEOUT_S = 1800.0
 
@@ -285,10 +286,17 @@ def rerun_reason(row: GateRow) -> str | None:
     any other checker (lost writes, integrity, ...) is never rerun: it stands."""
     if row.kind != "scenario":
         return None
-    if row.status == INCONCLUSIVE:
+    return rerun_reason_for(row.status, row.failed_checkers)
+
+
+def rerun_reason_for(status: str, failed_checkers: list[str]) -> str | None:
+    """:func:`rerun_reason` for one scenario run's ``status`` and its FAILed checkers (the
+    audit judges its runs by the same rule: a timing-bound kill is believed only once a rerun
+    fails too). Returns the reason, or None when the result stands."""
+    if status == INCONCLUSIVE:
         return "INCONCLUSIVE: run once more"
-    if row.status == FAIL and row.failed_checkers and set(row.failed_checkers) <= TIMING_BOUND:
-        return f"timing-bound FAIL ({', '.join(row.failed_checkers)}): run once more"
+    if status == FAIL and failed_checkers and set(failed_checkers) <= TIMING_BOUND:
+        return f"timing-bound FAIL ({', '.join(failed_checkers)}): run once more"
     return None
 
 

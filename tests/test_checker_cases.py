@@ -555,3 +555,71 @@ def test_quarantine_evidence_finds_a_planted_copy_replaced_gone_or_beside_a_back
     (beside,) = qe.beside_planted_cases([f"{old}-2.bak", f"{old}.bak"], copies)
     assert beside["violation"] == "backup_beside_earlier_sidecar"
     assert beside["sidecar"] == f"{old}-2.bak-wal"
+
+
+# ------------------------------------------------------------------------------ recovery: doctor
+def _report(*findings, exit_code=None):
+    found = [{"level": lvl, "title": title, "detail": []} for lvl, title in findings]
+    code = exit_code if exit_code is not None else int(any(f["level"] == "issue" for f in found))
+    return {"exit_code": code, "findings": found}
+
+
+CAPTURE_ISSUE = ("issue", "30 message(s) in 2 session(s) exist only in the capture "
+                 "state.db.retired-wal-1, not in the store")
+SPOOL_ISSUE = ("issue", "59 spooled message(s) in /h/sessions are not in the store yet (1 file(s))")
+
+
+def test_doctor_cases_find_capture_only_messages_not_said_first_as_an_issue():
+    from chaos.checkers import recovery
+
+    only, none = Counter({"g-1": 1}), Counter()
+    assert recovery.doctor_cases(_report(CAPTURE_ISSUE, ("ok", "files")), "", only, none) == []
+    # said, but after another finding; said as a warning (exit 0); not said at all
+    for report in (_report(("ok", "files"), CAPTURE_ISSUE),
+                   _report(("warn", CAPTURE_ISSUE[1]), ("ok", "files")),
+                   _report(("ok", "files"))):
+        cases = recovery.doctor_cases(report, "", only, none)
+        assert [c["violation"] for c in cases] == ["capture_only_not_first_issue"], report
+        assert "g-1" in cases[0]["why"]
+    # claimed although the store has every captured payload
+    cases = recovery.doctor_cases(_report(CAPTURE_ISSUE), "", none, none)
+    assert [c["violation"] for c in cases] == ["capture_only_claimed"]
+
+
+def test_doctor_cases_find_pending_spool_not_reported_and_a_false_claim():
+    from chaos.checkers import recovery
+
+    pending, none = Counter({"g-7": 1}), Counter()
+    assert recovery.doctor_cases(_report(SPOOL_ISSUE), "", none, pending) == []
+    cases = recovery.doctor_cases(_report(("ok", "files")), "", none, pending)
+    assert [c["violation"] for c in cases] == ["spool_pending_not_reported"]
+    cases = recovery.doctor_cases(_report(("warn", SPOOL_ISSUE[1])), "", none, pending)
+    assert [c["violation"] for c in cases] == ["spool_pending_not_reported"]
+    cases = recovery.doctor_cases(_report(SPOOL_ISSUE), "", none, none)
+    assert [c["violation"] for c in cases] == ["spool_pending_claimed"]
+    cases = recovery.doctor_cases(None, "doctor --json printed no JSON report (exit 2)", none, none)
+    assert [c["violation"] for c in cases] == ["doctor_no_report"]
+
+
+# ------------------------------------------------------------------------------ fixture_preserved
+def test_shape_cases_find_a_store_migrated_in_place(tmp_path):
+    """unmigrated: the fixture as built vs the final store: an object added, changed or dropped,
+    or a table whose row count changed, is a case; the same store is none."""
+    import sqlite3
+
+    from chaos.checkers import fixture_preserved as fp
+
+    db = tmp_path / "state.db"
+    conn = sqlite3.connect(db)
+    conn.executescript("CREATE TABLE sessions(id TEXT PRIMARY KEY); CREATE TABLE t(x);"
+                       "INSERT INTO sessions VALUES ('a'); INSERT INTO t VALUES (1);")
+    conn.close()
+    built = fp.shape_of(db)
+    assert fp.shape_cases(built, fp.shape_of(db)) == []
+    conn = sqlite3.connect(db)
+    conn.executescript("CREATE INDEX i ON t(x); ALTER TABLE sessions ADD COLUMN title TEXT;"
+                       "INSERT INTO t VALUES (2);")
+    conn.close()
+    cases = fp.shape_cases(built, fp.shape_of(db))
+    assert sorted((c["violation"], c.get("change") or c.get("table")) for c in cases) == [
+        ("rows_changed", "t"), ("schema_changed", "added"), ("schema_changed", "changed")]

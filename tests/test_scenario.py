@@ -175,7 +175,7 @@ def test_full_scenario_loads_with_defaults_filled(tmp_path):
         "retry_jitter": {"min_retries": 1, "max_attempts": 15, "lo": 0.020, "hi": 0.150,
                          "budget_s": 15.0, "max_attempt_wait_s": 0.0},
         "checkpoint_cadence": {"every": 50},
-        "recovery": {},
+        "recovery": {"doctor": False},
     }
     assert s.expect["retry_jitter"] == build(CHECKER_REGISTRY["retry_jitter"].Params,
                                              {"min_retries": 1})

@@ -20,7 +20,9 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from chaos import audit, mutants, store
+from chaos import store
+from chaos.audit import catalogue as mutants
+from chaos.audit import driver as audit
 from chaos.files import names
 from chaos.files.owned import NotOwned, Owned
 from chaos.scenario import ScenarioError, load_scenario_text

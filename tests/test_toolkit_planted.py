@@ -31,7 +31,8 @@ from pathlib import Path
 import pytest
 
 from chaos import history as hist
-from chaos import mutants, replay, shrink, store
+from chaos import replay, shrink, store
+from chaos.audit import catalogue as mutants
 from chaos.files import inputs, names
 from chaos.matrix import real_stores as rs
 from chaos.__main__ import build_parser

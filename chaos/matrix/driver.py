@@ -68,7 +68,7 @@ from .arguments import (
 from .legacy_writer import AFTER_WRITES
 from .open_probe import OPEN_CHILD as _OPEN_CHILD
 from .open_probe import (
-    REPO,
+    STORE_ROOT,
     STEP_SLEEP_MS,
     probe_env,
     raw_connect,
@@ -299,7 +299,7 @@ def run_writer(fx: Fixtures, version: int) -> tuple[list[str], dict, str]:
     writer = subprocess.Popen([sys.executable, "-m", "chaos.matrix.legacy_writer", str(path),
                                str(version)], env=probe_env(), stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              cwd=str(REPO))
+                              cwd=str(STORE_ROOT))
     try:
         ready = writer.stdout.readline()
         if not ready.strip():

@@ -12,9 +12,13 @@ import os
 import sqlite3
 from pathlib import Path
 
+import hermes_state
 from hermes_state import SessionDB, failpoints
 
-REPO = Path(__file__).resolve().parents[2]
+#: Where the store package this process runs was imported from: the checkout, or the audit's
+#: mutated copy when ``chaos audit`` runs the matrix on a mutant. Children put it first on
+#: ``PYTHONPATH`` and run in it, so they import the same store code as this process.
+STORE_ROOT = Path(hermes_state.__file__).resolve().parent.parent
 #: Sleep after each COMMIT of the writer cell's migration (ms; the write lock is free then), so
 #: the old-schema writes interleave with the steps.
 STEP_SLEEP_MS = 60
@@ -37,7 +41,7 @@ def raw_connect(path: Path) -> sqlite3.Connection:
 
 def probe_env(failpoint_spec: str = "") -> dict:
     env = {k: v for k, v in os.environ.items() if k != failpoints.ENV_VAR}
-    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = str(STORE_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     if failpoint_spec:
         env[failpoints.ENV_VAR] = failpoint_spec
     return env

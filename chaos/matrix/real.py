@@ -77,7 +77,7 @@ def run_real_writer(store: rs.RealStore, work: Path) -> tuple[list[str], dict, s
     objects, journal = rs.schema_objects(rs.copy_store(store.path, work / "probe"))
     writer = subprocess.Popen([sys.executable, "-m", "chaos.matrix.legacy_writer", str(path), str(old)],
                               env=probe_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, cwd=str(rs.REPO))
+                              stderr=subprocess.PIPE, text=True, cwd=str(rs.STORE_ROOT))
     try:
         if not writer.stdout.readline().strip():
             writer.wait(timeout=300)

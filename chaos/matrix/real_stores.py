@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import hermes_state
 from hermes_state import SCHEMA_VERSION, SessionDB
 from hermes_state.testing import (
     FIXTURE_ROOT,
@@ -44,7 +45,8 @@ from hermes_state.testing import (
 
 from ..files import inputs
 
-REPO = Path(__file__).resolve().parent.parent
+#: Where the store package was imported from (see :data:`chaos.matrix.open_probe.STORE_ROOT`).
+STORE_ROOT = Path(hermes_state.__file__).resolve().parent.parent
 #: Largest ``dump.json`` read (bytes): a dump is every row of a store, as JSON.
 MAX_DUMP_BYTES = 1024 ** 3
 #: The files of a store copied with it (a live WAL included).
@@ -508,7 +510,7 @@ def crash_problems(store: RealStore, step: int, work: Path) -> tuple[list[str], 
     before = store.dump() or read_dump(store.path)
     objects, journal = schema_objects(copy_store(store.path, Path(work) / "probe"))
     env = {k: v for k, v in os.environ.items() if k != failpoints.ENV_VAR}
-    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = str(STORE_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     env[failpoints.ENV_VAR] = f"migrate.v{step}.before_commit=crash"
     res = subprocess.run([sys.executable, "-c", _OPEN_CHILD, str(path)], env=env,
                          capture_output=True, text=True, timeout=300)

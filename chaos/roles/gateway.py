@@ -21,7 +21,10 @@ Workload (SPEC §16.1; declared with their defaults in :class:`Params`):
 * ``reopen_on_refusal``: after a refused write (a retired or replaced generation), open the store
   again (op ``open`` with ``reopen: true``, at most once a second) while keeping the refused
   handle, as an app opening another window would: beside its own retired generation that open
-  must be refused too (SPEC §10.4); a handle that does open takes over the writes.
+  must be refused too (SPEC §10.4); a handle that does open takes over the writes;
+* ``resume_sessions``: sessions named ``<role>-s<i>`` instead of ``<process>-s<i>``, so a
+  restarted instance appends to the sessions its predecessor wrote (new rows of the same
+  session: after a lost WAL they reuse the lost rows' ids).
 
 A session whose creation was refused is created again before its next message. Refused writes
 (stale or replaced generation, write contention after the retry budget, a session whose creation
@@ -88,6 +91,9 @@ class Params:
     reopen_on_refusal: bool = param(False, "After a refused write, open the store again (at most "
                                     "once a second) keeping the refused handle: beside its own "
                                     "retired generation the open must be refused (SPEC §10.4).")
+    resume_sessions: bool = param(False, "Name the sessions after the role, not the process: a "
+                                  "restarted instance continues its predecessor's sessions (a "
+                                  "gateway back on the same chats; instances at once share them).")
 
 #: Refusals whose message is diverted to the spool instead of being dropped (SPEC §10.1).
 SPOOLED_ERRORS = (StateDbReplacedError, WriteContentionError, StateDbCorruptError,
@@ -132,7 +138,8 @@ def run(ctx: RoleContext) -> None:
     if w.replay_spool_at_start:
         replay(ctx, db)
     proc = ctx.cfg.process
-    sessions = [f"{proc}-s{i}" for i in range(n_sessions)]
+    owner = ctx.cfg.role if w.resume_sessions else proc
+    sessions = [f"{owner}-s{i}" for i in range(n_sessions)]
     counts = {s: 0 for s in sessions}
     busy_until: dict[str, float] = {}  # split parents whose compression turn is in progress
     parents: dict[str, str] = {}  # child -> parent of a split

@@ -43,7 +43,10 @@ class StoreDecl:
                          "seed); `schema_v1`..`schema_v22`: a store at that historical schema "
                          "version with deterministic data (SPEC §16.6); `zeroed`: `bytes` zero "
                          "bytes; `empty_file`: 0 bytes; `not_sqlite`: a text file (SPEC §12 "
-                         "quarantine).", title="store fixture",
+                         "quarantine); `duplicate_fts`: a current store whose FTS insert trigger "
+                         "was created twice under two names (SPEC §8: the open replaces the "
+                         "trigger set); `newer_not_null`: a schema-32 store whose messages have "
+                         "a NOT NULL column this code does not write (issue 10).", title="store fixture",
                          enum=list(fixtures.FIXTURES) + list(fixtures.SCHEMA_FIXTURES))
     sessions: int | None = param(None, "`generated` only: number of sessions (default "
                                  f"{_DEFAULTS['generated']['sessions']}).", minimum=1,

@@ -1,6 +1,8 @@
 """The mutant catalogue (issue 14): planted bugs, one per file, that the scenarios must catch.
 
-A mutant is a YAML file in this directory (or any directory given to ``chaos audit --mutants``):
+A mutant is a YAML file in ``chaos/audit/mutants/`` (or any directory given to
+``chaos audit --mutants``, where ``*.patch`` unified diffs are mutants too:
+:mod:`chaos.audit.patches`):
 
 ```yaml
 rule: every write transaction starts with BEGIN IMMEDIATE (lock conflicts surface at BEGIN)
@@ -18,37 +20,30 @@ unit_tests: [tests/test_store_multiprocess.py]   # the pytest subset of `--unit-
 ``hermes_state`` package: the rewrite is located by its pattern, never by a file name or a line
 number, so it survives code moving between modules. Zero or several matches make the mutant
 *stale* (:class:`StaleMutant`): an ERROR in the audit, never "killed" nor "survived".
+Planting one also names the statements it changed (:mod:`chaos.audit.reach`), so the audit can
+tell whether a run reached them.
 """
 
 from __future__ import annotations
 
-import py_compile
 import re
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
 from ..files import inputs, names
+from . import patches, reach
+from .plant import MutantError, Planted, StaleMutant, compile_check, copy_package
 
-CATALOGUE = Path(__file__).resolve().parent
+__all__ = ["CATALOGUE", "Mutant", "MutantError", "Planted", "StaleMutant", "copy_package", "load",
+           "load_dir"]
+
+CATALOGUE = Path(__file__).resolve().parent / "mutants"
 _KEYS = {"rule", "spec", "rewrite", "scenarios", "unit_tests", "description"}
 _REWRITE_KEYS = {"name", "literal", "regex", "replacement"}
 #: Largest mutant file read (bytes): the catalogue's are under 2 KiB.
 MAX_FILE_BYTES = 256 * 1024
-
-
-class MutantError(Exception):
-    """A mutant file that cannot be used: names the file and the field."""
-
-
-class StaleMutant(MutantError):
-    """The rewrite's pattern does not match exactly once under ``hermes_state/``."""
-
-    def __init__(self, text: str, matches: dict[str, int]) -> None:
-        super().__init__(text)
-        self.matches = matches
 
 
 @dataclass(frozen=True)
@@ -108,34 +103,32 @@ class Mutant:
             StaleMutant: the pattern does not match exactly once.
             MutantError: the mutated file does not compile, or the rewrite changed nothing.
         """
+        return self.plant(package, dest_root).files[0]
+
+    def plant(self, package: Path, dest_root: Path) -> "Planted":
+        """:meth:`apply`, also returning the statements to mark (:mod:`chaos.audit.reach`).
+
+        Raises:
+            StaleMutant, MutantError: as :meth:`apply`.
+        """
         rel = self.locate(package)
         copy = copy_package(package, dest_root)
         target = copy / rel
         text = target.read_text(encoding="utf-8")
-        rx = self.regex()
-        if self.is_regex:
-            new = rx.sub(self.replacement, text, count=1)
-        else:
-            new = rx.sub(lambda _m: self.replacement, text, count=1)
+        m = self.regex().search(text)
+        assert m is not None  # located above
+        inserted = m.expand(self.replacement) if self.is_regex else self.replacement
+        new = text[:m.start()] + inserted + text[m.end():]
         if new == text:
             raise MutantError(f"mutant {self.name}: the rewrite changes nothing in {rel}")
         target.write_text(new, encoding="utf-8")
+        compile_check(target, dest_root, f"mutant {self.name}: {rel}")
+        start, end, indent = reach.changed(text, m.start(), m.group(0), inserted)
         try:
-            py_compile.compile(str(target), doraise=True,
-                               cfile=str(dest_root / ".compile-check.pyc"))
-        except py_compile.PyCompileError as exc:
-            raise MutantError(f"mutant {self.name}: {rel} does not compile after the "
-                              f"rewrite: {exc.msg}") from None
-        finally:
-            (dest_root / ".compile-check.pyc").unlink(missing_ok=True)
-        return target
-
-
-def copy_package(package: Path, dest_root: Path) -> Path:
-    """``dest_root/hermes_state``: a copy of ``package`` without ``__pycache__``/``*.pyc``."""
-    dest = dest_root / "hermes_state"
-    shutil.copytree(package, dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    return dest
+            marks = reach.sites(new, start, end, indent)
+        except reach.NoSites as exc:
+            raise MutantError(f"mutant {self.name}: {rel}: {exc}") from None
+        return Planted([target], {f"hermes_state/{rel}": marks})
 
 
 def _strings(value, where: str) -> list[str]:
@@ -204,19 +197,29 @@ def load(path: Path) -> Mutant:
                   description=" ".join(str(data.get("description") or "").split()))
 
 
-def load_dir(directory: Path | None = None) -> list[Mutant]:
-    """Every ``*.yaml`` mutant of ``directory`` (default: this catalogue), by name.
+def load_dir(directory: Path | None = None) -> list["Mutant | patches.PatchMutant"]:
+    """Every mutant of ``directory`` (default: this catalogue), by name: the ``*.yaml``
+    rewrites and the ``*.patch`` unified diffs (:mod:`chaos.audit.patches`).
 
     Raises:
-        MutantError: the directory has none, or a file is invalid (the first one).
+        MutantError: the directory has none, a file is invalid (the first one), or two files
+            have one name (``x.yaml`` and ``x.patch``).
     """
     directory = Path(directory or CATALOGUE)
     if not directory.is_dir():
-        raise MutantError(f"{directory}: not a directory of mutant files (*.yaml)")
+        raise MutantError(f"{directory}: not a directory of mutant files (*.yaml, *.patch)")
     try:
         files = sorted(directory.glob("*.yaml"))
+        diffs = sorted(directory.glob("*.patch"))
     except OSError as exc:
         raise MutantError(f"{directory}: cannot list the mutant files: {exc}") from None
-    if not files:
-        raise MutantError(f"no mutant files (*.yaml) in {directory}")
-    return [load(f) for f in files]
+    if not files and not diffs:
+        raise MutantError(f"no mutant files (*.yaml, *.patch) in {directory}")
+    found = [load(f) for f in files] + patches.load_patches(diffs)
+    names_seen: set[str] = set()
+    for m in found:
+        if m.name in names_seen:
+            raise MutantError(f"{directory}: two mutants are named {m.name} ({m.name}.yaml and "
+                              f"{m.name}.patch): rename one")
+        names_seen.add(m.name)
+    return sorted(found, key=lambda m: m.name)

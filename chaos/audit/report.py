@@ -1,0 +1,141 @@
+"""The kill table of ``chaos audit`` (issue 14, issue 27): for the terminal (rich), for the
+README (Markdown) and for CI (JUnit XML)."""
+
+from __future__ import annotations
+
+import os
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from rich import box
+from rich.markup import escape
+from rich.table import Table
+
+from ..report.terminal import compact
+
+_STYLE = {"KILLED": "green", "SURVIVED": "bold red", "FLAKY": "bold yellow",
+          "ERROR": "bold magenta"}
+
+
+def _by(r) -> str:
+    if r.status == "KILLED":
+        return f"{r.killed_by}: {r.checker}" + (f" ({r.kills} runs)" if r.kills else "")
+    if r.status == "FLAKY":
+        return (f"flaky: {r.killed_by} killed it in {r.kills} runs only ({r.checker})"
+                + "".join(f"; {f['scenario']} {f['kills']} of {f['runs']}"
+                          for f in r.flaky[1:]))
+    if r.status == "SURVIVED":
+        scen = list(dict.fromkeys(x["scenario"].removesuffix(".yaml") for x in r.runs))
+        return f"survived {len(scen)} scenario(s): " + ", ".join(scen)
+    return r.error
+
+
+def kill_table(results: list, width: int | None = None, *, with_unit: bool = False) -> Table:
+    """One row per mutant: name, SPEC section, status, killed by (scenario: checker), unit
+    tests (with ``--unit-tests``), rule. Narrow terminals fold the rule under the name."""
+    narrow = compact(width)
+    t = Table(title="chaos audit: kill table",
+              **({"box": box.SIMPLE_HEAD, "padding": (0, 1), "pad_edge": False} if narrow
+                 else {}))
+    cols = ["mutant", "status", "killed by"] + (["unit"] if with_unit else [])
+    if not narrow:
+        cols = ["mutant", "SPEC", "status", "killed by (scenario: checker)"] + (
+            ["unit tests"] if with_unit else []) + ["rule"]
+    for col in cols:
+        t.add_column(col, overflow="fold", no_wrap=col == "status",
+                     ratio=1 if col in ("rule", "killed by", "killed by (scenario: checker)")
+                     else None)
+    for r in results:
+        status = f"[{_STYLE.get(r.status, 'bold red')}]{r.status}[/]"
+        by = _by(r)[:160]
+        unit = [r.unit_tests or "-"] if with_unit else []
+        by, unit = escape(by), [escape(u) for u in unit]
+        if narrow:
+            t.add_row(f"{escape(r.name)}\n[dim]{escape(f'{r.spec} {r.rule[:80]}')}[/]", status, by,
+                      *unit)
+        else:
+            t.add_row(escape(r.name), escape(r.spec), status, by, *unit, escape(r.rule))
+    return t
+
+
+def _cell(text: str) -> str:
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def markdown_table(results: list, total_s: float, jobs: int, *, with_unit: bool = False,
+                   load: str = "", confirm: int | None = None) -> str:
+    """The kill table as Markdown, with the measured wall time and the machine's load."""
+    head = "| mutant | SPEC | rule | status | killed by (scenario: checker) |" + (
+        " unit tests |" if with_unit else "")
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for r in results:
+        by = _by(r)
+        if r.status == "KILLED":
+            by = f"`{r.killed_by}`: {(r.checker or '').split(':')[0]}" + (
+                f" ({r.kills})" if r.kills else "")
+        elif r.status == "FLAKY":
+            by = (f"`{r.killed_by}`: {(r.checker or '').split(':')[0]} in {r.kills} runs only")
+        lines.append(f"| `{r.name}` | {_cell(r.spec)} | {_cell(r.rule)} | {r.status} | "
+                     f"{_cell(by)[:200]} |" + (f" {r.unit_tests or '-'} |" if with_unit else ""))
+    tally = {s: sum(r.status == s for r in results) for s in ("KILLED", "SURVIVED", "FLAKY",
+                                                              "ERROR")}
+    lines.append("")
+    lines.append(f"{tally['KILLED']} of {len(results)} mutants killed, {tally['SURVIVED']} "
+                 f"survived, {tally['FLAKY']} flaky (killed in some runs only), "
+                 f"{tally['ERROR']} error(s); wall time {total_s / 60:.1f} min ({total_s:.0f} s) "
+                 f"with {jobs} run(s) at once on {os.cpu_count()} cores"
+                 + (f"; every kill confirmed by {confirm} more run(s) of the mutant"
+                    if confirm is not None else "") + ".")
+    if load:
+        lines.append("")
+        lines.append(load[:1].upper() + load[1:] + ".")
+    return "\n".join(lines) + "\n"
+
+
+BEGIN, END = "<!-- audit-kill-table:begin -->", "<!-- audit-kill-table:end -->"
+
+
+def write_readme(readme: Path, table: str, command: str) -> bool:
+    """Replace the block between the kill-table markers of ``readme`` with ``table`` (and the
+    command that produced it). Returns False when the markers are missing (nothing written)."""
+    text = readme.read_text(encoding="utf-8")
+    if BEGIN not in text or END not in text:
+        return False
+    head, rest = text.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    block = f"{BEGIN}\nGenerated by `{command}`:\n\n{table}{END}"
+    readme.write_text(head + block + tail, encoding="utf-8")
+    return True
+
+
+def write_junit(path: Path, results: list, total_s: float) -> None:
+    """JUnit XML: one ``testcase`` per mutant; a survivor or a flaky kill is a ``failure``, an
+    ERROR an ``error``."""
+    bad = ("SURVIVED", "FLAKY")
+    root = ET.Element("testsuites", name="chaos audit", tests=str(len(results)),
+                      failures=str(sum(r.status in bad for r in results)),
+                      errors=str(sum(r.status == "ERROR" for r in results)),
+                      time=f"{total_s:.3f}")
+    suite = ET.SubElement(root, "testsuite", name="chaos.audit", tests=str(len(results)),
+                          failures=str(sum(r.status in bad for r in results)),
+                          errors=str(sum(r.status == "ERROR" for r in results)),
+                          time=f"{sum(r.seconds for r in results):.3f}")
+    for r in results:
+        case = ET.SubElement(suite, "testcase", classname="chaos.mutants", name=r.name,
+                             time=f"{r.seconds:.3f}")
+        if r.status == "SURVIVED":
+            el = ET.SubElement(case, "failure", type="SURVIVED",
+                               message=f"survived every scenario: {r.rule} ({r.spec})"[:1000])
+            el.text = "\n".join(f"{x['scenario']}: {x['status']}" for x in r.runs)
+        elif r.status == "FLAKY":
+            el = ET.SubElement(case, "failure", type="FLAKY", message=_by(r)[:1000])
+            el.text = "\n".join(f"{x['scenario']}: {x['status']}" for x in r.runs)
+        elif r.status == "ERROR":
+            el = ET.SubElement(case, "error", type="ERROR", message=r.error.splitlines()[0][:1000]
+                               if r.error else "ERROR")
+            el.text = r.error
+        else:
+            ET.SubElement(case, "system-out").text = f"killed by {r.killed_by}: {r.checker}"
+    ET.indent(root)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    ET.ElementTree(root).write(path, encoding="utf-8", xml_declaration=True)
