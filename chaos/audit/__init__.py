@@ -7,7 +7,7 @@ says when a failing run is a kill, :mod:`.catalogue` loads the mutant catalogue
 what both share, :mod:`.reach` names the mutated statements, :mod:`.probe` is the
 ``sitecustomize`` that proves every process of a run imported the mutated copy and records
 whether it reached the mutated code, and :mod:`.report` prints the kill table. Design:
-docs/decisions/0013-audit.md, docs/decisions/0027-audit-package.md.
+docs/decisions/0013-audit.md, docs/decisions/0026-audit-package.md.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """What one scenario run says about a mutant, and when a kill is believed (issue 27 item 7).
 
 A run of a mutant that fails is a *candidate* kill. It is believed only when (docs/decisions/
-0027-audit-package.md):
+0026-audit-package.md):
 
 * the run reached the mutated code (:mod:`chaos.audit.reach`): a failure in a run that never
   executed the mutant is the machine's or the scenario's, never a detection;
