@@ -52,7 +52,6 @@ ALLOWED = {
         "':memory:' holding an image read through files/; the immutable=1 fallback opens only "
         "state.db, whose header that read already found to be a regular SQLite file",
     ("operator/bundle_processes.py", "proc_state", "open"): "/proc/<pid>/stat",
-    ("operator/bundle_processes.py", "read_proc_locks", ".read_text"): "/proc/locks",
     ("processes/checkpoint_lock.py", "_open", "os.open"):
         "the checkpoint lock: lstat, then O_NONBLOCK|O_NOFOLLOW|O_NOCTTY and fstat regular",
     ("processes/lock_table.py", "read", "open"): "/proc/locks",
@@ -68,7 +67,6 @@ ALLOWED = {
         "/proc/<pid>/fd/<n> of an old lock file another process holds locked, O_NONBLOCK, "
         "then fstat checked to be that inode",
     ("processes/lock_files.py", "process_state", "open"): "/proc/<pid>/stat",
-    ("processes/lock_files.py", "flock_holders", ".read_text"): "/proc/locks",
     ("processes/lock_files.py", "stale_locked", ".read_text"): "/proc/locks",
     ("processes/lock_files.py", "open_lock_file", "os.open"):
         "a lock file: O_NOFOLLOW|O_NONBLOCK|O_NOCTTY, then fstat regular (never written)",

@@ -9,6 +9,7 @@ a session id (``hermes chat -q "..."``, ``--resume ID``).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import time
@@ -17,7 +18,7 @@ from pathlib import Path
 import psutil
 
 from ..files.sqlite_format import READ_MARKS, db_lock_names, read_mark_index, shm_lock_names
-from ..processes import holders
+from ..processes import holders, lock_table
 from ..processes.checkpoint_lock import LOCK_SUFFIX
 
 #: Roles a command line can tell, first match wins: ``(role, words)``; a word matches a whole
@@ -157,27 +158,7 @@ def _age_s(pid: int) -> float | None:
 def read_proc_locks() -> list[dict]:
     """Every line of ``/proc/locks``: ``{"kind" (POSIX/FLOCK/OFDLCK), "write", "waiting", "pid",
     "dev" (major, minor), "ino", "start", "end" (None = EOF)}``; [] without ``/proc``."""
-    try:
-        text = Path("/proc/locks").read_text()
-    except OSError:
-        return []
-    out = []
-    for line in text.splitlines():
-        parts = line.split()
-        waiting = "->" in parts
-        if waiting:
-            parts.remove("->")
-        if len(parts) < 8:
-            continue
-        try:
-            maj, mnr, ino = parts[5].split(":")
-            out.append({"kind": parts[1], "write": parts[3] == "WRITE", "waiting": waiting,
-                        "pid": int(parts[4]), "dev": (int(maj, 16), int(mnr, 16)),
-                        "ino": int(ino), "start": int(parts[6]),
-                        "end": None if parts[7] == "EOF" else int(parts[7])})
-        except ValueError:
-            continue
-    return out
+    return [dataclasses.asdict(lk) for lk in lock_table.read() or []]
 
 
 def _identity(path: str) -> tuple[tuple[int, int], int] | None:

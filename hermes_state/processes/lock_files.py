@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import HermesStateError
+from . import lock_table
 from .holders import HAVE_PROC, describe_pid
 
 #: First pause between two non-blocking tries; it doubles up to :data:`MAX_POLL_S`.
@@ -100,29 +101,13 @@ def flock_holders(target: str | os.PathLike | tuple[int, int]) -> list[LockHolde
     ident = target if isinstance(target, tuple) else file_identity(target)
     if ident is None:
         return []
-    try:
-        text = Path("/proc/locks").read_text()
-    except OSError:
-        return []
     want = (os.major(ident[0]), os.minor(ident[0]), ident[1])
     out = []
-    for line in text.splitlines():
-        parts = line.split()
-        waiting = "->" in parts
-        if waiting:
-            parts.remove("->")
-        # id: FLOCK ADVISORY WRITE|READ pid maj:min:ino start end
-        if len(parts) < 6 or parts[1] != "FLOCK":
+    for lk in lock_table.read() or []:
+        if lk.kind != "FLOCK" or (*lk.dev, lk.ino) != want:
             continue
-        try:
-            maj, mnr, ino = parts[5].split(":")
-            if (int(maj, 16), int(mnr, 16), int(ino)) != want:
-                continue
-            pid = int(parts[4])
-        except ValueError:
-            continue
-        mode = "exclusive" if parts[3] == "WRITE" else "shared"
-        out.append(LockHolder(pid, mode, waiting, describe_pid(pid), process_state(pid)))
+        out.append(LockHolder(lk.pid, "exclusive" if lk.write else "shared", lk.waiting,
+                              describe_pid(lk.pid), process_state(lk.pid)))
     return out
 
 

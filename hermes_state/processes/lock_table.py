@@ -46,6 +46,7 @@ class Lock:
     start: int
     end: int | None
     write: bool
+    waiting: bool = False  # a request blocked behind a holder (``->`` in the line)
 
     @property
     def sqlite_signature(self) -> bool:
@@ -62,7 +63,8 @@ def parse(text: str) -> list[Lock]:
     out = []
     for line in text.splitlines():
         parts = line.split()
-        if "->" in parts:
+        waiting = "->" in parts
+        if waiting:
             parts.remove("->")
         # id: KIND ADVISORY|MANDATORY READ|WRITE pid maj:min:ino start end
         if len(parts) < 8:
@@ -71,7 +73,7 @@ def parse(text: str) -> list[Lock]:
             maj, mnr, ino = parts[5].split(":")
             out.append(Lock(parts[1], int(parts[4]), (int(maj, 16), int(mnr, 16)), int(ino),
                             int(parts[6]), None if parts[7] == "EOF" else int(parts[7]),
-                            parts[3] == "WRITE"))
+                            parts[3] == "WRITE", waiting))
         except ValueError:
             continue
     return out
