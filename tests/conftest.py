@@ -43,8 +43,11 @@ class Child:
         self._reader.start()
 
     def _pump(self) -> None:
-        for line in self.proc.stdout:
-            self._lines.put(line.rstrip("\n"))
+        try:
+            for line in self.proc.stdout:
+                self._lines.put(line.rstrip("\n"))
+        except (ValueError, OSError):
+            pass  # the test closed the pipe (teardown) while this thread read it: EOF
         self._lines.put(None)  # EOF
 
     def readline(self, timeout: float = HANG_GUARD_S) -> str | None:

@@ -292,13 +292,15 @@ def test_fill_disk_never_fills_a_disk_that_is_not_the_stores_own_mount(tmp_path)
 
 
 HOLDER = """
-import sys, time
+import os, sys, time
 from hermes_state import SessionDB
 from chaos.nemesis.files import install_foreign_open_close
 db = SessionDB(sys.argv[1])
 db.create_session("h", source="cli")
 db.append_message("h", "user", "first")
-install_foreign_open_close(sys.argv[1], lambda **f: print("EVENT", f, flush=True))
+# the callback runs in a signal handler: os.write, never print (a print of the main thread
+# may be inside the same buffered writer: "reentrant call")
+install_foreign_open_close(sys.argv[1], lambda **f: os.write(1, f"EVENT {f}\\n".encode()))
 print("READY", flush=True)
 sys.stdin.readline()            # wait: the fault fires, another process closes the store
 try:
