@@ -25,6 +25,7 @@ from hermes_state.processes import generation
 def settle_now(monkeypatch):
     """Trust a directory stamp at once (the 2 s settle margin is for real clocks)."""
     monkeypatch.setattr(generation, "DIR_SETTLE_NS", 0)
+    monkeypatch.setattr(generation, "FINE_SETTLE_NS", 0)
 
 
 def wait_clock_past(ns: int, probe_dir: Path) -> None:
@@ -116,7 +117,8 @@ def test_an_unsettled_directory_stamp_is_not_kept(tmp_path):
         db.create_session("s", source="cli")
         db.append_message("s", "user", "x")
         st = os.stat(path.parent)
-        if time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) < generation.DIR_SETTLE_NS:
+        stamp = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
+        if time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) < generation.settle_ns(stamp):
             assert db.connection._dir_stamp.kept is None
 
 

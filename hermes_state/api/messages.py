@@ -15,13 +15,15 @@ compacted row); rows are returned as :meth:`get_messages` returns them.
 from __future__ import annotations
 
 import functools
+import itertools
 import math
+import operator
 import sqlite3
 import time
 from typing import Any, Callable, Iterable
 
 from .text import (
-    Cleaned,
+    CleaningConnection,
     clean_text,
     content_text,
     decode_content,
@@ -91,20 +93,27 @@ def message_values(session_id: str, role: str, content: Any = None, tool_name: A
     unknown = set(extra) - set(EXTRA_MESSAGE_COLUMNS)
     if unknown:
         raise TypeError(f"append_message() got unknown keyword(s): {', '.join(sorted(unknown))}")
+    ct = clean_text  # (None passes through both helpers: not called for it, issue 24 item 4)
     vals = {
-        "session_id": clean_text(session_id), "role": clean_text(role),
-        "content": encode_content(content), "tool_name": clean_text(tool_name),
-        "tool_calls": encode_json_field(tool_calls), "tool_call_id": clean_text(tool_call_id),
-        "token_count": clean_text(token_count), "finish_reason": clean_text(finish_reason),
-        "reasoning": clean_text(reasoning), "reasoning_content": clean_text(reasoning_content),
-        "reasoning_details": encode_json_field(reasoning_details),
-        "codex_reasoning_items": encode_json_field(codex_reasoning_items),
-        "codex_message_items": encode_json_field(codex_message_items),
-        "platform_message_id": clean_text(platform_message_id),
+        "session_id": ct(session_id), "role": ct(role),
+        "content": None if content is None else encode_content(content),
+        "tool_name": None if tool_name is None else ct(tool_name),
+        "tool_calls": encode_json_field(tool_calls) if tool_calls else None,
+        "tool_call_id": None if tool_call_id is None else ct(tool_call_id),
+        "token_count": None if token_count is None else ct(token_count),
+        "finish_reason": None if finish_reason is None else ct(finish_reason),
+        "reasoning": None if reasoning is None else ct(reasoning),
+        "reasoning_content": None if reasoning_content is None else ct(reasoning_content),
+        "reasoning_details": encode_json_field(reasoning_details) if reasoning_details else None,
+        "codex_reasoning_items": (encode_json_field(codex_reasoning_items)
+                                  if codex_reasoning_items else None),
+        "codex_message_items": (encode_json_field(codex_message_items)
+                                if codex_message_items else None),
+        "platform_message_id": None if platform_message_id is None else ct(platform_message_id),
         "observed": 1 if observed else 0,
-        "effect_disposition": clean_text(effect_disposition),
+        "effect_disposition": None if effect_disposition is None else ct(effect_disposition),
         "timestamp": time.time() if timestamp is None else timestamp,
-        "api_content": clean_text(api_content) if isinstance(api_content, str) else None,
+        "api_content": ct(api_content) if isinstance(api_content, str) else None,
         "active": 1,
     }
     if "display_kind" in extra:
@@ -124,6 +133,18 @@ def insert_sql(cols: list[str] | tuple[str, ...]) -> str:
 @functools.lru_cache(maxsize=16)
 def _insert_sql(cols: tuple[str, ...]) -> str:
     return f"INSERT INTO messages ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})"
+
+
+_NONE = itertools.repeat(None)
+_NOT_NONE = functools.partial(operator.is_not, None)
+
+
+@functools.lru_cache(maxsize=256)
+def _insert_sql_nulls(cols: tuple[str, ...], nulls: tuple[bool, ...]) -> str:
+    """The INSERT of ``cols`` with a ``NULL`` literal where ``nulls`` says the value is None:
+    the same row as binding None there, with fewer parameters to bind (issue 24 item 4)."""
+    marks = ", ".join("NULL" if n else "?" for n in nulls)
+    return f"INSERT INTO messages ({', '.join(cols)}) VALUES ({marks})"
 
 
 def build_append(session_id: str, role: str, content: Any = None, tool_name: Any = None,
@@ -151,16 +172,18 @@ def build_append(session_id: str, role: str, content: Any = None, tool_name: Any
         codex_message_items, platform_message_id, observed, effect_disposition, ts,
         api_content, **extra)
     n_calls = count_tool_calls(tool_calls)
-    sql = _insert_sql(tuple(vals))
-    # message_values cleaned every text value: bound as they are (issue 24 item 4)
-    args = Cleaned(vals.values())
-    counters = Cleaned((n_calls, vals["session_id"]))
+    values = vals.values()
+    sql = _insert_sql_nulls(tuple(vals), tuple(map(operator.is_, values, _NONE)))
+    # message_values cleaned every text value: bound as they are (issue 24 item 4), as a
+    # plain tuple (SQLite's module binds an exact tuple fastest), the Nones as NULL literals
+    args = tuple(filter(_NOT_NONE, values))
+    counters = (n_calls, vals["session_id"])
 
     def fn(c: sqlite3.Connection) -> int:
-        cur = c.execute(sql, args)
-        c.execute("UPDATE sessions SET message_count = COALESCE(message_count, 0) + 1, "
-                  "tool_call_count = COALESCE(tool_call_count, 0) + ? WHERE id = ?",
-                  counters)
+        execute = c.execute_cleaned if type(c) is CleaningConnection else c.execute
+        cur = execute(sql, args)
+        execute("UPDATE sessions SET message_count = COALESCE(message_count, 0) + 1, "
+                "tool_call_count = COALESCE(tool_call_count, 0) + ? WHERE id = ?", counters)
         return cur.lastrowid
 
     return fn

@@ -125,7 +125,12 @@ class CleaningConnection:
         self._conn = conn
 
     def execute(self, sql: str, params: Any = ()) -> Any:
-        cleaned = clean_params(params)
+        return self.execute_cleaned(sql, clean_params(params))
+
+    def execute_cleaned(self, sql: str, cleaned: Any) -> Any:
+        """:meth:`execute` of parameters every text value of which already went through
+        :func:`clean_text` (not scanned again, issue 24 item 4); a value SQLite cannot bind is
+        still an :class:`UnstorableValueError`."""
         try:
             return self._conn.execute(sql, cleaned)
         except (OverflowError, sqlite3.InterfaceError) as exc:

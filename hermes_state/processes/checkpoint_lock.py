@@ -54,6 +54,9 @@ from .lock_files import (
 
 log = logging.getLogger("hermes_state")
 
+_SH_NB = fcntl.LOCK_SH | fcntl.LOCK_NB
+_EX_NB = fcntl.LOCK_EX | fcntl.LOCK_NB
+
 LOCK_SUFFIX = ".checkpoint.lock"
 ENV_VAR = "HERMES_STATE_CHECKPOINT_LOCK"
 #: Seconds between two non-blocking attempts while waiting for the lock (``flock`` has no
@@ -146,6 +149,9 @@ class CheckpointLock:
         self._ident: tuple[int, int] | None = None  # (st_dev, st_ino) of ``fd``
         self._old: dict[int, tuple[int, int]] = {}  # fd -> identity of earlier lock files
         self._dir_stamp = DirStamp(self.path)  # the identity check's fast path (issue 24.4)
+        #: ``(stamp, wall ns)`` of the store's directory (the lock file's) taken by the last
+        #: identity check, after locking: the write path's generation check reuses it
+        self.last_taken: tuple | None = None
         if disabled_by_env():
             self.problem = f"disabled by {ENV_VAR}=off"
         else:
@@ -208,7 +214,7 @@ class CheckpointLock:
         renaming the lock file changes it): :class:`~hermes_state.processes.generation.DirStamp`.
         """
         stamps = self._dir_stamp
-        stamp, taken = stamps.take()
+        stamp, taken = self.last_taken = stamps.take()
         if stamp is not None and stamp == stamps.kept:
             return False
         try:
@@ -350,6 +356,26 @@ class CheckpointLock:
             return True
         return False
 
+    def try_now(self, exclusive: bool) -> bool:
+        """:meth:`try_exclusive` or :meth:`try_shared` in one call: the write path's lock,
+        taken once per write transaction (issue 24 item 4). True when held (always when
+        unusable); False when another description holds it."""
+        fd = self.fd
+        if fd is None:
+            return True
+        if self._old:
+            return self.try_exclusive() if exclusive else self.try_shared()
+        try:
+            fcntl.flock(fd, _EX_NB if exclusive else _SH_NB)
+        except BlockingIOError:  # EWOULDBLOCK: held by another description
+            return False
+        # the identity check after locking, as in _try
+        if self._follow_path() and not try_flock(self.fd, exclusive):  # type: ignore[arg-type]
+            self._unlock_all()
+            return False
+        self.mode = "exclusive" if exclusive else "shared"
+        return True
+
     def try_shared(self) -> bool:
         """Take the lock SHARED without waiting; True when held (always True when unusable)."""
         return self._take(fcntl.LOCK_SH, "shared", None)
@@ -397,7 +423,10 @@ class CheckpointLock:
         """Drop whatever this description holds (no-op when nothing is held)."""
         if self.fd is not None and self.mode is not None:
             self.mode = None
-            self._unlock_all()
+            if self._old:
+                self._unlock_all()
+            else:
+                fcntl.flock(self.fd, fcntl.LOCK_UN)
 
     def close(self) -> None:
         """Release and close the descriptor (idempotent)."""

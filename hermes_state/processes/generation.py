@@ -11,6 +11,7 @@ The capture of a retired generation is :mod:`hermes_state.processes.capture`.
 from __future__ import annotations
 
 import os
+import sys
 import time
 import zlib
 from dataclasses import dataclass
@@ -95,6 +96,20 @@ def diff(recorded: Generation, db_path: str | os.PathLike,
 #: the full check that recorded it: an entry change after that check then gets a later stamp,
 #: whatever the filesystem's timestamp granularity (coarse clock ticks, 1-2 s on some).
 DIR_SETTLE_NS = 2_000_000_000
+#: The same margin on Linux for a directory whose timestamps show sub-millisecond digits (the
+#: filesystem stores them finely): there a change is stamped from the kernel's coarse clock,
+#: at most one tick (10 ms at Linux's lowest HZ, 100) behind the wall clock, so ten ticks
+#: suffice (docs/decisions/0023-hot-path.md, "Amended").
+FINE_SETTLE_NS = 100_000_000
+_FINE_CLOCK = sys.platform.startswith("linux")
+
+
+def settle_ns(stamp: tuple) -> int:
+    """How old a directory stamp ``(dev, ino, mtime_ns, ctime_ns)`` must be to be kept:
+    :data:`FINE_SETTLE_NS` for finely stored timestamps on Linux, else :data:`DIR_SETTLE_NS`."""
+    if _FINE_CLOCK and (stamp[2] % 1_000_000 or stamp[3] % 1_000_000):
+        return min(FINE_SETTLE_NS, DIR_SETTLE_NS)
+    return DIR_SETTLE_NS
 
 
 class DirStamp:
@@ -105,19 +120,29 @@ class DirStamp:
     (POSIX), and a directory moved or replaced has another identity, so while the stamp equals
     the one taken before a clean full check, the three names still name the inodes that check
     saw. Only a stamp already :data:`DIR_SETTLE_NS` old at that check is kept (a change in the
-    same clock tick as the last one could otherwise repeat the stamp).
+    same clock tick as the last one could otherwise repeat the stamp; :func:`settle_ns`).
     docs/decisions/0023-hot-path.md gives the argument and its limits.
     """
 
-    __slots__ = ("dir", "kept")
+    __slots__ = ("dir", "kept", "not_before")
 
     def __init__(self, db_path: str | os.PathLike) -> None:
         self.dir = os.path.dirname(os.fspath(db_path)) or "."
         self.kept: tuple | None = None
+        #: wall-clock ns before which no stamp of this directory can be settled (the last one
+        #: seen was not): :meth:`take` makes no ``stat`` until then, the caller's full check
+        #: is needed anyway
+        self.not_before = 0
 
     def take(self) -> tuple[tuple | None, int]:
-        """``(stamp or None, wall-clock ns just before it was taken)``."""
+        """``(stamp or None, wall-clock ns just before it was taken)``.
+
+        None without a ``stat`` while no stamp could be kept yet: nothing is kept and the last
+        stamp seen changed less than :data:`DIR_SETTLE_NS` ago (a later stamp changed later).
+        """
         now = time.time_ns()
+        if now < self.not_before and self.kept is None:
+            return None, now
         try:
             st = os.stat(self.dir)
         except OSError:
@@ -125,9 +150,18 @@ class DirStamp:
         return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns), now
 
     def keep(self, stamp: tuple | None, taken_ns: int) -> None:
-        """Keep ``stamp`` (taken before a full check that found no change) if it is settled."""
-        self.kept = stamp if stamp is not None and \
-            taken_ns - max(stamp[2], stamp[3]) >= DIR_SETTLE_NS else None
+        """Keep ``stamp`` (taken before a full check that found no change) if it is settled;
+        an unsettled one sets :attr:`not_before`."""
+        if stamp is None:
+            self.kept = None
+            return
+        changed = max(stamp[2], stamp[3])
+        margin = settle_ns(stamp)
+        if taken_ns - changed >= margin:
+            self.kept = stamp
+        else:
+            self.kept = None
+            self.not_before = changed + margin
 
 
 def _fmt(ident: Identity | None) -> str:

@@ -31,6 +31,7 @@ from ..errors import (
     is_lock_error,
     store_io_error,
 )
+from ..files.sqlite_format import WAL_INDEX_HEADER_SIZE, wal_index_frames
 from ..fts import backfill as fts_backfill
 from ..processes import checkpoint_lock, holders
 from ..processes.checkpoint_lock import CheckpointLock, wal_reset_exposure
@@ -46,6 +47,18 @@ from .quarantine import raise_named
 log = logging.getLogger("hermes_state")
 
 T = TypeVar("T")
+
+#: This process's id, kept current in a forked child (the write path compares it at every
+#: call without a ``getpid`` syscall; issue 24 item 4).
+_PROCESS = [os.getpid()]
+
+
+def _forked_child() -> None:
+    _PROCESS[0] = os.getpid()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked_child)
 
 _WRITE_MAX_RETRIES = 15  # attempts in total (SPEC §4)
 RETRY_SLEEP_MIN_S = 0.020
@@ -193,6 +206,7 @@ class StoreConnection(Checkpointing, GenerationTracking, wal_sync.WalSyncing):
         self._drain_after = 0  # frames the WAL must exceed before the next draining checkpoint
         self._shm = wal_index.OwnShm()  # SQLite's own -shm descriptor (wal-index reads)
         self._wal_seen: wal_index.WalIndex | None = None  # the last write's wal-index header
+        self._tx_taken: tuple | None = None  # this write's directory stamp (the lock took it)
         # The time bound of the loss window (SPEC §4; issue 24 item 1): None = not wanted
         self._sync_delay = (wal_sync.delay_s() if not read_only and journal_mode == "wal"
                             and str(synchronous).upper() == "NORMAL" else None)
@@ -241,8 +255,9 @@ class StoreConnection(Checkpointing, GenerationTracking, wal_sync.WalSyncing):
             self._backfill.start()
 
     def _check_process(self) -> None:
-        """Raise :class:`ForkedHandleError` in a process other than the one that opened it."""
-        if os.getpid() != self._pid:
+        """Raise :class:`ForkedHandleError` in a process other than the one that opened it
+        (the process id is kept across ``fork`` by :func:`os.register_at_fork`: no syscall)."""
+        if _PROCESS[0] != self._pid:
             raise ForkedHandleError(
                 f"this session store handle ({self.db_path}) was opened by process {self._pid} "
                 f"and cannot be used after a fork (SQLite forbids it); open a new SessionDB in "
@@ -295,7 +310,7 @@ class StoreConnection(Checkpointing, GenerationTracking, wal_sync.WalSyncing):
             def body(c: sqlite3.Connection) -> T:
                 failpoints.hit("write.after_begin")
                 if check_generation:
-                    self._check_generation()
+                    self._check_generation(self._tx_taken)
                 out = fn(c)
                 failpoints.hit("write.before_commit")
                 return out
@@ -389,6 +404,7 @@ class StoreConnection(Checkpointing, GenerationTracking, wal_sync.WalSyncing):
         """
         conn = self.conn
         held = False
+        self._tx_taken = None
         try:
             self._stage = "begin"
             conn.execute("BEGIN IMMEDIATE")
@@ -433,9 +449,13 @@ class StoreConnection(Checkpointing, GenerationTracking, wal_sync.WalSyncing):
             if not events.enabled() else self._write_may_restart()
         exclusive = self._lock_checkpoints and may_restart
         self._lock_mode = "exclusive" if exclusive else "shared"
-        wait = (guard.acquire_exclusive_polling if exclusive else guard.acquire_shared_polling)
-        if (guard.try_exclusive() if exclusive else guard.try_shared()) or wait(
+        guard.last_taken = None
+        if guard.try_now(exclusive) or (
+                guard.acquire_exclusive_polling if exclusive else guard.acquire_shared_polling)(
                 HOLD_WAIT_S, before_try=lambda: failpoints.hit("write.lock_wait")):
+            # the directory stamp the lock's identity check took, after locking: the
+            # generation check's too (one stat per write, issue 24 item 4)
+            self._tx_taken = guard.last_taken
             return True
         raise _CheckpointLockMet()
 
@@ -449,6 +469,15 @@ class StoreConnection(Checkpointing, GenerationTracking, wal_sync.WalSyncing):
         snapshot did not take read slot 0 and ``walRestartLog`` cannot restart the log.
         The header seen is kept for the ``write`` event (``wal``).
         """
+        fd = self._shm.fd
+        if fd is not None:  # the common case in one call (issue 24 item 4); else found below
+            try:
+                frames = wal_index_frames(os.pread(fd, WAL_INDEX_HEADER_SIZE, 0))
+            except OSError:
+                frames = None
+            if frames is not None:
+                self._wal_seen = wal_index.WalIndex(*frames)
+                return frames[0] > 0 and frames[1] >= frames[0]  # WalIndex.may_restart
         seen = self._wal_seen = self._shm.read(
             self.generation.shm if self.generation is not None else None)
         return True if seen is None else seen.may_restart

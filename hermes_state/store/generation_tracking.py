@@ -67,6 +67,16 @@ class GenerationTracking:
         assert self.generation is not None
         fd = self._main_fd
         if fd is not None:
+            # The write path's common case: the descriptor found earlier still reads this
+            # store's own application_id; it is then SQLite's, still open (a reused descriptor
+            # would need SQLite to close its own). Anything else is verified below.
+            try:
+                app_id = application_id(os.pread(fd, 100, 0))
+            except OSError:
+                app_id = None
+            if app_id is not None and app_id in (self.generation.application_id,
+                                                 self._initial_disk_app_id):
+                return app_id
             try:
                 st = os.fstat(fd)
                 if (st.st_dev, st.st_ino) != tuple(self.generation.db or ()):
@@ -93,17 +103,22 @@ class GenerationTracking:
         with self._lock:
             self.record_generation()
 
-    def _check_generation(self) -> None:
+    def _check_generation(self, taken: tuple | None = None) -> None:
         """SPEC §10.1: the store under the connection must still be the one on disk.
 
         The header's application_id is read on every call; the three identities are compared
         by ``lstat`` unless the store's directory is unchanged since a full comparison found
         nothing (one ``stat``, :class:`~hermes_state.processes.generation.DirStamp`).
+
+        Args:
+            taken: ``(stamp, wall ns)`` of the store's directory already taken in this write
+                transaction (by the checkpoint lock's identity check, after locking), else
+                None: taken here.
         """
         assert self.generation is not None
         app_id = self._live_application_id()
         stamps = self._dir_stamp
-        stamp, taken = stamps.take()
+        stamp, taken = taken if taken is not None else stamps.take()
         if stamp is not None and stamp == stamps.kept and \
                 app_id == self.generation.application_id:
             return

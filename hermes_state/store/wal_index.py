@@ -11,7 +11,7 @@ at offsets 0 and 48, ``WalCkptInfo`` at 96, native byte order). The write path r
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..files import sqlite_format
 from ..processes.generation import own_descriptors
@@ -19,8 +19,7 @@ from ..processes.generation import own_descriptors
 WALINDEX_VERSION = sqlite_format.WALINDEX_VERSION
 
 
-@dataclass(frozen=True)
-class WalIndex:
+class WalIndex(NamedTuple):
     """What a write transaction needs of the wal-index header.
 
     Attributes:
