@@ -152,3 +152,80 @@ def test_every_text_field_of_an_append_is_still_cleaned(tmp_path):
             "WHERE id = ?", (mid,)).fetchone())
         assert tuple(row) == ("s\ufffd", "user\ufffd", "a\ufffdb", "t\ufffd", "7\ufffd",
                               "r\ufffd")
+
+
+def _dir_stats(monkeypatch, directory: Path) -> list[str]:
+    seen: list[str] = []
+    real = os.stat
+
+    def counting(path, *a, **kw):
+        if os.fspath(path) == os.fspath(directory):
+            seen.append(os.fspath(path))
+        return real(path, *a, **kw)
+
+    monkeypatch.setattr(os, "stat", counting)
+    return seen
+
+
+def test_the_lock_and_the_generation_check_share_one_directory_stat_per_write(
+        tmp_path, monkeypatch, settle_now):
+    path = tmp_path / "home" / "state.db"
+    with SessionDB(path) as db:
+        db.create_session("s", source="cli")
+        db.append_message("s", "user", "first: full checks keep the stamp")
+        stats = _dir_stats(monkeypatch, path.parent)
+        lstats = _store_lstats(monkeypatch, path)
+        for i in range(4):
+            db.append_message("s", "user", f"settled ({i})")
+        # before: 2 per write (the lock's identity check, then the generation check's)
+        assert len(stats) == 4 and lstats == []
+
+
+def test_while_no_stamp_can_settle_every_write_compares_files_without_a_directory_stat(
+        tmp_path, monkeypatch):
+    monkeypatch.setattr(generation, "DIR_SETTLE_NS", 3_600 * 10**9)
+    monkeypatch.setattr(generation, "FINE_SETTLE_NS", 3_600 * 10**9)
+    path = tmp_path / "home" / "state.db"
+    with SessionDB(path) as db:
+        db.create_session("s", source="cli")
+        db.append_message("s", "user", "the directory just changed")
+        stats = _dir_stats(monkeypatch, path.parent)
+        lstats = _store_lstats(monkeypatch, path)
+        for i in range(3):
+            db.append_message("s", "user", f"unsettled ({i})")
+        assert stats == []  # the stamp could not be kept: not taken
+        # state.db, -wal, -shm and the lock file, at every write
+        assert len(lstats) == 4 * 3
+        os.unlink(f"{path}-wal")
+        with pytest.raises(DeletedWalGenerationError):
+            db.append_message("s", "user", "refused")
+
+
+def test_the_settle_margin_follows_the_timestamps_resolution():
+    fine = (1, 2, 1_700_000_000_123_456_789, 1_700_000_000_123_456_789)
+    whole_ms = (1, 2, 1_700_000_000_123_000_000, 1_700_000_000_123_000_000)
+    whole_s = (1, 2, 1_700_000_000_000_000_000, 1_700_000_000_000_000_000)
+    if os.uname().sysname == "Linux":
+        assert generation.settle_ns(fine) == generation.FINE_SETTLE_NS
+    assert generation.settle_ns(whole_ms) == generation.DIR_SETTLE_NS
+    assert generation.settle_ns(whole_s) == generation.DIR_SETTLE_NS
+
+
+def test_a_change_after_the_fine_margin_is_still_refused(tmp_path):
+    """The real 100 ms margin (no fixture): once the stamp is kept, a sidecar deleted later
+    changes the directory's stamp and the next write is refused."""
+    path = tmp_path / "home" / "state.db"
+    probe_dir = tmp_path / "elsewhere"
+    probe_dir.mkdir()
+    with SessionDB(path) as db:
+        db.create_session("s", source="cli")
+        st = os.stat(path.parent)
+        stamp = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
+        if generation.settle_ns(stamp) != generation.FINE_SETTLE_NS:
+            pytest.skip("this filesystem stores coarse timestamps: the 2 s margin applies")
+        wait_clock_past(max(stamp[2], stamp[3]) + generation.FINE_SETTLE_NS, probe_dir)
+        db.append_message("s", "user", "a full check keeps the stamp")
+        assert db.connection._dir_stamp.kept is not None
+        os.unlink(f"{path}-shm")
+        with pytest.raises(DeletedWalGenerationError):
+            db.append_message("s", "user", "refused")
