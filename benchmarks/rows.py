@@ -412,6 +412,9 @@ def row_ops(sz: Sizes, cache: Path) -> list[dict]:
 #: store's growth; that point is shown (``not_judged``) with its fixed cost per query. The full
 #: run's sizes (10 k -> 1 M) are all judged.
 SEARCH_JUDGED_FROM = 5_000
+#: --quick: runs of every query per size (a query of ~1 ms on a loaded machine: the median of
+#: five was one preempted run away from a miss; 21 cost about a second more in all).
+QUICK_SEARCH_RUNS = 21
 
 def search_judged(points: list[dict]) -> tuple[list[dict], list[dict]]:
     """``(judged, shown)``: the growth points growth-search is judged on (stores of at least
@@ -430,7 +433,8 @@ def search_judged(points: list[dict]) -> tuple[list[dict], list[dict]]:
 
 def row_growth(sz: Sizes, cache: Path) -> list[dict]:
     res = bench_growth.measure(tuple(sz.growth_sizes), cache, sz.growth_appends,
-                               sz.search_runs)
+                               max(sz.search_runs, QUICK_SEARCH_RUNS) if sz.quick_suites
+                               else sz.search_runs)
     out_dir = Path(sz.out_dir) if sz.out_dir else Path(__file__).resolve().parent / "results"
     png = bench_growth.plot(res, out_dir / ("growth-quick.png" if sz.quick_suites
                                             else "growth.png"))
