@@ -13,15 +13,22 @@ that its imports overlap the runner's own (:func:`start_early`). docs/decisions/
 from __future__ import annotations
 
 import multiprocessing
+import os
 
 #: What the fork server imports once, before it forks any role process.
 PRELOAD = ["chaos.roles"]
+#: ``CHAOS_ROLE_START=spawn``: every role process a fresh spawned interpreter that imports for
+#: itself (``chaos audit`` sets it: its probe proves that each role process imported the
+#: mutated copy, which a forked process never does).
+ENV_VAR = "CHAOS_ROLE_START"
 
 
 def context():
     """The ``multiprocessing`` context role processes start from: ``forkserver`` preloading
-    :data:`PRELOAD` where the platform has it, else ``spawn``."""
-    if "forkserver" not in multiprocessing.get_all_start_methods():
+    :data:`PRELOAD` where the platform has it and :data:`ENV_VAR` does not say ``spawn``, else
+    ``spawn``."""
+    if ("forkserver" not in multiprocessing.get_all_start_methods()
+            or os.environ.get(ENV_VAR, "").strip().lower() == "spawn"):
         return multiprocessing.get_context("spawn")
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(PRELOAD)
