@@ -96,6 +96,9 @@ def _note(r: dict, e: dict) -> str:
             sp = e["spec_s"]
             spec = (f"; SPEC bound ({e['spec_what']}): {fmt(sp['median'])} s "
                     f"({fmt(sp['min'])}-{fmt(sp['max'])}), ours {e['spec_ratio']:.2f}x of it")
+            if "spec_raw_ratio" in e:
+                spec += (f" past each side's fixed cost (the bound's {e['fixed_spec_s']:.2f} s "
+                         f"on 1 MiB), {e['spec_raw_ratio']:.2f}x with it")
         fixed = ""
         if "fixed_ours_s" in e:
             fixed = (f"; ratio of the size-dependent part: past each side's fixed cost (the "
@@ -117,6 +120,11 @@ def _note(r: dict, e: dict) -> str:
                 f"back-fill, complete {e['fts_backfill_to_complete_s']:.1f} s later")
     if rid == "chaos":
         return f"overhead {e['overhead_s']:.2f} s, exits {e['exits']}"
+    if rid == "growth-search" and e.get("not_judged"):
+        return "not judged (a query too short to judge): " + "; ".join(
+            f"{p['messages']:,} msgs {p['ratio']:.2f}x, ours' fixed cost "
+            f"{p['fixed_ms_per_query']:.2f} ms/query beside a bare query of "
+            f"{p['bare_ms_per_query']:.2f} ms" for p in e["not_judged"])
     if rid == "search":
         return f"sum of medians {e['sum_search_ms']:.0f} / {e['sum_bare_ms']:.0f} ms"
     return e.get("skipped", "")

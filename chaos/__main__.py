@@ -16,10 +16,17 @@ import time
 import traceback
 from pathlib import Path
 
-from rich.console import Console
-from rich.markup import escape
+if __name__ == "__main__" and sys.argv[1:2] == ["run"]:
+    # The role processes' fork server imports while this process imports the rest (SPEC §17:
+    # the runner's overhead); it exits with this process.
+    from .role_start import start_early
 
-from .commands import EXIT_CODES_HELP, build_parser  # noqa: F401  (re-exported: tests, docs)
+    start_early()
+
+from rich.console import Console  # noqa: E402
+from rich.markup import escape  # noqa: E402
+
+from .commands import EXIT_CODES_HELP, build_parser  # noqa: F401,E402  (re-exported: tests, docs)
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_SCENARIO, EXIT_TOOLKIT, EXIT_SKIPPED = 0, 1, 2, 3, 4
 

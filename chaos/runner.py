@@ -41,7 +41,7 @@ from rich.markup import escape
 from hermes_state import failpoints
 from hermes_state.testing import exposure_line, wal_reset_exposure
 
-from . import fixtures, store
+from . import fixtures, role_start, store
 from .fs import FaultyMount, FsUnavailable, read_fs_log
 from . import history as hist
 from .checkers import CheckContext, run_checkers
@@ -62,7 +62,8 @@ from .schedule import Counts, Schedule, reached
 TICK_S = 0.02
 STOP_GRACE_S = 5.0
 NATURAL_EXIT_S = 2.0
-_MP = multiprocessing.get_context("spawn")  # SPEC §16.1: spawned, never forked from a holder
+
+_MP = role_start.context()  # SPEC §16.1: never forked from a holder (role_start.py)
 
 
 @dataclass
@@ -319,6 +320,10 @@ class Runner:
             # the longest a launched process waits for its clock (or a discard) once ready
             "start_guard_s": self.sc.duration + READY_GUARD_S + STOP_GRACE_S,
             "upstream": as_dict(spec.upstream) if spec.upstream is not None else None,
+            # the runner's, now (a fork server's were taken when it started): the arm file is
+            # named there
+            "environ": {**os.environ, failpoints.FILE_ENV_VAR: inst.failpoints_file},
+            "cwd": os.getcwd(),
         }
         fn = self.functions.get(spec.name)
         if fn is None:
@@ -330,16 +335,9 @@ class Runner:
             ours, theirs = ctx.Pipe()
             inst.proc = ctx.Process(target=role_main, args=(cfg, fn, theirs), name=inst.process,
                                     daemon=False)
-        # The spawned interpreter inherits the environment: the arm file is named there.
-        saved = os.environ.get(failpoints.FILE_ENV_VAR)
-        os.environ[failpoints.FILE_ENV_VAR] = inst.failpoints_file
         try:
             inst.proc.start()
         finally:
-            if saved is None:
-                os.environ.pop(failpoints.FILE_ENV_VAR, None)
-            else:
-                os.environ[failpoints.FILE_ENV_VAR] = saved
             theirs.close()
         inst.gate = ours
 

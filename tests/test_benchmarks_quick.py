@@ -6,7 +6,7 @@ is never asserted in tests)."""
 from __future__ import annotations
 
 import benchmarks.__main__ as bench_main
-from benchmarks.rows import QUICK, row
+from benchmarks.rows import QUICK, row, search_judged, spec_bound
 from benchmarks.table import note
 
 
@@ -100,3 +100,48 @@ def test_a_miss_within_its_spec_bound_is_explained_and_does_not_fail_the_run():
 def test_results_written_before_verdicts_are_judged_from_pass_alone():
     old = _row(1.7, False)
     assert "verdict" not in old and counts([old]) == "1 FAIL"
+
+
+def _point(n: int, ours_ms: float, bare_ms: float) -> dict:
+    return {"messages": n, "search": {"ratio": ours_ms / bare_ms, "sum_ours_ms": ours_ms,
+                                      "sum_bare_ms": bare_ms}}
+
+
+def test_growth_search_judges_sizes_where_a_query_is_long_enough_and_can_still_fail():
+    # 1,000 msgs: a 0.3 ms query beside ours' fixed per-query cost; shown, with that cost
+    pts = [_point(1_000, 4.5, 2.7), _point(5_000, 9.9, 8.1), _point(20_000, 29.0, 28.0)]
+    judged, shown = search_judged(pts)
+    assert [p["messages"] for p in judged] == [5_000, 20_000]
+    assert shown == [{"messages": 1_000, "ratio": 1.667, "fixed_ms_per_query": 0.2,
+                      "bare_ms_per_query": 0.3}]
+    assert "1,000 msgs 1.67x, ours' fixed cost 0.20 ms/query" in note(
+        row("growth-search", "w", "r", "ratio", [1.0], [1.0], 1.2, "t", True, not_judged=shown))
+    # a regression at a judged size still fails the row: 5,000 msgs at 1.6x
+    judged, _ = search_judged([_point(1_000, 2.8, 2.7), _point(5_000, 13.0, 8.1)])
+    assert max(p["search"]["ratio"] for p in judged) > 1.5
+    # every size of the full run is judged; a run of small sizes only judges its largest
+    assert search_judged([_point(n, 2, 1) for n in (10_000, 100_000)])[1] == []
+    assert [p["messages"] for p in search_judged([_point(200, 2, 1), _point(400, 2, 1)])[0]] \
+        == [400]
+
+
+def _op(ours: float, bare: float, spec: float) -> dict:
+    return {"ours": [ours], "bare": [bare], "spec": [spec], "spec_rss_mb": [20.0]}
+
+
+def test_a_spec_bound_is_compared_like_the_reference_past_each_sides_fixed_cost():
+    # ours 0.58 s (0.27 s of it its CLI start-up on 1 MiB), the bound 0.37 s (0.08 s on 1 MiB)
+    r, tiny = _op(0.58, 0.24, 0.37), _op(0.27, 0.08, 0.08)
+    fixed = {"raw_ratio": 2.4, "fixed_ours_s": 0.27, "fixed_bare_s": 0.08}
+    spec = spec_bound("optimize", r, tiny, fixed, ok=False, sound=True)
+    assert round(spec["spec_ratio"], 2) == 1.07 and round(spec["spec_raw_ratio"], 2) == 1.57
+    assert spec["fixed_spec_s"] == 0.08 and spec["explained"]
+    assert "past each side's fixed cost (the bound's 0.08 s on 1 MiB), 1.57x with it" in note(
+        row("optimize", "w", "r", "s", [0.58], [0.24], 2.4, "t", False, rss_mb=30,
+            bare_rss_mb=25, exits=[0], **fixed, **spec))
+    # a regression past the bound still fails: 0.3 s more of ours on the big store only
+    spec = spec_bound("optimize", _op(0.88, 0.24, 0.37), tiny, fixed, ok=False, sound=True)
+    assert spec["spec_ratio"] > 1.3 and "explained" not in spec
+    # the full run (no 1 MiB store) compares whole commands, as before
+    spec = spec_bound("optimize", r, None, {}, ok=False, sound=True)
+    assert round(spec["spec_ratio"], 2) == 1.57 and "explained" not in spec

@@ -41,7 +41,7 @@ from rich.text import Text
 import hermes_state
 from hermes_state.testing import utc_stamp
 
-from .. import store
+from .. import role_start, store
 from ..files import names
 from ..files.owned import NotOwned, Owned
 from ..gate import _Slots, run_parallel
@@ -235,6 +235,8 @@ class Audit:
         env["PYTHONPATH"] = os.pathsep.join([str(ws.root)] + [
             p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
         env[audit_probe.ENV_LOG] = str(probe)
+        # the probe proves every role process imported the copy: each must import for itself
+        env[role_start.ENV_VAR] = "spawn"
         return env
 
     # ------------------------------------------------------------------ one run

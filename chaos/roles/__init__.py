@@ -1,6 +1,6 @@
 """Role kinds (SPEC §16.1): each a function ``run(ctx: RoleContext) -> None`` in its own module.
 
-``run`` executes the role's workload in its own spawned process until the deadline in
+``run`` executes the role's workload in its own process until the deadline in
 ``ctx.cfg`` or SIGTERM; every operation is recorded through ``ctx`` as ``invoke`` then ``ok`` |
 ``fail`` | ``info`` with its payload id. It returns nothing: the process exit code tells the
 runner how it ended. Workload keys are documented in each role's module docstring.
@@ -73,8 +73,11 @@ def _gate_lost(cfg_dict: dict, exc: GateLost) -> None:
 
 def role_main(cfg_dict: dict, fn: Callable[[RoleContext], None] | None = None,
               gate=None) -> None:
-    """Entry point of every role process (target of the spawned ``multiprocessing.Process``;
-    of a ``multiprocess`` one for a ``callable`` role, whose function ``fn`` it calls).
+    """Entry point of every role process (target of the ``multiprocessing.Process`` forked from
+    the fork server of :mod:`chaos.role_start`, or spawned; of a spawned ``multiprocess`` one for
+    a ``callable`` role, whose function ``fn`` it calls). ``cfg_dict["environ"]`` and
+    ``["cwd"]`` (optional): the runner's environment and working directory at the launch,
+    applied first.
 
     ``gate``: the runner's start gate (a connection) or None. The process reports ready on it
     once imported, then waits for ``{"t0", "deadline", "index"}`` (the run's clock) before it
@@ -88,6 +91,18 @@ def role_main(cfg_dict: dict, fn: Callable[[RoleContext], None] | None = None,
     signal.signal(signal.SIGTERM, lambda signum, frame: term.append(signum))
     procfs.set_title(procfs.role_title(cfg_dict.get("process", "?"), cfg_dict.get("kind", "?")))
     cfg_dict = dict(cfg_dict)
+    # The runner's environment and working directory at launch (a forked-from-server process
+    # has the server's): first, before anything reads them.
+    environ = cfg_dict.pop("environ", None)
+    if environ is not None:
+        os.environ.clear()
+        os.environ.update(environ)
+    cwd = cfg_dict.pop("cwd", None)
+    if cwd is not None:
+        try:
+            os.chdir(cwd)
+        except OSError:
+            pass  # gone since: the role's paths are absolute
     guard_s = cfg_dict.pop("start_guard_s", None)
     if gate is not None:
         try:

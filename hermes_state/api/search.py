@@ -289,13 +289,18 @@ def _in_snapshot(conn: sqlite3.Connection, fn):
 
 
 def _search(conn: sqlite3.Connection, q: _Query) -> list[dict]:
-    tables = {r[0] for r in conn.execute(
-        "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN (?, ?, ?)",
-        (FTS_TABLE, TRIGRAM_TABLE, CJK_TABLE))}
-    pending = _pending_range(conn)
-    if TRIGRAM_TABLE in tables and _partial_trigram(conn):
-        tables.discard(TRIGRAM_TABLE)  # a v31 index leaves whole sessions out: scan instead
-    if _fts_stale(conn):
+    tables: set[str] = set()
+    for name, sql in conn.execute(
+            "SELECT name, sql FROM sqlite_master WHERE type = 'table' AND name IN (?, ?, ?)",
+            (FTS_TABLE, TRIGRAM_TABLE, CJK_TABLE)).fetchall():
+        # a v31 trigram index leaves whole sessions out: scan instead
+        if not (name == TRIGRAM_TABLE and partial_trigram_sql(sql)):
+            tables.add(name)
+    meta = dict(conn.execute(
+        "SELECT key, value FROM state_meta WHERE key IN "
+        "('fts_rebuild_high_water', 'fts_rebuild_progress', 'fts_stale')").fetchall())
+    pending = _pending_range(meta)
+    if "fts_stale" in meta:
         # The index was found corrupt and switched off (SPEC §12): scan until it is rebuilt.
         return _substring_route(conn, q, set(), pending)
     hits: list[dict] | None = None
@@ -360,13 +365,14 @@ def _match_page(conn: sqlite3.Connection, q: _Query, table: str, expr: str,
     snippet = (f"snippet({table}, -1, '{SNIPPET_OPEN}', '{SNIPPET_CLOSE}', "
                f"'{SNIPPET_ELLIPSIS}', {SNIPPET_TOKENS})")
     if pending is None:
-        rows = conn.execute(
+        cur = conn.execute(
             f"SELECT {_HIT_COLUMNS}, {snippet} AS snippet "
             f"FROM {table} CROSS JOIN messages m ON m.id = {table}.rowid "
             f"LEFT JOIN sessions s ON s.id = m.session_id "
             f"WHERE {table} MATCH ?{fsql} ORDER BY {_TIME_ORDER[q.sort]}rank LIMIT ? OFFSET ?",
-            [expr, *fparams, limit, offset]).fetchall()
-        return [_hit(r, r["snippet"]) for r in rows]
+            [expr, *fparams, limit, offset])
+        cur.row_factory = None  # plain tuples: _hit reads by position
+        return [_hit(r, r[8]) for r in cur.fetchall()]
     lo, hi = pending
     lparams: list = []
     like = _like_sql(q.tree, lparams, alias="p")
@@ -421,18 +427,16 @@ def _like_order(sort: str | None) -> str:
     return "m.timestamp ASC, m.id ASC" if sort == "oldest" else "m.timestamp DESC, m.id DESC"
 
 
-def _hit(row: sqlite3.Row, snippet: str | None) -> dict:
-    return {"id": row["id"], "session_id": row["session_id"], "role": row["role"],
-            "timestamp": row["timestamp"], "snippet": snippet if snippet is not None else "",
-            "tool_name": row["tool_name"], "context": [], "source": row["source"],
-            "model": row["model"], "session_started": row["session_started"]}
+def _hit(row: Any, snippet: str | None) -> dict:
+    """A hit from a row whose first columns are :data:`_HIT_COLUMNS` (tuple or Row)."""
+    return {"id": row[0], "session_id": row[1], "role": row[2], "timestamp": row[3],
+            "snippet": snippet if snippet is not None else "", "tool_name": row[4],
+            "context": [], "source": row[5], "model": row[6], "session_started": row[7]}
 
 
-def _pending_range(conn: sqlite3.Connection) -> tuple[int, int] | None:
-    """``(P, H)`` while an FTS rebuild is pending (SPEC §2.4), else None."""
-    rows = dict(conn.execute(
-        "SELECT key, value FROM state_meta "
-        "WHERE key IN ('fts_rebuild_high_water', 'fts_rebuild_progress')").fetchall())
+def _pending_range(rows: dict) -> tuple[int, int] | None:
+    """``(P, H)`` while an FTS rebuild is pending (SPEC §2.4), else None; ``rows`` maps
+    ``state_meta`` keys to values."""
     if rows.get("fts_rebuild_high_water") is None:
         return None
     try:
@@ -444,49 +448,47 @@ def _pending_range(conn: sqlite3.Connection) -> tuple[int, int] | None:
 
 
 def _attach_context(conn: sqlite3.Connection, hits: list[dict]) -> None:
-    """Fill ``context``: previous, hit, next message of the session by (timestamp, id)."""
+    """Fill ``context``: previous, hit, next message of the session by (timestamp, id).
+
+    One statement: each hit's row with its two neighbours' rows joined beside it.
+    """
     if not hits:
         return
     ids = [h["id"] for h in hits]
     marks = ",".join("?" * len(ids))
-    neighbours = {r[0]: (r[1], r[2]) for r in conn.execute(
-        f"SELECT h.id, "
-        f" (SELECT p.id FROM messages p WHERE p.session_id = h.session_id"
-        f"   AND (p.timestamp, p.id) < (h.timestamp, h.id)"
-        f"   ORDER BY p.timestamp DESC, p.id DESC LIMIT 1),"
-        f" (SELECT n.id FROM messages n WHERE n.session_id = h.session_id"
-        f"   AND (n.timestamp, n.id) > (h.timestamp, h.id)"
-        f"   ORDER BY n.timestamp, n.id LIMIT 1) "
-        f"FROM messages h WHERE h.id IN ({marks})", ids)}
-    wanted = sorted({i for pair in neighbours.values() for i in pair if i is not None} | set(ids))
-    marks = ",".join("?" * len(wanted))
-    texts = {r[0]: {"role": r[1],
-                    "content": content_text(decode_content(r[2]))[:CONTEXT_CHARS]}
-             for r in conn.execute(
-                 f"SELECT id, role, content FROM messages WHERE id IN ({marks})", wanted)}
+    texts: dict[int, dict] = {}
+    rows: dict[int, tuple] = {}
+    cur = conn.execute(
+            f"SELECT nb.id, nb.role, nb.content, p.id, p.role, p.content, n.id, n.role, "
+            f"n.content FROM (SELECT h.id AS id, h.role AS role, h.content AS content,"
+            f" (SELECT p.id FROM messages p WHERE p.session_id = h.session_id"
+            f"   AND (p.timestamp, p.id) < (h.timestamp, h.id)"
+            f"   ORDER BY p.timestamp DESC, p.id DESC LIMIT 1) AS prev_id,"
+            f" (SELECT n.id FROM messages n WHERE n.session_id = h.session_id"
+            f"   AND (n.timestamp, n.id) > (h.timestamp, h.id)"
+            f"   ORDER BY n.timestamp, n.id LIMIT 1) AS next_id"
+            f" FROM messages h WHERE h.id IN ({marks})) nb "
+            f"LEFT JOIN messages p ON p.id = nb.prev_id "
+            f"LEFT JOIN messages n ON n.id = nb.next_id", ids)
+    cur.row_factory = None  # plain tuples, read by position
+    for r in cur.fetchall():
+        rows[r[0]] = (r[3], r[0], r[6])
+        for k in (0, 3, 6):
+            if r[k] is not None and r[k] not in texts:
+                texts[r[k]] = {"role": r[k + 1],
+                               "content": content_text(decode_content(r[k + 2]))[:CONTEXT_CHARS]}
     for h in hits:
-        prev_id, next_id = neighbours.get(h["id"], (None, None))
-        h["context"] = [dict(texts[i]) for i in (prev_id, h["id"], next_id)
-                        if i is not None and i in texts]
+        h["context"] = [dict(texts[i]) for i in rows.get(h["id"], ()) if i is not None]
 
 
-def _partial_trigram(conn: sqlite3.Connection) -> bool:
-    """True for the trigram index of schema 31 stores (UPSTREAM_API.md §4.2, §4.5).
+def partial_trigram_sql(sql: str | None) -> bool:
+    """True when ``sql`` (the trigram table's ``CREATE``) is the index of schema 31 stores
+    (UPSTREAM_API.md §4.2, §4.5).
 
     That index has no ``tool_calls`` column and reads a view that also leaves out cron and
     sub-agent sessions, so a substring query it serves would miss their messages; LIKE finds
     them. The v23 trigram index (this code's, and upstream's up to 25) only leaves out tool rows,
     which the route already handles.
     """
-    sql = conn.execute("SELECT sql FROM sqlite_master WHERE name = ?", (TRIGRAM_TABLE,)).fetchone()
-    text = "".join((sql[0] or "").split()).lower() if sql else ""
+    text = "".join((sql or "").split()).lower()
     return "content=" in text and "tool_calls" not in text
-
-
-def _fts_stale(conn: sqlite3.Connection) -> bool:
-    """True when ``state_meta['fts_stale']`` marks the FTS index as switched off (SPEC §12)."""
-    try:
-        return conn.execute(
-            "SELECT 1 FROM state_meta WHERE key = 'fts_stale'").fetchone() is not None
-    except sqlite3.Error:
-        return False
