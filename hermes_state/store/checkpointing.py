@@ -25,6 +25,14 @@ BUSY_TIMEOUT_S = 1.0  # SPEC §4: not the default 5/30 s
 #: so that the log ends complete and the next write restarts it (issue 24 item 3; 4,000
 #: frames = 16 MiB at the default page size).
 DRAIN_FRAMES = 4000
+#: The longest a cadence checkpoint (or its drain) queues for SQLite's write lock to take the
+#: checkpoint lock (:meth:`Checkpointing._enter_for_checkpoint`): it runs inside a caller's
+#: ``append_message``, and as housekeeping it gives way rather than keep that caller waiting in
+#: the busy handler behind every other writer (up to the 1 s busy timeout before). Skipped, it is
+#: run again by the next cadence of any connection (issue 24 item 5).
+CADENCE_QUEUE_S = 0.025
+#: The checkpoint triggers that run inside a caller's write (bounded by CADENCE_QUEUE_S).
+_IN_A_WRITE = ("cadence", "drain")
 
 
 class Checkpointing:
@@ -72,8 +80,9 @@ class Checkpointing:
     def _checkpoint_once(self, mode: str, trigger: str, wait: float, *,
                          exclusive: bool = False) -> tuple | None:
         """One checkpoint holding the lock as :meth:`_enter_for_checkpoint` takes it."""
-        took = self._enter_for_checkpoint(wait, passive=mode.upper() == "PASSIVE",
-                                          exclusive=exclusive)
+        took = self._enter_for_checkpoint(
+            wait, passive=mode.upper() == "PASSIVE", exclusive=exclusive,
+            queue_s=CADENCE_QUEUE_S if trigger in _IN_A_WRITE else None)
         if took is None or took == "running":
             self._skipped_checkpoint(mode, trigger, running=took == "running")
             return None
@@ -101,7 +110,8 @@ class Checkpointing:
         return True
 
     def _enter_for_checkpoint(self, wait: float, *, passive: bool = False,
-                              exclusive: bool = False) -> bool | str | None:
+                              exclusive: bool = False,
+                              queue_s: float | None = None) -> bool | str | None:
         """Take the checkpoint lock SHARED before a checkpoint (issue 12; issue 24 item 3: a
         checkpoint excludes maintenance and the writes that may restart the WAL, which hold it
         EXCLUSIVELY, and runs beside every other write), or EXCLUSIVELY for one that drains a
@@ -112,6 +122,9 @@ class Checkpointing:
             passive: a PASSIVE checkpoint: when maintenance (or a write that may restart the
                 WAL, i.e. one that follows a complete checkpoint) holds the lock exclusively,
                 give up at once, as SQLite's PASSIVE returns busy at once (issue 18).
+            queue_s: the longest wait for SQLite's write lock when the lock is busy (None: the
+                connection's busy timeout); a cadence checkpoint runs inside a caller's write
+                and queues no longer than :data:`CADENCE_QUEUE_S` behind the other writers.
         Returns:
             True when taken (the caller releases it), False when not needed (fixed SQLite, lock
             off or degraded, or already held by this process for maintenance), ``"running"``
@@ -132,7 +145,14 @@ class Checkpointing:
         # checkpoint lock exclusively only while it holds the write lock, so only a writer
         # finishing its COMMIT can still hold it. Nothing is written: rolled back.
         try:
-            self.conn.execute("BEGIN IMMEDIATE")
+            if queue_s is None:
+                self.conn.execute("BEGIN IMMEDIATE")
+            else:
+                self.conn.execute(f"PRAGMA busy_timeout = {max(1, round(queue_s * 1000))}")
+                try:
+                    self.conn.execute("BEGIN IMMEDIATE")
+                finally:
+                    self.conn.execute(f"PRAGMA busy_timeout = {round(BUSY_TIMEOUT_S * 1000)}")
         except sqlite3.OperationalError as exc:
             if is_lock_error(exc):
                 return None
