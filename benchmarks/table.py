@@ -44,9 +44,7 @@ _NOTES = {
     "lock-writers8": "p99 {p99_on_ms:.1f} ms with, {p99_off_ms:.1f} ms without; {errors} errors",
     "lock-stall": "{throughput_on:.0f} msg/s with, {throughput_off:.0f} without; {errors} errors",
     "writers8": ("{errors} caller errors; p50 {p50_ms:.2f} ms, p99 {p99_ms:.1f} ms (busy handler "
-                 "{p99_busy30_ms:.1f} ms, {p99_ratio:.2f}x), max {max_ms:.0f} ms; counted in "
-                 "the runs with an event listener ({events_throughput:,.0f} msg/s, p99 "
-                 "{events_p99_ms:.1f} ms): {causes_note}"),
+                 "{p99_busy30_ms:.1f} ms, {p99_ratio:.2f}x), max {max_ms:.0f} ms; {causes_note}"),
     "writers8-p99": ("p50 {p50_ms:.2f} ms; p99 of the appends that did not run their cadence "
                      "checkpoint {p99_without_ckpt_ms:.1f} ms (busy handler "
                      "{busy30_p99_without_ckpt_ms:.1f} ms); busy handler alone: "
@@ -56,10 +54,7 @@ _NOTES = {
                      "lock off (what a fixed SQLite runs): p99 {p99_nolock_ms:.1f} ms "
                      "({p99_nolock_ratio:.2f}x the busy handler) at {nolock_throughput:,.0f} "
                      "msg/s. Ours {throughput_vs_busy30:.2f}x the busy handler's msg/s, "
-                     "{errors} errors; write transactions by lock mode {write_locks} (the "
-                     "runs with an event listener: p99 {events_p99_ms:.1f} ms at "
-                     "{events_throughput:,.0f} msg/s; the timed runs have none, as a user's "
-                     "process)"),
+                     "{errors} errors; write transactions by lock mode {write_locks}"),
     "stall": "{errors} caller errors; {holds} holds of {hold_s:.2f} s; {causes_note}",
 }
 
