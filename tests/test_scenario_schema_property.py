@@ -341,3 +341,12 @@ def test_a_verdict_summary_of_any_content_prints():
     out.flush()
     text = out.buffer.getvalue().decode("utf-8")
     assert "[/]" in text and "\\x1b" in text and "\x1b[31m" not in text
+
+
+def test_a_duration_string_too_large_to_read_back_is_refused_by_name():
+    """Found by the property above: ``'200000000000000000m'`` was accepted, and its resolved
+    number of seconds (1.2e19) was then refused when the run's resolved scenario was read."""
+    text = BASE.replace("COUNT", "1").replace("DESC", "d") + \
+        "  latency: {max_bound: '200000000000000000m'}\n"
+    problems = [str(p) for p in validate_text(text)]
+    assert any("expect.latency.max_bound" in p and "7-day limit" in p for p in problems), problems

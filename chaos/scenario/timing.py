@@ -15,6 +15,7 @@ from typing import Any
 
 from hermes_state import failpoints
 
+from ..checkers import CHECKERS
 from ..params import MAX_DURATION_S, declared, is_duration_text, parse_duration
 from ..roles import ROLES
 from .problems import hint, short
@@ -124,6 +125,15 @@ def duration_rules(data: Any, emit_at) -> None:
         if isinstance(step, dict):
             spots.append((["nemesis", i, "at"], step.get("at")))
             spots.append((["nemesis", i, "timeout"], step.get("timeout")))
+    expect = data.get("expect")
+    for name, params in (expect.items() if isinstance(expect, dict) else ()):
+        checker = CHECKERS.get(name) if isinstance(name, str) else None
+        if checker is not None and isinstance(params, dict):
+            # a checker's duration parameters too (a bound of 2e17 minutes resolved to a
+            # number of seconds no reader takes back: found by the schema property test)
+            for d in declared(checker.Params):
+                if d.duration:
+                    spots.append((["expect", name, d.name], params.get(d.name)))
     for path, value in spots:
         if value is None or isinstance(value, bool):
             continue
