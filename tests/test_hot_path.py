@@ -229,3 +229,24 @@ def test_a_change_after_the_fine_margin_is_still_refused(tmp_path):
         os.unlink(f"{path}-shm")
         with pytest.raises(DeletedWalGenerationError):
             db.append_message("s", "user", "refused")
+
+
+@pytest.mark.parametrize("content", ["hello", "caf\u00e9 \ud83d", ["a", {"b": 1}], 3, b"raw"])
+@pytest.mark.parametrize("observed", [False, True])
+def test_a_plain_message_is_the_row_the_general_path_writes(tmp_path, content, observed):
+    """append_message's plain-message path (no optional field) writes the row the general
+    path writes (forced here by an empty ``display_kind``-free extra: tool_calls=[] is falsy
+    and so stored NULL, like no tool calls)."""
+    from hermes_state.api import messages
+
+    fast = messages.build_append("s", "user", content, observed=observed, timestamp=5.0)
+    general = messages.build_append("s", "user", content, tool_calls=[], observed=observed,
+                                    timestamp=5.0)
+    rows = []
+    for i, fn in enumerate((fast, general)):
+        with SessionDB(tmp_path / f"s{i}" / "state.db") as db:
+            db.create_session("s", source="cli")
+            db.connection.execute_write(fn)
+            rows.append({k: v for k, v in db.get_messages("s")[0].items() if k != "id"})
+            assert db.get_session("s")["message_count"] == 1
+    assert rows[0] == rows[1]

@@ -166,6 +166,17 @@ def build_append(session_id: str, role: str, content: Any = None, tool_name: Any
     ts = coerce_timestamp(timestamp)
     if timestamp is not None and ts is None:
         raise ValueError(f"timestamp must be epoch seconds or a datetime, not {timestamp!r}")
+    if (content is not None and not extra and tool_name is None and tool_calls is None
+            and tool_call_id is None and token_count is None and finish_reason is None
+            and reasoning is None and reasoning_content is None and reasoning_details is None
+            and codex_reasoning_items is None and codex_message_items is None
+            and platform_message_id is None and effect_disposition is None
+            and api_content is None):
+        # A plain message (the gateway's common case): the row message_values would give,
+        # without building it (issue 24 item 4; tests/test_hot_path.py compares the two).
+        args = (clean_text(session_id), clean_text(role), encode_content(content),
+                1 if observed else 0, time.time() if ts is None else ts, 1)
+        return _append_fn(_PLAIN_SQL, args, (0, args[0]))
     vals = message_values(
         session_id, role, content, tool_name, tool_calls, tool_call_id, token_count,
         finish_reason, reasoning, reasoning_content, reasoning_details, codex_reasoning_items,
@@ -176,17 +187,35 @@ def build_append(session_id: str, role: str, content: Any = None, tool_name: Any
     sql = _insert_sql_nulls(tuple(vals), tuple(map(operator.is_, values, _NONE)))
     # message_values cleaned every text value: bound as they are (issue 24 item 4), as a
     # plain tuple (SQLite's module binds an exact tuple fastest), the Nones as NULL literals
-    args = tuple(filter(_NOT_NONE, values))
-    counters = (n_calls, vals["session_id"])
+    return _append_fn(sql, tuple(filter(_NOT_NONE, values)), (n_calls, vals["session_id"]))
+
+
+_COUNTERS_SQL = ("UPDATE sessions SET message_count = COALESCE(message_count, 0) + 1, "
+                 "tool_call_count = COALESCE(tool_call_count, 0) + ? WHERE id = ?")
+
+
+def _append_fn(sql: str, args: tuple, counters: tuple) -> Callable[[sqlite3.Connection], int]:
+    """``fn(conn) -> message id``: the INSERT of cleaned ``args`` and the counters' UPDATE."""
 
     def fn(c: sqlite3.Connection) -> int:
         execute = c.execute_cleaned if type(c) is CleaningConnection else c.execute
         cur = execute(sql, args)
-        execute("UPDATE sessions SET message_count = COALESCE(message_count, 0) + 1, "
-                "tool_call_count = COALESCE(tool_call_count, 0) + ? WHERE id = ?", counters)
+        execute(_COUNTERS_SQL, counters)
         return cur.lastrowid
 
     return fn
+
+
+def _plain_insert() -> str:
+    """The INSERT of a plain message (session, role, content, observed, timestamp, active;
+    every other column NULL), derived from :func:`message_values` so the two cannot drift."""
+    vals = message_values("s", "user", "x", timestamp=0.0)
+    given = tuple(k for k, v in vals.items() if v is not None)
+    assert given == ("session_id", "role", "content", "observed", "timestamp", "active"), given
+    return _insert_sql_nulls(tuple(vals), tuple(v is None for v in vals.values()))
+
+
+_PLAIN_SQL = _plain_insert()
 
 
 def recent_preview(content: Any) -> str:
