@@ -12,6 +12,7 @@ reports medians and min-max.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import shutil
@@ -73,24 +74,80 @@ def run_bare(path: Path, n: int, cpu: list | None = None) -> float:
     return elapsed
 
 
+#: What the SPEC bound of an append adds to bare sqlite3: the system calls of the per-write
+#: checks SPEC asks (§4 the checkpoint lock, §10.1 the generation check), at their cheapest.
+BOUND_WHAT = ("+ the system calls of SPEC's per-write checks: flock SHARED/UN of a lock file "
+              "(§4), a pread of the -shm header (§4), a stat of the store's directory and a "
+              "pread of state.db's header (§10.1)")
+
+
+def run_bound(path: Path, n: int, cpu: list | None = None) -> float:
+    """:func:`run_bare` plus, in every write transaction, the system calls SPEC's per-write
+    checks cannot do without (:data:`BOUND_WHAT`): the append's SPEC bound."""
+    conn = sqlite3.connect(str(path), timeout=1.0, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA foreign_keys=ON")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    conn.execute("SELECT count(*) FROM sessions").fetchone()  # -shm exists from here
+    insert = ("INSERT INTO messages (session_id, role, content, tool_name, tool_calls, "
+              "tool_call_id, token_count, finish_reason, reasoning, reasoning_content, "
+              "reasoning_details, codex_reasoning_items, codex_message_items, timestamp, "
+              "api_content) VALUES (?, ?, ?, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, "
+              "NULL, NULL, ?, NULL)")
+    update = ("UPDATE sessions SET message_count = message_count + 1, "
+              "tool_call_count = tool_call_count + ? WHERE id = ?")
+    directory = str(path.parent)
+    # closed only after the connection: closing a descriptor of state.db would drop SQLite's
+    # POSIX locks
+    db_fd = os.open(path, os.O_RDONLY)
+    shm_fd = os.open(f"{path}-shm", os.O_RDONLY)
+    lock_fd = os.open(f"{path}.bound.lock", os.O_RDONLY | os.O_CREAT, 0o600)
+    try:
+        t0, c0 = time.perf_counter(), time.process_time()
+        for i in range(n):
+            conn.execute("BEGIN IMMEDIATE")
+            os.pread(shm_fd, 136, 0)
+            fcntl.flock(lock_fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            os.stat(directory)
+            os.pread(db_fd, 100, 0)
+            conn.execute(insert, ("s", "user" if i % 2 else "assistant", f"{i} {TEXT}",
+                                  time.time()))
+            conn.execute(update, (0, "s"))
+            conn.execute("COMMIT")
+            fcntl.flock(lock_fd, fcntl.LOCK_UN)
+            if (i + 1) % 50 == 0:
+                conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        elapsed = time.perf_counter() - t0
+        if cpu is not None:
+            cpu.append(time.process_time() - c0)
+    finally:
+        conn.close()
+        for fd in (db_fd, shm_fd, lock_fd):
+            os.close(fd)
+    return elapsed
+
+
 def measure(n: int = 5000, runs: int = 5) -> dict:
     """Alternate ours / bare ``runs`` times on fresh stores of ``n`` appends each (the order
     swapped every run).
 
     Returns:
-        ``{"ours": [s per run], "bare": [s per run], "ours_cpu": [...], "bare_cpu": [...]}``
-        (wall and CPU seconds for ``n`` appends).
+        ``{"ours": [s per run], "bare": [s per run], "bound": [...], "ours_cpu": [...],
+        "bare_cpu": [...], "bound_cpu": [...]}`` (wall and CPU seconds for ``n`` appends;
+        ``bound``: :func:`run_bound`, the SPEC bound).
     """
     root = Path(tempfile.mkdtemp(prefix="bench-append-"))
-    ours, bare, ours_cpu, bare_cpu = [], [], [], []
+    ours, bare, bound, ours_cpu, bare_cpu, bound_cpu = [], [], [], [], [], []
     try:
         for k in range(runs):
-            sides = [("ours", ours, ours_cpu, run_ours), ("bare", bare, bare_cpu, run_bare)]
+            sides = [("ours", ours, ours_cpu, run_ours), ("bare", bare, bare_cpu, run_bare),
+                     ("bound", bound, bound_cpu, run_bound)]
             for name, out, cpu, fn in (sides if k % 2 == 0 else sides[::-1]):
                 out.append(fn(fresh_store(root, f"{name}{k}"), n, cpu))
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    return {"ours": ours, "bare": bare, "ours_cpu": ours_cpu, "bare_cpu": bare_cpu}
+    return {"ours": ours, "bare": bare, "ours_cpu": ours_cpu, "bare_cpu": bare_cpu,
+            "bound": bound, "bound_cpu": bound_cpu}
 
 
 def measure_sync(n: int = 2000, runs: int = 5) -> dict:
