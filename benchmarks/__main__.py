@@ -20,8 +20,8 @@ Stores that take minutes to build (the 1 GB store of realistic sessions, the 10 
 or ``~/.cache/hermes-state-bench``), keyed by size, generator and schema version; their build
 time is reported apart from the measurement.
 
-``--quick`` is meant as a smoke gate that holds under load (issue 24 item 5, still open: beside
-two CPU burners it misses append, writers8-p99, optimize, growth-search and chaos): every ratio is the median
+``--quick`` is meant as a smoke gate that holds under load (issue 24 item 5; beside two CPU
+burners on 2026-12-05 it still misses writers8-p99, docs/BENCHMARKS.md): every ratio is the median
 of several interleaved runs, the operator rows run on a 1 MiB store too and their ratio is of
 what the extra size costs each side (the fixed costs shown apart), the contention rows start
 their processes together once every one has opened the store, every row records the load it
