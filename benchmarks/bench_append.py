@@ -30,6 +30,16 @@ from hermes_state import SessionDB  # noqa: E402
 TEXT = "the quick brown fox jumps over the lazy dog while the gateway appends messages " * 3
 
 
+#: The statements bare sqlite3 issues per append (the reference and the SPEC bound).
+BARE_INSERT = ("INSERT INTO messages (session_id, role, content, tool_name, tool_calls, "
+               "tool_call_id, token_count, finish_reason, reasoning, reasoning_content, "
+               "reasoning_details, codex_reasoning_items, codex_message_items, timestamp, "
+               "api_content) VALUES (?, ?, ?, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, "
+               "NULL, NULL, ?, NULL)")
+BARE_UPDATE = ("UPDATE sessions SET message_count = message_count + 1, "
+               "tool_call_count = tool_call_count + ? WHERE id = ?")
+
+
 def fresh_store(root: Path, name: str) -> Path:
     path = root / name / "state.db"
     with SessionDB(path) as db:
@@ -52,13 +62,7 @@ def run_bare(path: Path, n: int, cpu: list | None = None) -> float:
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA foreign_keys=ON")
     conn.execute("PRAGMA synchronous=NORMAL")
-    insert = ("INSERT INTO messages (session_id, role, content, tool_name, tool_calls, "
-              "tool_call_id, token_count, finish_reason, reasoning, reasoning_content, "
-              "reasoning_details, codex_reasoning_items, codex_message_items, timestamp, "
-              "api_content) VALUES (?, ?, ?, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, "
-              "NULL, NULL, ?, NULL)")
-    update = ("UPDATE sessions SET message_count = message_count + 1, "
-              "tool_call_count = tool_call_count + ? WHERE id = ?")
+    insert, update = BARE_INSERT, BARE_UPDATE
     t0, c0 = time.perf_counter(), time.process_time()
     for i in range(n):
         conn.execute("BEGIN IMMEDIATE")
@@ -89,13 +93,7 @@ def run_bound(path: Path, n: int, cpu: list | None = None) -> float:
     conn.execute("PRAGMA foreign_keys=ON")
     conn.execute("PRAGMA synchronous=NORMAL")
     conn.execute("SELECT count(*) FROM sessions").fetchone()  # -shm exists from here
-    insert = ("INSERT INTO messages (session_id, role, content, tool_name, tool_calls, "
-              "tool_call_id, token_count, finish_reason, reasoning, reasoning_content, "
-              "reasoning_details, codex_reasoning_items, codex_message_items, timestamp, "
-              "api_content) VALUES (?, ?, ?, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, "
-              "NULL, NULL, ?, NULL)")
-    update = ("UPDATE sessions SET message_count = message_count + 1, "
-              "tool_call_count = tool_call_count + ? WHERE id = ?")
+    insert, update = BARE_INSERT, BARE_UPDATE
     directory = str(path.parent)
     # closed only after the connection: closing a descriptor of state.db would drop SQLite's
     # POSIX locks

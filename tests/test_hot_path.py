@@ -40,17 +40,22 @@ def wait_clock_past(ns: int, probe_dir: Path) -> None:
     raise AssertionError("the filesystem clock did not move")
 
 
-def _store_lstats(monkeypatch, db_path: Path) -> list[str]:
+def _counting(monkeypatch, name: str, wanted) -> list[str]:
+    """Record the paths ``os.<name>`` is called with for which ``wanted(path)`` is true."""
     seen: list[str] = []
-    real = os.lstat
+    real = getattr(os, name)
 
     def counting(path, *a, **kw):
-        if str(path).startswith(str(db_path)):
-            seen.append(str(path))
+        if wanted(os.fspath(path)):
+            seen.append(os.fspath(path))
         return real(path, *a, **kw)
 
-    monkeypatch.setattr(os, "lstat", counting)
+    monkeypatch.setattr(os, name, counting)
     return seen
+
+
+def _store_lstats(monkeypatch, db_path: Path) -> list[str]:
+    return _counting(monkeypatch, "lstat", lambda p: p.startswith(str(db_path)))
 
 
 def test_a_write_in_an_unchanged_directory_makes_no_lstat_of_the_store_files(
@@ -154,17 +159,13 @@ def test_every_text_field_of_an_append_is_still_cleaned(tmp_path):
                               "r\ufffd")
 
 
-def _dir_stats(monkeypatch, directory: Path) -> list[str]:
-    seen: list[str] = []
-    real = os.stat
-
-    def counting(path, *a, **kw):
-        if os.fspath(path) == os.fspath(directory):
-            seen.append(os.fspath(path))
-        return real(path, *a, **kw)
-
-    monkeypatch.setattr(os, "stat", counting)
-    return seen
+def _calls_of_writes(monkeypatch, db, path: Path, n: int) -> tuple[list[str], list[str]]:
+    """``(directory stats, store-file lstats)`` made by ``n`` appends."""
+    stats = _counting(monkeypatch, "stat", lambda p: p == os.fspath(path.parent))
+    lstats = _store_lstats(monkeypatch, path)
+    for i in range(n):
+        db.append_message("s", "user", f"write {i}")
+    return stats, lstats
 
 
 def test_the_lock_and_the_generation_check_share_one_directory_stat_per_write(
@@ -173,10 +174,7 @@ def test_the_lock_and_the_generation_check_share_one_directory_stat_per_write(
     with SessionDB(path) as db:
         db.create_session("s", source="cli")
         db.append_message("s", "user", "first: full checks keep the stamp")
-        stats = _dir_stats(monkeypatch, path.parent)
-        lstats = _store_lstats(monkeypatch, path)
-        for i in range(4):
-            db.append_message("s", "user", f"settled ({i})")
+        stats, lstats = _calls_of_writes(monkeypatch, db, path, 4)
         # before: 2 per write (the lock's identity check, then the generation check's)
         assert len(stats) == 4 and lstats == []
 
@@ -189,10 +187,7 @@ def test_while_no_stamp_can_settle_every_write_compares_files_without_a_director
     with SessionDB(path) as db:
         db.create_session("s", source="cli")
         db.append_message("s", "user", "the directory just changed")
-        stats = _dir_stats(monkeypatch, path.parent)
-        lstats = _store_lstats(monkeypatch, path)
-        for i in range(3):
-            db.append_message("s", "user", f"unsettled ({i})")
+        stats, lstats = _calls_of_writes(monkeypatch, db, path, 3)
         assert stats == []  # the stamp could not be kept: not taken
         # state.db, -wal, -shm and the lock file, at every write
         assert len(lstats) == 4 * 3
