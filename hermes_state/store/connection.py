@@ -308,9 +308,11 @@ class StoreConnection(Checkpointing, GenerationTracking, wal_sync.WalSyncing):
             t_attempt = t0  # when the current attempt began (retry events: waited_s)
 
             def body(c: sqlite3.Connection) -> T:
-                failpoints.hit("write.after_begin")
+                # an action at the failpoint (a nemesis's window): the stamp the lock took
+                # before it is stale, the check takes its own ("generation not yet checked")
+                fired = failpoints.hit("write.after_begin")
                 if check_generation:
-                    self._check_generation(self._tx_taken)
+                    self._check_generation(None if fired else self._tx_taken)
                 out = fn(c)
                 failpoints.hit("write.before_commit")
                 return out
