@@ -37,3 +37,47 @@ def test_a_child_of_a_libc_fork_cannot_write_through_the_parents_handle(tmp_path
         assert db.message_count("s") == 0
     finally:
         db.close()
+
+
+def test_a_child_forked_during_a_parents_write_is_refused_not_blocked(tmp_path, armed,
+                                                                      event_log):
+    """A child forked while another thread of the parent is inside a write holds a copy of
+    the handle's lock, locked for ever: its first write must raise ForkedHandleError (as its
+    reads do), never block on that copy (no wait without a bound)."""
+    import signal
+    import threading
+
+    db = SessionDB(tmp_path / "state.db")
+    try:
+        db.create_session("s", "cli")
+        inside = threading.Event()
+        armed("write.after_begin=sleep(1000)@1")
+        writer = threading.Thread(target=db.append_message, args=("s", "user", "parent"))
+        from hermes_state import events
+
+        def at_failpoint(event: dict) -> None:
+            if event.get("event") == "failpoint":
+                inside.set()
+
+        events.add_listener(at_failpoint)
+        try:
+            writer.start()
+            assert inside.wait(60), "the parent's write never reached the failpoint"
+            pid = os.fork()
+            if pid == 0:
+                signal.alarm(10)  # the hang guard: a blocked child dies of SIGALRM
+                code = 4
+                try:
+                    db.append_message("s", "user", "child")
+                    code = 3
+                except ForkedHandleError:
+                    code = 0
+                finally:
+                    os._exit(code)
+            _, status = os.waitpid(pid, 0)
+        finally:
+            events.remove_listener(at_failpoint)
+            writer.join(60)
+        assert os.waitstatus_to_exitcode(status) == 0, status
+    finally:
+        db.close()

@@ -294,6 +294,9 @@ class StoreConnection(Checkpointing, GenerationTracking, wal_sync.WalSyncing):
             WriteContentionError: lock errors on every attempt; names the write-lock owner.
             Any exception of ``fn`` (after rollback).
         """
+        # before the lock: a forked child's copy of it may be held for ever by a thread of
+        # the parent that was writing at the fork (ForkedHandleError, never a hang)
+        self._check_process()
         with self._lock:
             self._check_usable()
             conn = self.conn
