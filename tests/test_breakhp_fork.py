@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import signal
 import sys
 
 import pytest
@@ -23,6 +24,7 @@ def test_a_child_of_a_libc_fork_cannot_write_through_the_parents_handle(tmp_path
         libc = ctypes.CDLL(None, use_errno=True)
         pid = libc.fork()
         if pid == 0:  # the child: no Python at-fork hook ran
+            signal.alarm(10)  # the hang guard (a lock another thread held at the fork)
             code = 4
             try:
                 db.append_message("s", "user", "from the child")
@@ -44,7 +46,6 @@ def test_a_child_forked_during_a_parents_write_is_refused_not_blocked(tmp_path, 
     """A child forked while another thread of the parent is inside a write holds a copy of
     the handle's lock, locked for ever: its first write must raise ForkedHandleError (as its
     reads do), never block on that copy (no wait without a bound)."""
-    import signal
     import threading
 
     db = SessionDB(tmp_path / "state.db")
