@@ -48,18 +48,6 @@ log = logging.getLogger("hermes_state")
 
 T = TypeVar("T")
 
-#: This process's id, kept current in a forked child (the write path compares it at every
-#: call without a ``getpid`` syscall; issue 24 item 4).
-_PROCESS = [os.getpid()]
-
-
-def _forked_child() -> None:
-    _PROCESS[0] = os.getpid()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forked_child)
-
 _WRITE_MAX_RETRIES = 15  # attempts in total (SPEC §4)
 RETRY_SLEEP_MIN_S = 0.020
 RETRY_SLEEP_MAX_S = 0.150
@@ -256,8 +244,9 @@ class StoreConnection(Checkpointing, GenerationTracking, wal_sync.WalSyncing):
 
     def _check_process(self) -> None:
         """Raise :class:`ForkedHandleError` in a process other than the one that opened it
-        (the process id is kept across ``fork`` by :func:`os.register_at_fork`: no syscall)."""
-        if _PROCESS[0] != self._pid:
+        (``getpid`` at every call: a process id kept by :func:`os.register_at_fork` misses a
+        child of ``fork(2)`` called outside Python, e.g. by a C extension; ~0.1 us)."""
+        if os.getpid() != self._pid:
             raise ForkedHandleError(
                 f"this session store handle ({self.db_path}) was opened by process {self._pid} "
                 f"and cannot be used after a fork (SQLite forbids it); open a new SessionDB in "
