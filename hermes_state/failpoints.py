@@ -215,10 +215,11 @@ def hits(name: str) -> int:
     return _hits.get(name, 0)
 
 
-def hit(name: str) -> None:
+def hit(name: str) -> bool:
     """Mark that execution reached failpoint ``name``; perform its action if one is armed.
 
-    Costs one dict lookup when nothing is armed.
+    Costs one dict lookup when nothing is armed. Returns True when an action ran (a sleep:
+    the caller's view of the files may be stale now), else False.
 
     Raises:
         sqlite3.OperationalError: for an armed ``error(KIND)`` action (``sqlite_errorcode`` set).
@@ -229,13 +230,13 @@ def hit(name: str) -> None:
     if _file is not None:
         active = _poll_file()
     if not active:
-        return
+        return False
     action = active.get(name)
     if action is None:
-        return
+        return False
     n = _hits[name] = _hits.get(name, 0) + 1
     if action.kind == "off" or (action.nth is not None and n != action.nth):
-        return
+        return False
     events.enabled() and events.emit("failpoint", name=name, action=action.kind, hit=n)
     if action.kind == "crash":
         os.kill(os.getpid(), signal.SIGKILL)
@@ -247,3 +248,4 @@ def hit(name: str) -> None:
         exc.sqlite_errorcode = _ERROR_CODES[action.error]  # type: ignore[attr-defined]
         exc.sqlite_errorname = "SQLITE_" + action.error.upper()  # type: ignore[attr-defined]
         raise exc
+    return True

@@ -48,18 +48,6 @@ log = logging.getLogger("hermes_state")
 
 T = TypeVar("T")
 
-#: This process's id, kept current in a forked child (the write path compares it at every
-#: call without a ``getpid`` syscall; issue 24 item 4).
-_PROCESS = [os.getpid()]
-
-
-def _forked_child() -> None:
-    _PROCESS[0] = os.getpid()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forked_child)
-
 _WRITE_MAX_RETRIES = 15  # attempts in total (SPEC §4)
 RETRY_SLEEP_MIN_S = 0.020
 RETRY_SLEEP_MAX_S = 0.150
@@ -256,8 +244,9 @@ class StoreConnection(Checkpointing, GenerationTracking, wal_sync.WalSyncing):
 
     def _check_process(self) -> None:
         """Raise :class:`ForkedHandleError` in a process other than the one that opened it
-        (the process id is kept across ``fork`` by :func:`os.register_at_fork`: no syscall)."""
-        if _PROCESS[0] != self._pid:
+        (``getpid`` at every call: a process id kept by :func:`os.register_at_fork` misses a
+        child of ``fork(2)`` called outside Python, e.g. by a C extension; ~0.1 us)."""
+        if os.getpid() != self._pid:
             raise ForkedHandleError(
                 f"this session store handle ({self.db_path}) was opened by process {self._pid} "
                 f"and cannot be used after a fork (SQLite forbids it); open a new SessionDB in "
@@ -294,6 +283,9 @@ class StoreConnection(Checkpointing, GenerationTracking, wal_sync.WalSyncing):
             WriteContentionError: lock errors on every attempt; names the write-lock owner.
             Any exception of ``fn`` (after rollback).
         """
+        # before the lock: a forked child's copy of it may be held for ever by a thread of
+        # the parent that was writing at the fork (ForkedHandleError, never a hang)
+        self._check_process()
         with self._lock:
             self._check_usable()
             conn = self.conn
@@ -308,9 +300,11 @@ class StoreConnection(Checkpointing, GenerationTracking, wal_sync.WalSyncing):
             t_attempt = t0  # when the current attempt began (retry events: waited_s)
 
             def body(c: sqlite3.Connection) -> T:
-                failpoints.hit("write.after_begin")
+                # an action at the failpoint (a nemesis's window): the stamp the lock took
+                # before it is stale, the check takes its own ("generation not yet checked")
+                fired = failpoints.hit("write.after_begin")
                 if check_generation:
-                    self._check_generation(self._tx_taken)
+                    self._check_generation(None if fired else self._tx_taken)
                 out = fn(c)
                 failpoints.hit("write.before_commit")
                 return out

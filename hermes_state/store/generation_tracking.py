@@ -67,16 +67,10 @@ class GenerationTracking:
         assert self.generation is not None
         fd = self._main_fd
         if fd is not None:
-            # The write path's common case: the descriptor found earlier still reads this
-            # store's own application_id; it is then SQLite's, still open (a reused descriptor
-            # would need SQLite to close its own). Anything else is verified below.
-            try:
-                app_id = application_id(os.pread(fd, 100, 0))
-            except OSError:
-                app_id = None
-            if app_id is not None and app_id in (self.generation.application_id,
-                                                 self._initial_disk_app_id):
-                return app_id
+            # The descriptor found earlier is the lowest of this process on the recorded inode,
+            # not necessarily SQLite's: its owner may close it and the number be reused (a copy
+            # of the store reads this store's application_id), so its identity is verified at
+            # every call (tests/test_breakhp_fd_reuse.py).
             try:
                 st = os.fstat(fd)
                 if (st.st_dev, st.st_ino) != tuple(self.generation.db or ()):
