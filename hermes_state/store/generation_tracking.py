@@ -70,7 +70,7 @@ class GenerationTracking:
             # The descriptor found earlier is the lowest of this process on the recorded inode,
             # not necessarily SQLite's: its owner may close it and the number be reused (a copy
             # of the store reads this store's application_id), so its identity is verified at
-            # every call (tests/test_breakhp_fd_reuse.py).
+            # every call (tests/test_header_descriptor_reuse.py).
             try:
                 st = os.fstat(fd)
                 if (st.st_dev, st.st_ino) != tuple(self.generation.db or ()):
