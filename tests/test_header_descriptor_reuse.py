@@ -45,3 +45,37 @@ def test_a_copy_over_state_db_is_refused_after_a_reused_descriptor_number(tmp_pa
             copy.close()
     finally:
         db.close()
+
+
+def test_the_wal_index_is_read_through_the_shm_itself_after_a_reused_descriptor_number(
+        tmp_path):
+    """The same class for ``-shm``: the descriptor the write path reads the wal-index header
+    through (which decides the checkpoint lock's mode, SPEC §4) is identity-checked, so a
+    number reused by another file is dropped and the ``-shm`` itself found again."""
+    import os
+
+    p = tmp_path / "state.db"
+    with SessionDB(p) as s:
+        s.create_session("s1", "cli")
+    db = SessionDB(p)
+    try:
+        db.append_message("s1", "user", "hello")
+        shm = db.connection.generation.shm
+        probe_number = os.open(f"{p}-shm", os.O_RDONLY)  # lower than any later descriptor?
+        db.connection._shm.fd = probe_number  # the cached number is this one ...
+        os.close(probe_number)  # ... whose owner closes it ...
+        decoy = tmp_path / "decoy"
+        decoy.write_bytes(b"\0" * 4096)
+        reused = os.open(decoy, os.O_RDONLY)  # ... and another file gets the number
+        try:
+            if reused != probe_number:
+                pytest.skip("the descriptor number was not reused")
+            db.append_message("s1", "user", "after the reuse")
+            fd = db.connection._shm.fd
+            assert fd is not None and fd != reused
+            st = os.fstat(fd)
+            assert (st.st_dev, st.st_ino) == tuple(shm)
+        finally:
+            os.close(reused)
+    finally:
+        db.close()

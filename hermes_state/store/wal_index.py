@@ -61,8 +61,9 @@ def read(fd: int) -> WalIndex | None:
 
 
 class OwnShm:
-    """The descriptor SQLite holds for one store's ``-shm`` in this process, found once by
-    identity in ``/proc/self/fd`` and kept (SQLite keeps it while a connection is open)."""
+    """A descriptor of one store's ``-shm`` in this process (the lowest on its inode, often
+    SQLite's), found by identity in ``/proc/self/fd``, kept, and its identity checked at every
+    read (another owner may close it and the number be reused)."""
 
     __slots__ = ("fd",)
 
@@ -73,6 +74,14 @@ class OwnShm:
         """The header through that descriptor (``shm``: the recorded ``(st_dev, st_ino)``);
         None when none of ours has it or the header is not a settled one (looked for again
         next time)."""
+        if self.fd is not None:
+            # a descriptor number found earlier may have been closed by its owner and reused
+            try:
+                st = os.fstat(self.fd)
+                if shm is None or (st.st_dev, st.st_ino) != tuple(shm):
+                    self.fd = None
+            except OSError:
+                self.fd = None
         if self.fd is None:
             fds = own_descriptors(shm) if shm is not None else []
             if not fds:
