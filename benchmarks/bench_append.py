@@ -80,9 +80,9 @@ def run_bare(path: Path, n: int, cpu: list | None = None) -> float:
 
 #: What the SPEC bound of an append adds to bare sqlite3: the system calls of the per-write
 #: checks SPEC asks (§4 the checkpoint lock, §10.1 the generation check), at their cheapest.
-BOUND_WHAT = ("+ the system calls of SPEC's per-write checks: flock SHARED/UN of a lock file "
-              "(§4), an fstat and a pread of the -shm header (§4), getpid (§4: a forked handle), a stat of "
-              "the store's directory, an fstat and a pread of state.db's header (§10.1)")
+BOUND_WHAT = ("+ the system calls of SPEC's per-write checks: flock SHARED/UN of a lock file, "
+              "an fstat and a pread of the -shm header, getpid (§4); a stat of the store's "
+              "directory, an fstat and a pread of state.db's header (§10.1)")
 
 
 def run_bound(path: Path, n: int, cpu: list | None = None) -> float:
