@@ -277,3 +277,37 @@ def test_gate_stores_skips_what_is_not_a_store(tmp_path):
     assert any(k.endswith("text/skipped") and v == "SKIPPED" for k, v in statuses.items()), \
         statuses
     assert result["exit_code"] == 0 and proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_the_copy_goes_back_even_when_a_live_process_wrote_after_the_unmount(tmp_path,
+                                                                           monkeypatch):
+    """Found under load (a new user's full run): the SIGKILLed runner's gateway, still alive,
+    re-created its lock file in the mount point right after ``umount -l``; the guard then left
+    the evidence in ``home.from-tmpfs`` and ``home`` without ``state.db``. Now both are kept
+    and the copy is in place."""
+    _needs_tmpfs()
+    from chaos.fs import tmpfs_guard
+
+    home = tmp_path / "run" / "home"
+    home.mkdir(parents=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1M", "chaos-test", str(home)],
+                   check=True)
+    real_run = subprocess.run
+
+    def umount_then_a_late_write(argv, *a, **kw):
+        done = real_run(argv, *a, **kw)
+        if argv[:2] == ["umount", "-l"]:
+            (home / "state.db.checkpoint.lock").write_text("")  # the orphan's next lock op
+        return done
+
+    try:
+        (home / "state.db").write_text("the run's store\n")
+        monkeypatch.setattr(tmpfs_guard.subprocess, "run", umount_then_a_late_write)
+        out = tmpfs_guard.rescue(home)
+        assert out["unmounted"] and "error" not in out, out
+        assert not _mounts_under(tmp_path)
+        assert (home / "state.db").read_text() == "the run's store\n"
+        assert (Path(out["after_unmount"]) / "state.db.checkpoint.lock").is_file()
+    finally:
+        for m in _mounts_under(tmp_path):
+            real_run(["umount", "-l", str(m)], check=False)

@@ -78,18 +78,15 @@ def owner_alive(source: str) -> bool:
 def rescue(path: Path, ignore: tuple[str, ...] = ()) -> dict:
     """Copy what the tmpfs at ``path`` holds beside it (``<name>.from-tmpfs``, ``ignore``
     names left out), detach it (``umount -l``: a process may still hold a file there) and put
-    the copy in its place once the mount point is an empty directory again. Never raises.
+    the copy in its place; what a process still running there wrote into the mount point after
+    the unmount is moved beside it first (``<name>.after-unmount``). Never raises.
 
     Returns:
-        ``{"mountpoint", "copied_to", "unmounted", "error"?}``.
+        ``{"mountpoint", "copied_to", "unmounted", "after_unmount"?, "error"?}``.
     """
     path = Path(path)
     out: dict = {"mountpoint": str(path), "copied_to": None, "unmounted": False}
-    keep = path.with_name(path.name + ".from-tmpfs")
-    k = 2
-    while os.path.lexists(keep):
-        keep = path.with_name(f"{path.name}.from-tmpfs-{k}")
-        k += 1
+    keep = _free_name(path, ".from-tmpfs")
     try:
         shutil.copytree(path, keep, symlinks=True, ignore=shutil.ignore_patterns(*ignore))
         out["copied_to"] = str(keep)
@@ -106,13 +103,30 @@ def rescue(path: Path, ignore: tuple[str, ...] = ()) -> dict:
         out["error"] = f"umount -l: {exc}"
         return out
     try:
-        if out["copied_to"] and path.is_dir() and not any(path.iterdir()):
-            path.rmdir()
+        if out["copied_to"] and path.is_dir():
+            if any(path.iterdir()):
+                # A process of the run still alive there (an orphaned role of a SIGKILLed
+                # runner) made files after the unmount: they are kept beside, under their own
+                # name, and the copy still goes in place.
+                aside = _free_name(path, ".after-unmount")
+                path.rename(aside)
+                out["after_unmount"] = str(aside)
+            else:
+                path.rmdir()
             keep.rename(path)
             out["copied_to"] = str(path)
     except OSError as exc:
         out["error"] = f"put back: {exc}"
     return out
+
+
+def _free_name(path: Path, suffix: str) -> Path:
+    """``<path><suffix>``, or ``<path><suffix>-2``, ``-3``... whichever does not exist."""
+    candidate, k = path.with_name(path.name + suffix), 2
+    while os.path.lexists(candidate):
+        candidate = path.with_name(f"{path.name}{suffix}-{k}")
+        k += 1
+    return candidate
 
 
 def sweep(ignore: tuple[str, ...] = ()) -> list[dict]:
