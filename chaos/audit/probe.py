@@ -23,6 +23,8 @@ import json
 import os
 from pathlib import Path
 
+from .. import history
+
 ENV_LOG = "HERMES_AUDIT_PROBE"
 
 SOURCE = '''\
@@ -162,20 +164,12 @@ def install(root: Path, sites: dict | None = None) -> None:
 
 
 def records(log: Path) -> list[dict]:
-    """The probe's lines (a torn last line of a killed process is skipped)."""
-    out = []
-    try:
-        text = log.read_text(encoding="utf-8", errors="replace")
-    except FileNotFoundError:
+    """The probe's lines (a torn last line of a killed process is skipped), read as a run's
+    history is (:func:`chaos.history.read_file`: never through a link or from a FIFO); [] when
+    no process wrote one."""
+    if not os.path.lexists(log):
         return []
-    for line in text.splitlines():
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(rec, dict):
-            out.append(rec)
-    return out
+    return history.read_file(log)
 
 
 def verify(log: Path, package: Path, role_pids: list[int]) -> list[str]:
