@@ -31,7 +31,6 @@ from ..errors import (
     is_lock_error,
     store_io_error,
 )
-from ..files.sqlite_format import WAL_INDEX_HEADER_SIZE, wal_index_frames
 from ..fts import backfill as fts_backfill
 from ..processes import checkpoint_lock, holders
 from ..processes.checkpoint_lock import CheckpointLock, wal_reset_exposure
@@ -463,21 +462,8 @@ class StoreConnection(Checkpointing, GenerationTracking, wal_sync.WalSyncing):
         snapshot did not take read slot 0 and ``walRestartLog`` cannot restart the log.
         The header seen is kept for the ``write`` event (``wal``).
         """
-        fd = self._shm.fd
-        shm = self.generation.shm if self.generation is not None else None
-        if fd is not None and shm is not None:  # the common case in one call (issue 24.4)
-            try:
-                # the number's identity first: its owner may have closed it and the number
-                # been reused (tests/test_header_descriptor_reuse.py)
-                st = os.fstat(fd)
-                frames = (wal_index_frames(os.pread(fd, WAL_INDEX_HEADER_SIZE, 0))
-                          if (st.st_dev, st.st_ino) == shm else None)
-            except OSError:
-                frames = None
-            if frames is not None:
-                self._wal_seen = wal_index.WalIndex(*frames)
-                return frames[0] > 0 and frames[1] >= frames[0]  # WalIndex.may_restart
-        seen = self._wal_seen = self._shm.read(shm)
+        seen = self._wal_seen = self._shm.read(
+            self.generation.shm if self.generation is not None else None)
         return True if seen is None else seen.may_restart
 
     def _wait_lock_free(self) -> None:

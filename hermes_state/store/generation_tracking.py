@@ -97,7 +97,7 @@ class GenerationTracking:
         with self._lock:
             self.record_generation()
 
-    def _check_generation(self, taken: tuple | None = None) -> None:
+    def _check_generation(self, stamp_taken: tuple | None = None) -> None:
         """SPEC §10.1: the store under the connection must still be the one on disk.
 
         The header's application_id is read on every call; the three identities are compared
@@ -105,14 +105,14 @@ class GenerationTracking:
         nothing (one ``stat``, :class:`~hermes_state.processes.generation.DirStamp`).
 
         Args:
-            taken: ``(stamp, wall ns)`` of the store's directory already taken in this write
+            stamp_taken: ``(stamp, wall ns)`` of the store's directory already taken in this write
                 transaction (by the checkpoint lock's identity check, after locking), else
                 None: taken here.
         """
         assert self.generation is not None
         app_id = self._live_application_id()
         stamps = self._dir_stamp
-        stamp, taken = taken if taken is not None else stamps.take()
+        stamp, taken = stamp_taken if stamp_taken is not None else stamps.take()
         if stamp is not None and stamp == stamps.kept and \
                 app_id == self.generation.application_id:
             return
