@@ -14,6 +14,12 @@ one *configuration* of the writers:
                retry; the same statements (BEGIN IMMEDIATE; INSERT; UPDATE; COMMIT) and a
                PASSIVE checkpoint every 50 writes
 ``naive``      bare ``sqlite3``, ``timeout=1``, no retry (what a first implementation does)
+``bound``      ``busy30`` plus what SPEC's per-write checks cannot do without (the writers8-p99
+               row's SPEC bound): in every write transaction the system calls of the append
+               row's bound (``bench_append.BOUND_WHAT``), the checkpoint lock SHARED, or
+               EXCLUSIVE when the wal-index header says the write may restart the WAL (§4, this
+               SQLite has the WAL-reset race), waited for holding SQLite's write lock; each
+               cadence checkpoint holds it EXCLUSIVE (skipped when it is busy)
 ``ours-base``  ``ours`` importing ``hermes_state`` from the directory in ``$BENCH_BASE`` (an
                earlier checkout, e.g. ``git archive main hermes_state | tar -x -C DIR``): a
                change to the write path measured side by side with what it replaces
@@ -46,11 +52,13 @@ Usage: ``python benchmarks/bench_contention.py [--per-writer 400] [--runs 3] [--
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import shutil
 import sqlite3
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
@@ -87,6 +95,7 @@ CONFIGS = {
     "ours-nolock": ("ours", None, False),
     "ours-base": ("ours", None, "base"),
     "busy30": ("bare", 30.0, None),
+    "bound": ("bound", 30.0, None),
     "naive": ("bare", 1.0, None),
 }
 #: ``busy30-spinN``: ``busy30`` whose writers also burn N microseconds of CPU per append
@@ -188,6 +197,7 @@ def _writer(spec: dict) -> dict:
         done = [0]
 
         spin = spec.get("spin", 0.0)
+        checks = SpecChecks(path, conn) if kind == "bound" else None
 
         def write(i: int) -> None:
             if spin:
@@ -196,6 +206,8 @@ def _writer(spec: dict) -> dict:
                     pass
             conn.execute("BEGIN IMMEDIATE")
             try:
+                if checks is not None:
+                    checks.enter()
                 conn.execute(INSERT, (sid, "user" if i % 2 else "assistant", f"{i} {TEXT}",
                                       time.time()))
                 conn.execute(UPDATE, (0, sid))
@@ -204,16 +216,28 @@ def _writer(spec: dict) -> dict:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
                 raise
+            finally:
+                if checks is not None:
+                    checks.leave()
             done[0] += 1
             if done[0] % CHECKPOINT_EVERY == 0:
                 ran[0] = True
+                if checks is not None and not checks.try_checkpoint_lock():
+                    bare_ckpt["busy"] += 1  # skipped: a later cadence checkpoint drains
+                    return
                 try:
                     busy = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()[0]
                     bare_ckpt["busy" if busy else "ran"] += 1
                 except sqlite3.OperationalError:
                     bare_ckpt["error"] += 1  # housekeeping, as in the store
+                finally:
+                    if checks is not None:
+                        checks.leave()
 
-        close = conn.close
+        def close() -> None:
+            conn.close()
+            if checks is not None:
+                checks.close()
     lat: list[float] = []
     lat_ckpt: list[float] = []  # latencies of the appends that ran their cadence checkpoint
     errors: list[str] = []
@@ -247,6 +271,52 @@ def _writer(spec: dict) -> dict:
     return {"lat": lat, "lat_ckpt": lat_ckpt, "errors": errors, "end": end,
             "bare_ckpt": bare_ckpt if causes is None else None,
             "causes": causes.as_dict() if causes and spec.get("causes", True) else None}
+
+
+class SpecChecks:
+    """The ``bound`` writers' share of SPEC's per-write checks: the system calls they cannot do
+    without, made the cheapest way (no Python API around them), on descriptors of their own
+    (closed after the connection: closing one of ``state.db`` would drop SQLite's POSIX locks).
+    The checkpoint lock is its own file beside the store (``<db>.bound.lock``)."""
+
+    def __init__(self, path: str, conn: sqlite3.Connection) -> None:
+        conn.execute("SELECT count(*) FROM sessions").fetchone()  # -shm exists from here
+        self.dir = os.path.dirname(path)
+        self.db_fd = os.open(path, os.O_RDONLY)
+        self.shm_fd = os.open(f"{path}-shm", os.O_RDONLY)
+        self.lock_fd = os.open(f"{path}.bound.lock", os.O_RDONLY | os.O_CREAT, 0o600)
+
+    def enter(self) -> None:
+        """Right after BEGIN IMMEDIATE: the checks' system calls, the lock in its mode."""
+        os.fstat(self.shm_fd)
+        hdr = os.pread(self.shm_fd, 136, 0)
+        mx_frame, = _U32.unpack_from(hdr, 16)
+        n_backfill, = _U32.unpack_from(hdr, 96)
+        restart = mx_frame > 0 and n_backfill >= mx_frame
+        fcntl.flock(self.lock_fd, fcntl.LOCK_EX if restart else fcntl.LOCK_SH)
+        os.getpid()
+        os.stat(self.dir)
+        os.fstat(self.db_fd)
+        os.pread(self.db_fd, 100, 0)
+
+    def leave(self) -> None:
+        fcntl.flock(self.lock_fd, fcntl.LOCK_UN)
+
+    def try_checkpoint_lock(self) -> bool:
+        """The lock EXCLUSIVE for a cadence checkpoint, without waiting (False: busy)."""
+        try:
+            fcntl.flock(self.lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            return False
+
+    def close(self) -> None:
+        for fd in (self.db_fd, self.shm_fd, self.lock_fd):
+            os.close(fd)
+
+
+#: mxFrame (offset 16 of the wal-index header) and nBackfill (offset 96), native order
+_U32 = struct.Struct("=I")
 
 
 def _staller(spec: dict) -> dict:
@@ -396,7 +466,7 @@ def run_workload(root: Path, name: str, config: str, writers: int,
     done = [len(o["lat"]) for o in outs]
     merged = _merge([o["causes"] for o in outs]) if kind == "ours" and causes else None
     bare_ckpt = (dict(sum((Counter(o["bare_ckpt"]) for o in outs), Counter()))
-                 if kind == "bare" else None)
+                 if kind in ("bare", "bound") else None)
     return {"throughput": len(lat) / wall, "p50": _pct(lat, 0.50), "p99": _pct(lat, 0.99),
             "max": lat[-1] if lat else float("nan"), "errors": len(errors),
             "error_samples": errors[:3], "messages": len(lat), "wall_s": wall,
