@@ -273,6 +273,12 @@ def _writer(spec: dict) -> dict:
             "causes": causes.as_dict() if causes and spec.get("causes", True) else None}
 
 
+#: What the ``bound`` configuration adds to ``busy30`` (the writers8-p99 row's SPEC bound).
+BOUND_WHAT = ("busy30 + the system calls of SPEC's per-write checks (the append bound's) and the "
+              "checkpoint lock SHARED, EXCLUSIVE for a write that may restart the WAL, every "
+              "cadence checkpoint under it (§4, §10.1)")
+
+
 class SpecChecks:
     """The ``bound`` writers' share of SPEC's per-write checks: the system calls they cannot do
     without, made the cheapest way (no Python API around them), on descriptors of their own

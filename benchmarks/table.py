@@ -86,7 +86,14 @@ def note(r: dict) -> str:
 def _note(r: dict, e: dict) -> str:
     rid = r["id"]
     if rid in _NOTES:
-        return _NOTES[rid].format_map(_Missing(e))
+        text = _NOTES[rid].format_map(_Missing(e))
+        if rid == "writers8-p99" and "spec_ratio" in e:
+            text += (f". SPEC bound ({e['spec_what']}): p99 {e['spec_p99_ms']:.1f} ms at "
+                     f"{e['spec_throughput']:,.0f} msg/s; ours {e['spec_ratio']:.2f}x of its p99, "
+                     f"{e['throughput_vs_spec']:.2f}x of its msg/s")
+            if e.get("explained"):
+                text += f" (EXPLAINED: {e['explained']})"
+        return text
     if e.get("note"):
         return e["note"]
     if "rss_mb" in e:

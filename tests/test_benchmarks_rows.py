@@ -51,6 +51,9 @@ def test_contention_and_stall_rows(tmp_path):
     e = p99["extra"]
     assert e["p99_nolock_ms"] > 0 and e["nolock_throughput"] > 0
     assert "lock off" in table.note(p99)
+    # and its SPEC bound (busy30 + the per-write checks' system calls and lock) in the same run
+    assert e["spec_p99_ms"] > 0 and e["spec_throughput"] > 0 and e["spec_errors"] == 0
+    assert "SPEC bound" in table.note(p99) and e["spec_ratio"] > 0
     configs = [r[0] for r in stall["detail"]["rows"]]
     assert len(configs) == 4 and any("timeout 1 s, no retry" in c for c in configs)
     assert stall["extra"]["holds"] >= 1 and stall["extra"]["errors"] == 0
