@@ -31,7 +31,6 @@ import argparse
 import hashlib
 import json
 import os
-import resource
 import shutil
 import sqlite3
 import statistics
@@ -302,6 +301,29 @@ def _child(argv: list[str], env: dict) -> tuple[float, float, int, str]:
     return wall, rss_kib / 1024.0, p.returncode, err.decode(errors="replace")[-800:]
 
 
+#: How old (s) the ctime of a store's main file must be when a timed run that only reads it
+#: starts: a user's store was not copied a second earlier, and ``sessions recover`` re-hashes a
+#: source file changed within ``recover_source.CTIME_SLACK_NS`` (1 s) of its start to prove it
+#: unchanged (0.7 s for 1 GB), a check SPEC §14 does not ask (size and mtime before and
+#: after). The window plus a margin for the kernel's coarse clock. The sidecars a read-only
+#: open leaves (a 32 KiB ``-shm``, an empty ``-wal``) are not waited for: re-hashing them is
+#: microseconds, and a live store's are as fresh.
+SETTLE_S = 1.2
+
+
+def ctime_age(path: Path | str) -> float:
+    """Seconds since ``path``'s ctime (its last change of data or metadata)."""
+    return (time.time_ns() - os.stat(path).st_ctime_ns) / 1e9
+
+
+def settle(db: Path, settle_s: float = SETTLE_S) -> float:
+    """Wait until :func:`ctime_age` of ``db`` is at least ``settle_s``; returns the wait (s):
+    0 for a file that has not changed since it settled."""
+    wait = max(0.0, settle_s - ctime_age(db))
+    time.sleep(wait)
+    return wait
+
+
 def _copy_store(src: Path, home: Path) -> None:
     if home.exists():
         shutil.rmtree(home)
@@ -374,8 +396,13 @@ def measure(store: Path, runs: int = 3, only: list[str] | None = None,
         inline: the store with upstream's inline FTS layout (built from ``store`` when missing).
     Returns:
         ``{op: {"ours": [s], "bare": [s], "ours_rss_mb": [MiB], "bare_rss_mb": [MiB],
-        "exits": [int], "stderr": str}}`` plus ``"_meta"``; rows with a SPEC bound (:data:`SPEC`)
-        also ``"spec"`` and ``"spec_rss_mb"``, measured in the same alternation.
+        "exits": [int], "stderr": str, "source_age_s": [s]}}`` plus ``"_meta"``; rows with a
+        SPEC bound (:data:`SPEC`) also ``"spec"`` and ``"spec_rss_mb"``, measured in the same
+        alternation. ``source_age_s``: :func:`ctime_age` of ``state.db`` in place as each timed
+        run of each side starts. A store that an op only reads is copied into place once and
+        :func:`settle` waits, before any timed run of any side, until it is :data:`SETTLE_S`
+        old (the same preparation for all; one wait per op, after its copy); an op that changes
+        the store gets a fresh copy before each run of each side.
     """
     say = progress or (lambda m: None)
     own_work = work is None
@@ -402,7 +429,7 @@ def measure(store: Path, runs: int = 3, only: list[str] | None = None,
             if op.inline_store:
                 src = inline or inline_store(store, work / "inline")
             r = out[op.name] = {"ours": [], "bare": [], "ours_rss_mb": [], "bare_rss_mb": [],
-                                "exits": [], "stderr": ""}
+                                "exits": [], "stderr": "", "source_age_s": []}
             sides = ("ours", "bare")
             if op.name in SPEC:
                 sides += ("spec",)
@@ -413,6 +440,8 @@ def measure(store: Path, runs: int = 3, only: list[str] | None = None,
                     if op.mutates or in_home != src:
                         _copy_store(src, home)
                         in_home = None if op.mutates else src
+                    if not op.mutates:
+                        settle(home / "state.db")  # waits only after a change: once per op
                     shutil.rmtree(scratch, ignore_errors=True)
                     scratch.mkdir()
                     shutil.rmtree(home / "state-snapshots", ignore_errors=True)
@@ -425,6 +454,7 @@ def measure(store: Path, runs: int = 3, only: list[str] | None = None,
                     else:
                         argv = [sys.executable, "-m", "benchmarks.bench_ops", "--spec", op.name,
                                 str(run.db), (op.spec_arg or op.bare_arg)(run)]
+                    r["source_age_s"].append(ctime_age(run.db))
                     wall, rss, code, err = _child(argv, env)
                     r[side].append(wall)
                     r[f"{side}_rss_mb"].append(rss)

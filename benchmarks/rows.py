@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import statistics
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -450,6 +449,13 @@ def row_ops(sz: Sizes, cache: Path) -> list[dict]:
             else (None if sound else False)
         spec = spec_bound(name, r, fixed.get(name) if fixed is not None else None,
                           fixed_extra, ok, sound)
+        if name == "recover":
+            # issue 24: the source is measured in the state a user's is in (bench_ops.settle)
+            fixed_extra["prep"] = (
+                f"the source was copied into place, then left until its ctime was "
+                f"{bench_ops.SETTLE_S:g} s old before any side's first run (the youngest at a "
+                f"timed run: {min(r['source_age_s']):.1f} s): ours re-hashes a source changed "
+                f"within 1 s of its start, which a user's store is not and SPEC §14 does not ask")
         out.append(row(name, f"{whats[name]}, {size}", refs[name], "s", r["ours"], r["bare"],
                        ratio, f"<= {bench_ops.TARGET}x, RSS <= {bench_ops.RSS_LIMIT_MB:g} MB",
                        ok, rss_mb=rss, bare_rss_mb=max(r["bare_rss_mb"]), exits=r["exits"],

@@ -115,8 +115,9 @@ def _note(r: dict, e: dict) -> str:
             fixed += f"; {e['unmeasured']}"
         if e.get("explained"):
             spec += f" (EXPLAINED: {e['explained']})"
+        prep = f"; {e['prep']}" if e.get("prep") else ""
         return (f"peak RSS {e['rss_mb']:.0f} MB (bare {e['bare_rss_mb']:.0f} MB)" + spec + fixed
-                + (f"; exits {e['exits']}: {e['stderr_tail']}" if bad else ""))
+                + prep + (f"; exits {e['exits']}: {e['stderr_tail']}" if bad else ""))
     if rid in ("gate", "pytest"):
         top = "; ".join(f"{n.split('::')[-1]} {s:.0f} s" for s, n in e["slowest"][:3])
         return f"exit {e['exit']}; slowest: {top}" if top else f"exit {e['exit']}"
