@@ -252,7 +252,7 @@ OPS = [
     Op("optimize", lambda r: ["sessions", "optimize", "--json"], mutates=True),
     Op("optimize-storage", lambda r: ["sessions", "optimize-storage", "--json"], mutates=True,
        inline_store=True, bare_arg=lambda r: str(r.scratch / "vacuum-into.db"), max_runs=2),
-    Op("recover", lambda r: ["sessions", "recover", "--source", str(r.db), "--inspect-only"],
+    Op("recover", lambda r: ["sessions", "recover", str(r.db), "--inspect-only"],
        spec_arg=lambda r: str(r.scratch / "recover-copy")),
     Op("prune", lambda r: ["sessions", "prune", "--older-than", f"{r.prune_days:.6f}", "--yes",
                            "--json"], mutates=True, bare_arg=lambda r: str(r.prune_ids)),
