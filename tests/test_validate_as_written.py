@@ -133,3 +133,38 @@ def test_listing_shows_each_planted_row(home, capsys):
     for sid in ("s0", "s1", "s2", "s3", "s4", "keep"):
         assert sid in out
     assert "A\ufffdB" in out  # invalid UTF-8 shown with U+FFFD, not an error
+
+
+@pytest.mark.parametrize("field,value", [
+    ("tool_calls", b"\xff\x00"),
+    ("display_metadata", b"{}"),
+    ("reasoning_details", {"k": b"x"}),
+    ("codex_message_items", {1, 2}),
+    ("tool_calls", [{"fn": object()}]),
+])
+def test_a_json_field_json_cannot_encode_is_refused_by_name(tmp_path, field, value):
+    from hermes_state.api.text import UnstorableJSONError, UnstorableValueError
+
+    with SessionDB(tmp_path / "state.db") as db:
+        db.create_session("s", source="cli")
+        with pytest.raises(UnstorableJSONError, match=f"^{field}: cannot be stored as JSON") as ei:
+            db.append_message("s", "assistant", "x", **{field: value})
+        # named, and still the TypeError upstream's json.dumps raised
+        assert isinstance(ei.value, TypeError) and isinstance(ei.value, UnstorableValueError)
+        assert "nothing was written" in str(ei.value)
+        assert db.get_messages("s") == []
+        assert db.get_session("s")["message_count"] == 0
+
+
+def test_a_circular_json_field_and_a_bad_model_config_are_refused_by_name(tmp_path):
+    from hermes_state.api.text import UnstorableJSONError
+
+    loop: list = []
+    loop.append(loop)
+    with SessionDB(tmp_path / "state.db") as db:
+        db.create_session("s", source="cli")
+        with pytest.raises(UnstorableJSONError, match="^reasoning_details: .*Circular"):
+            db.append_message("s", "assistant", "x", reasoning_details=loop)
+        with pytest.raises(UnstorableJSONError, match="^model_config: "):
+            db.create_session("t", source="cli", model_config={"raw": b"\x00"})
+        assert db.get_session("t") is None and db.get_messages("s") == []

@@ -98,16 +98,18 @@ def message_values(session_id: str, role: str, content: Any = None, tool_name: A
         "session_id": ct(session_id), "role": ct(role),
         "content": None if content is None else encode_content(content),
         "tool_name": None if tool_name is None else ct(tool_name),
-        "tool_calls": encode_json_field(tool_calls) if tool_calls else None,
+        "tool_calls": encode_json_field(tool_calls, "tool_calls") if tool_calls else None,
         "tool_call_id": None if tool_call_id is None else ct(tool_call_id),
         "token_count": None if token_count is None else ct(token_count),
         "finish_reason": None if finish_reason is None else ct(finish_reason),
         "reasoning": None if reasoning is None else ct(reasoning),
         "reasoning_content": None if reasoning_content is None else ct(reasoning_content),
-        "reasoning_details": encode_json_field(reasoning_details) if reasoning_details else None,
-        "codex_reasoning_items": (encode_json_field(codex_reasoning_items)
-                                  if codex_reasoning_items else None),
-        "codex_message_items": (encode_json_field(codex_message_items)
+        "reasoning_details": (encode_json_field(reasoning_details, "reasoning_details")
+                              if reasoning_details else None),
+        "codex_reasoning_items": (
+            encode_json_field(codex_reasoning_items, "codex_reasoning_items")
+            if codex_reasoning_items else None),
+        "codex_message_items": (encode_json_field(codex_message_items, "codex_message_items")
                                 if codex_message_items else None),
         "platform_message_id": None if platform_message_id is None else ct(platform_message_id),
         "observed": 1 if observed else 0,
@@ -121,7 +123,7 @@ def message_values(session_id: str, role: str, content: Any = None, tool_name: A
     if "display_metadata" in extra:
         meta = extra["display_metadata"]
         vals["display_metadata"] = clean_text(meta) if isinstance(meta, str) else (
-            encode_json_field(meta))
+            encode_json_field(meta, "display_metadata"))
     return vals
 
 

@@ -99,7 +99,8 @@ class SessionsMixin:
         unknown = set(routing) - set(ROUTING_COLUMNS)
         if unknown:
             raise TypeError(f"create_session() got unknown keyword(s): {', '.join(sorted(unknown))}")
-        fields = dict(routing, model=model, model_config=encode_json_field(model_config),
+        fields = dict(routing, model=model,
+                      model_config=encode_json_field(model_config, "model_config"),
                       system_prompt=system_prompt, user_id=user_id,
                       parent_session_id=parent_session_id)
         self._write(lambda c: upsert_session(c, session_id, source, **fields),

@@ -21,6 +21,13 @@ class UnstorableValueError(ValueError):
     object of a type SQLite cannot bind (a list, a dict, ...). Nothing was written. SPEC §2.2."""
 
 
+class UnstorableJSONError(UnstorableValueError, TypeError):
+    """A JSON field (``tool_calls``, ``reasoning_details``, ``codex_*``, ``display_metadata``,
+    ``model_config``) holding what ``json.dumps`` cannot encode (bytes, a set, an object, a
+    circular reference). A ``TypeError`` as upstream's ``json.dumps`` raised, naming the field.
+    Nothing was written. SPEC §2.2."""
+
+
 def storable_problem(value: Any) -> str | None:
     """Why SQLite cannot store ``value`` as it is (None when it can).
 
@@ -225,12 +232,22 @@ def display_text(value: Any) -> str:
         return f"<{type(value).__name__}>"
 
 
-def encode_json_field(value: Any) -> str | None:
+def encode_json_field(value: Any, field: str = "value") -> str | None:
     """A JSON message/session field as upstream stores it: ``json.dumps`` when truthy, else NULL
-    (``[]`` and ``{}`` become NULL; a str becomes a quoted JSON string)."""
+    (``[]`` and ``{}`` become NULL; a str becomes a quoted JSON string).
+
+    Raises:
+        UnstorableJSONError: ``json.dumps`` refused the value (``field`` named).
+    """
     if not value:
         return None
-    return clean_text(json.dumps(value))
+    try:
+        return clean_text(json.dumps(value))
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise UnstorableJSONError(
+            f"{field}: cannot be stored as JSON ({exc}); nothing was written. Pass str, int, "
+            "float, bool, None, lists and dicts of them (encode bytes first, e.g. as base64 "
+            "text; a set as a list)") from None
 
 
 def decode_tool_calls(text: Any) -> Any:
