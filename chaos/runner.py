@@ -48,6 +48,7 @@ from .checkers import CheckContext, run_checkers
 from .checkers.base import SKIPPED, Verdict, outcome_fields
 from .checkers.observed import run_verdicts
 from .nemesis import FAULTS, HEALS, NemesisEnv, NemesisError
+from .nemesis.base import signal_instance
 from .nemesis.commands import command_argv
 from .params import as_dict, build
 from .report import print_verdicts
@@ -537,7 +538,7 @@ class Runner:
                 if (inst.spec.stop_at is not None and now >= inst.spec.stop_at
                         and not inst.term_sent and inst.alive()):
                     inst.term_sent = True
-                    os.kill(inst.pid, signal.SIGTERM)
+                    signal_instance(inst, signal.SIGTERM)
             self._reap(writer)
             for note in tail.new_notes:
                 self.say(f"[cyan]{markup_safe(note)}[/]")
@@ -599,10 +600,7 @@ class Runner:
         for inst in self.instances:
             if inst.alive():
                 for sig in (signal.SIGCONT, signal.SIGKILL):
-                    try:
-                        os.kill(inst.pid, sig)
-                    except ProcessLookupError:
-                        pass
+                    signal_instance(inst, sig)
         for inst in self.instances:
             # (a process whose start() raised was never started: nothing to join)
             if inst.proc is not None and inst.proc.pid is not None and inst.proc.exitcode is None:
@@ -631,7 +629,7 @@ class Runner:
         rest, SIGKILL what does not exit within :data:`STOP_GRACE_S`."""
         for inst in self.instances:
             if inst.alive():
-                os.kill(inst.pid, signal.SIGCONT)
+                signal_instance(inst, signal.SIGCONT)
         # Roles stop by themselves at their deadline; only signal those that do not. (A SIGTERM
         # that lands during interpreter shutdown would kill with the default action and look
         # like a crash.)
@@ -642,7 +640,7 @@ class Runner:
         for inst in self.instances:
             if inst.alive() and not inst.term_sent:
                 inst.term_sent = True
-                os.kill(inst.pid, signal.SIGTERM)
+                signal_instance(inst, signal.SIGTERM)
         deadline = time.monotonic() + STOP_GRACE_S
         while time.monotonic() < deadline and any(i.alive() for i in self.instances):
             self._reap(writer)
@@ -651,7 +649,7 @@ class Runner:
             if inst.alive():
                 self.say(f"[yellow]{escape(inst.process)} did not stop within {STOP_GRACE_S:g}s: "
                          "SIGKILL[/]")
-                os.kill(inst.pid, signal.SIGKILL)
+                signal_instance(inst, signal.SIGKILL)
                 inst.proc.join(5)
         for inst in self.instances:
             if inst.proc is not None:

@@ -8,6 +8,7 @@ leaves something to undo, its heal (run by the runner's heal phase, SPEC §16.3)
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Protocol
@@ -27,6 +28,19 @@ class Instance(Protocol):
     pid: int | None
 
     def alive(self) -> bool: ...
+
+
+def signal_instance(inst: Instance, sig: int) -> bool:
+    """``os.kill(inst.pid, sig)``; False when the process is gone. A role process can exit and
+    be reaped between any ``alive()`` and the signal (its parent is the fork server, which reaps
+    it at once, decision 0027): that is not an error of the run. Other errors raise."""
+    if inst.pid is None:
+        return False
+    try:
+        os.kill(inst.pid, sig)
+        return True
+    except ProcessLookupError:
+        return False
 
 
 @dataclass

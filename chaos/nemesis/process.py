@@ -37,7 +37,7 @@ from typing import Literal
 from hermes_state import failpoints
 
 from ..params import param
-from .base import Fault, NemesisEnv, NemesisError, RoleTarget, targets
+from .base import Fault, NemesisEnv, NemesisError, RoleTarget, signal_instance, targets
 
 #: What a failpoint name is, for every parameter that takes one.
 FAILPOINT_DOC = ("A failpoint name (hermes_state.failpoints.NAMES, e.g. write.before_commit, "
@@ -229,7 +229,7 @@ def restart(env: NemesisEnv, params: RestartParams) -> dict:
             except ProcessLookupError:
                 pass
             if not _wait_exit(inst, KILL_WAIT_S if stop == "kill" else RESTART_GRACE_S):
-                os.kill(inst.pid, signal.SIGKILL)
+                signal_instance(inst, signal.SIGKILL)
                 _wait_exit(inst, KILL_WAIT_S)
             stopped.append(inst.process)
         new = env.restart(role, slot)

@@ -1,0 +1,49 @@
+"""A role process that exits, and is reaped by the fork server that started it, between the
+runner's ``alive()`` and its signal is not an error of the run (found under load: ``chaos run``
+ended with "chaos: [Errno 3] No such process" right after its heal phase)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import signal
+import types
+
+from chaos.nemesis.base import signal_instance
+from chaos.runner import RoleInstance, Runner
+
+
+class _LiesOnce(RoleInstance):
+    """A real role-like process already gone whose first ``alive()`` still says True (the
+    answer a check gives just before the process exits and its parent reaps it)."""
+
+    calls = 0
+
+    def alive(self) -> bool:
+        self.calls += 1
+        return self.calls == 1
+
+
+def _gone_instance() -> _LiesOnce:
+    ctx = multiprocessing.get_context("forkserver")
+    proc = ctx.Process(target=int)  # exits at once
+    proc.start()
+    proc.join(30)
+    assert proc.exitcode == 0  # exited and reaped by the fork server: its pid is free
+    return _LiesOnce(spec=types.SimpleNamespace(name="w", kind="gateway", stop_at=None),
+                     index=0, process="w-0", proc=proc)
+
+
+def test_signalling_a_gone_role_says_so_instead_of_raising():
+    inst = _gone_instance()
+    assert signal_instance(inst, signal.SIGCONT) is False
+    inst.proc = None  # never started: nothing to signal
+    assert signal_instance(inst, signal.SIGTERM) is False
+
+
+def test_the_stop_phase_goes_on_past_a_role_gone_between_check_and_signal(tmp_path):
+    inst = _gone_instance()
+    said: list[str] = []
+    runner = types.SimpleNamespace(instances=[inst], _reap=lambda writer: None,
+                                   say=said.append)
+    Runner._stop_roles(runner, writer=None)  # SIGCONT to the gone pid: ESRCH, not a crash
+    assert inst.calls >= 2 and not any("did not stop" in s for s in said)
