@@ -18,8 +18,9 @@ one *configuration* of the writers:
                row's SPEC bound): in every write transaction the system calls of the append
                row's bound (``bench_append.BOUND_WHAT``), the checkpoint lock SHARED, or
                EXCLUSIVE when the wal-index header says the write may restart the WAL (§4, this
-               SQLite has the WAL-reset race), waited for holding SQLite's write lock; each
-               cadence checkpoint holds it EXCLUSIVE (skipped when it is busy)
+               SQLite has the WAL-reset race), waited for holding SQLite's write lock; cadence
+               checkpoints hold it SHARED (skipped when a write holds it EXCLUSIVE) and keep the
+               WAL bounded (``SpecChecks.checkpoint``)
 ``ours-base``  ``ours`` importing ``hermes_state`` from the directory in ``$BENCH_BASE`` (an
                earlier checkout, e.g. ``git archive main hermes_state | tar -x -C DIR``): a
                change to the write path measured side by side with what it replaces
@@ -72,6 +73,7 @@ if os.environ.get("BENCH_USE_BASE") and "--worker" in sys.argv:
 
 from hermes_state import SessionDB  # noqa: E402
 from hermes_state.processes.checkpoint_lock import ENV_VAR, CheckpointLock  # noqa: E402
+from hermes_state.store.checkpointing import CADENCE_QUEUE_S, DRAIN_FRAMES  # noqa: E402
 from hermes_state.store.connection import BUSY_TIMEOUT_S  # noqa: E402
 
 WRITERS = 8
@@ -171,7 +173,7 @@ def _writer(spec: dict) -> dict:
     ran = [False]  # bare writers: the write now timed ran its checkpoint
     # bare writers' checkpoints: SQLite's PASSIVE returns busy at once while another
     # connection checkpoints (busy), else checkpoints (ran)
-    bare_ckpt = {"busy": 0, "ran": 0, "error": 0}
+    bare_ckpt = {"busy": 0, "ran": 0, "error": 0, "skipped": 0, "drained": 0}
     if kind == "ours":
         from hermes_state import events
 
@@ -197,7 +199,7 @@ def _writer(spec: dict) -> dict:
         done = [0]
 
         spin = spec.get("spin", 0.0)
-        checks = SpecChecks(path, conn) if kind == "bound" else None
+        checks = SpecChecks(path, conn, spec["timeout"]) if kind == "bound" else None
 
         def write(i: int) -> None:
             if spin:
@@ -222,17 +224,14 @@ def _writer(spec: dict) -> dict:
             done[0] += 1
             if done[0] % CHECKPOINT_EVERY == 0:
                 ran[0] = True
-                if checks is not None and not checks.try_checkpoint_lock():
-                    bare_ckpt["busy"] += 1  # skipped: a later cadence checkpoint drains
+                if checks is not None:
+                    bare_ckpt[checks.checkpoint()] += 1
                     return
                 try:
                     busy = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()[0]
                     bare_ckpt["busy" if busy else "ran"] += 1
                 except sqlite3.OperationalError:
                     bare_ckpt["error"] += 1  # housekeeping, as in the store
-                finally:
-                    if checks is not None:
-                        checks.leave()
 
         def close() -> None:
             conn.close()
@@ -274,9 +273,10 @@ def _writer(spec: dict) -> dict:
 
 
 #: What the ``bound`` configuration adds to ``busy30`` (the writers8-p99 row's SPEC bound).
-BOUND_WHAT = ("busy30 + the system calls of SPEC's per-write checks (the append bound's) and the "
-              "checkpoint lock SHARED, EXCLUSIVE for a write that may restart the WAL, every "
-              "cadence checkpoint under it (§4, §10.1)")
+BOUND_WHAT = ("busy30 + the system calls of SPEC's per-write checks (the append bound's), the "
+              "checkpoint lock SHARED for writes and checkpoints, EXCLUSIVE for a write that "
+              "may restart the WAL (§4, §10.1), and the WAL kept bounded: past 4,000 frames a "
+              "checkpoint with every writer held off (§16)")
 
 
 class SpecChecks:
@@ -285,8 +285,9 @@ class SpecChecks:
     (closed after the connection: closing one of ``state.db`` would drop SQLite's POSIX locks).
     The checkpoint lock is its own file beside the store (``<db>.bound.lock``)."""
 
-    def __init__(self, path: str, conn: sqlite3.Connection) -> None:
+    def __init__(self, path: str, conn: sqlite3.Connection, timeout: float) -> None:
         conn.execute("SELECT count(*) FROM sessions").fetchone()  # -shm exists from here
+        self.conn, self.timeout = conn, timeout
         self.dir = os.path.dirname(path)
         self.db_fd = os.open(path, os.O_RDONLY)
         self.shm_fd = os.open(f"{path}-shm", os.O_RDONLY)
@@ -308,13 +309,48 @@ class SpecChecks:
     def leave(self) -> None:
         fcntl.flock(self.lock_fd, fcntl.LOCK_UN)
 
-    def try_checkpoint_lock(self) -> bool:
-        """The lock EXCLUSIVE for a cadence checkpoint, without waiting (False: busy)."""
+    def checkpoint(self) -> str:
+        """A cadence checkpoint as SPEC asks of it on this SQLite: PASSIVE holding the lock
+        SHARED (it overlaps no write that may restart the WAL, §4; skipped when one holds it),
+        then, when the WAL is past :data:`DRAIN_FRAMES` and writes added frames beside it, the
+        same with every writer held off (the lock EXCLUSIVE, taken while this connection holds
+        SQLite's write lock, queued for at most :data:`CADENCE_QUEUE_S`), so the WAL stays
+        bounded (§16 ``checkpoint_cadence``; the busy handler's writers let it grow).
+
+        Returns: ``"skipped"``, ``"busy"`` (SQLite's PASSIVE returned busy), ``"ran"``,
+        ``"drained"`` or ``"error"``."""
+        conn = self.conn
         try:
-            fcntl.flock(self.lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return True
+            fcntl.flock(self.lock_fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
-            return False
+            return "skipped"
+        try:
+            busy, log, copied = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        except sqlite3.OperationalError:
+            return "error"
+        finally:
+            fcntl.flock(self.lock_fd, fcntl.LOCK_UN)
+        if busy or log <= DRAIN_FRAMES or copied >= log:
+            return "busy" if busy else "ran"
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {round(CADENCE_QUEUE_S * 1000)}")
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            finally:
+                conn.execute(f"PRAGMA busy_timeout = {round(self.timeout * 1000)}")
+        except sqlite3.OperationalError:
+            return "ran"  # the queue for the write lock was long: a later cadence drains
+        try:
+            fcntl.flock(self.lock_fd, fcntl.LOCK_EX)  # only a writer past its COMMIT holds it
+        finally:
+            conn.execute("ROLLBACK")
+        try:
+            conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        except sqlite3.OperationalError:
+            return "error"
+        finally:
+            fcntl.flock(self.lock_fd, fcntl.LOCK_UN)
+        return "drained"
 
     def close(self) -> None:
         for fd in (self.db_fd, self.shm_fd, self.lock_fd):
@@ -609,7 +645,9 @@ def main(argv: list[str] | None = None) -> int:
         bare = [s["bare_checkpoints"] for s in samples if s.get("bare_checkpoints")]
         if bare:
             print(f"{'':18} PASSIVE checkpoints: {sum(b.get('busy', 0) for b in bare)} returned "
-                  f"busy at once, {sum(b.get('ran', 0) for b in bare)} ran")
+                  f"busy at once, {sum(b.get('ran', 0) for b in bare)} ran, "
+                  f"{sum(b.get('drained', 0) for b in bare)} went on to a drain, "
+                  f"{sum(b.get('skipped', 0) for b in bare)} skipped (lock held)")
         c = merged_causes(samples)
         if c["writes"] and any(s.get("causes") for s in samples):
             print(f"{'':18} retries {c['retries']}; met a checkpoint: {c['met_writes']} writes "

@@ -174,7 +174,7 @@ def test_the_p99_bound_takes_the_checkpoint_lock_in_the_mode_the_wal_index_asks(
 
     path = str(_fresh_store(tmp_path, "s", ["w0"]))
     conn = sqlite3.connect(path, isolation_level=None)
-    checks = SpecChecks(path, conn)
+    checks = SpecChecks(path, conn, 30.0)
     other = os.open(f"{path}.bound.lock", os.O_RDONLY)
 
     def mode_inside_a_write() -> str:
@@ -199,5 +199,45 @@ def test_the_p99_bound_takes_the_checkpoint_lock_in_the_mode_the_wal_index_asks(
         assert mode_inside_a_write() == "shared"
     finally:
         os.close(other)
+        conn.close()
+        checks.close()
+
+
+def test_the_p99_bounds_checkpoints_exclude_restarting_writes_and_keep_the_wal_bounded(
+        tmp_path, monkeypatch):
+    import fcntl
+    import sqlite3
+
+    from benchmarks import bench_contention
+    from benchmarks.bench_contention import INSERT, UPDATE, SpecChecks, _fresh_store
+
+    monkeypatch.setattr(bench_contention, "DRAIN_FRAMES", 3)  # a small WAL is "long"
+    path = str(_fresh_store(tmp_path, "s", ["w0"]))
+    conn = sqlite3.connect(path, isolation_level=None)
+    checks = SpecChecks(path, conn, 30.0)
+    other = os.open(f"{path}.bound.lock", os.O_RDONLY)
+    reader = sqlite3.connect(path, isolation_level=None)
+
+    def write(k: int) -> None:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute(INSERT, ("w0", "user", f"{k}", 1.0))
+        conn.execute(UPDATE, (0, "w0"))
+        conn.execute("COMMIT")
+
+    try:
+        fcntl.flock(other, fcntl.LOCK_EX)  # a write that may restart the WAL holds it
+        assert checks.checkpoint() == "skipped"
+        fcntl.flock(other, fcntl.LOCK_UN)
+        write(0)
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM messages").fetchone()  # pins this snapshot
+        for k in range(1, 4):
+            write(k)  # frames the reader keeps the checkpoint from copying
+        assert checks.checkpoint() == "drained"
+        reader.execute("COMMIT")
+        assert checks.checkpoint() == "ran"  # the whole log copied: nothing left to drain
+    finally:
+        os.close(other)
+        reader.close()
         conn.close()
         checks.close()
