@@ -306,14 +306,19 @@ class SpecChecks:
         os.fstat(self.db_fd)
         os.pread(self.db_fd, 100, 0)
 
+    def _log_extended(self) -> bool:
+        """Frames no checkpoint has copied yet (writes beside the one that just ran)."""
+        hdr = os.pread(self.shm_fd, 136, 0)
+        return _U32.unpack_from(hdr, 16)[0] > _U32.unpack_from(hdr, 96)[0]
+
     def leave(self) -> None:
         fcntl.flock(self.lock_fd, fcntl.LOCK_UN)
 
     def checkpoint(self) -> str:
         """A cadence checkpoint as SPEC asks of it on this SQLite: PASSIVE holding the lock
         SHARED (it overlaps no write that may restart the WAL, §4; skipped when one holds it),
-        then, when the WAL is past :data:`DRAIN_FRAMES` and writes added frames beside it, the
-        same with every writer held off (the lock EXCLUSIVE, taken while this connection holds
+        then, when the WAL is past :data:`DRAIN_FRAMES` and writes added frames beside it (or a
+        reader kept it from copying them all), the same with every writer held off (the lock EXCLUSIVE, taken while this connection holds
         SQLite's write lock, queued for at most :data:`CADENCE_QUEUE_S`), so the WAL stays
         bounded (§16 ``checkpoint_cadence``; the busy handler's writers let it grow).
 
@@ -330,7 +335,7 @@ class SpecChecks:
             return "error"
         finally:
             fcntl.flock(self.lock_fd, fcntl.LOCK_UN)
-        if busy or log <= DRAIN_FRAMES or copied >= log:
+        if busy or log <= DRAIN_FRAMES or (copied >= log and not self._log_extended()):
             return "busy" if busy else "ran"
         try:
             conn.execute(f"PRAGMA busy_timeout = {round(CADENCE_QUEUE_S * 1000)}")
