@@ -197,7 +197,7 @@ def run_doctor(db_path: str | os.PathLike, *, fix: bool = False) -> DoctorReport
     if scan.holders:
         report.add(OK, f"{len(scan.holders)} process(es) hold the store",
                    *[h.line() for h in scan.holders])
-    else:
+    elif scan.listed:
         report.add(OK, "no other process holds the store")
     owner = holders.write_lock_owner(db)
     report.stats["write_lock_owner"] = (None if owner is None
@@ -206,7 +206,9 @@ def run_doctor(db_path: str | os.PathLike, *, fix: bool = False) -> DoctorReport
         report.add(OK, f"state.db write lock held by PID {owner[0]} ({owner[1]}) at this moment",
                    "normal for a moment per write; if writes keep giving up, that process is "
                    "the one to look at")
-    if not scan.complete:
+    if not scan.listed:
+        report.add(WARN, "cannot prove the store is quiet: " + scan.platform_note)
+    elif not scan.complete:
         report.add(WARN, "cannot prove the store is quiet: some processes of this user could not "
                          "be inspected", *[f"PID {p}" for p in scan.unreadable])
     _checkpoint_lock_holders(db, report)

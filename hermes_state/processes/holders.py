@@ -68,15 +68,18 @@ class Holder:
 
 @dataclass
 class HolderScan:
-    """Result of one scan. ``complete`` is False when some same-user process was unreadable."""
+    """Result of one scan. ``complete`` is False when some same-user process was unreadable, or
+    when the processes could not be listed at all (``listed`` False: no /proc and psutil failed;
+    ``platform_note`` says why)."""
 
     holders: list[Holder] = field(default_factory=list)
     unreadable: list[int] = field(default_factory=list)
     platform_note: str = ""
+    listed: bool = True
 
     @property
     def complete(self) -> bool:
-        return not self.unreadable
+        return self.listed and not self.unreadable
 
     @property
     def retired_holders(self) -> list[Holder]:
@@ -321,7 +324,19 @@ def _scan_psutil(db_path: str | os.PathLike, include_self: bool) -> HolderScan:
     me = os.getpid()
     result = HolderScan(platform_note=(
         "no /proc on this platform: deleted sidecars cannot be seen; holders come from psutil"))
-    for proc in psutil.process_iter(["pid"]):
+    try:
+        procs = list(psutil.process_iter(["pid"]))
+    except (psutil.Error, OSError, IndexError) as exc:
+        # Linux without /proc mounted (a bare container or chroot): psutil cannot list the
+        # processes at all (IndexError from its empty pid list). Degrade, said: holders unknown.
+        why = ("psutil found no process: /proc is not mounted" if isinstance(exc, IndexError)
+               else f"{type(exc).__name__}: {exc}")
+        result.platform_note = (
+            f"the processes cannot be listed here ({why}): holders and deleted sidecars cannot "
+            "be seen; mount /proc to see them")
+        result.listed = False
+        return result
+    for proc in procs:
         if proc.pid == me and not include_self:
             continue
         try:

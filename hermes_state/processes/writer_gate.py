@@ -57,8 +57,10 @@ class MaintenanceRefused(HermesStateError):
         super().__init__(text)
 
 
-def refusal_text(command: str, db_path: Path, found: list, unreadable: list[int]) -> str:
-    """The exact refusal of SPEC §11 (holders with their files, nothing lost, --force)."""
+def refusal_text(command: str, db_path: Path, found: list, unreadable: list[int],
+                 unlisted: str = "") -> str:
+    """The exact refusal of SPEC §11 (holders with their files, nothing lost, --force);
+    ``unlisted``: why the processes could not be listed at all (the scan's note)."""
     if found:
         lines = [f"Refusing `sessions {command}`: another process is using {db_path}."]
     else:
@@ -68,6 +70,8 @@ def refusal_text(command: str, db_path: Path, found: list, unreadable: list[int]
     if unreadable:
         lines.append("  cannot prove the store is quiet: could not inspect PID(s) "
                      + ", ".join(map(str, unreadable)))
+    if unlisted:
+        lines.append(f"  cannot prove the store is quiet: {unlisted}")
     retired = [h for h in found if getattr(h, "retired", ())]
     risk = others_at_risk(db_path, retired) if retired else None  # issue 22.1
     lines += [
@@ -119,7 +123,8 @@ def check_gate(db_path: str | os.PathLike, command: str, *, force: bool = False,
     if (command == "prune" and scan.complete and gateway_owner_pid is not None and scan.holders
             and all(h.pid == gateway_owner_pid for h in scan.holders)):
         return GateDecision("handoff", scan.holders, gateway_owner_pid)
-    raise MaintenanceRefused(refusal_text(command, db, scan.holders, scan.unreadable),
+    raise MaintenanceRefused(refusal_text(command, db, scan.holders, scan.unreadable,
+                                          "" if scan.listed else scan.platform_note),
                              scan.holders, incomplete=not scan.complete)
 
 
