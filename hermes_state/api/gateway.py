@@ -15,20 +15,23 @@ owns).
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import time
 from typing import Any, Iterable, Mapping
 
 from .filters import activity
 from .sessions import RECOVERABLE_END_REASONS, session_row
-from .text import clean_text
+from .text import clean_text, dump_json
 
 
-def _text(value: Any) -> Any:
-    """A value for a TEXT column: str as is (cleaned), dict/list as JSON, other as given."""
+def _text(value: Any, field: str = "value") -> Any:
+    """A value for a TEXT column: str as is (cleaned), dict/list as JSON, other as given.
+
+    Raises:
+        UnstorableJSONError: a dict/list ``json.dumps`` cannot encode (``field`` named).
+    """
     if isinstance(value, (dict, list)):
-        return json.dumps(value)
+        return dump_json(value, field)
     return clean_text(value)
 
 
@@ -65,7 +68,7 @@ class GatewayMixin:
         for col, value in (("display_name", display_name), ("origin_json", origin_json)):
             if value is not None:
                 sets.append(f"{col} = ?")
-                args.append(_text(value))
+                args.append(_text(value, col))
         args.append(clean_text(session_id))
         self._write(lambda c: c.execute(f"UPDATE sessions SET {', '.join(sets)} WHERE id = ?",
                                         args), op="record_gateway_session_peer")
@@ -86,7 +89,8 @@ class GatewayMixin:
             "INSERT INTO gateway_routing(scope, session_key, entry_json, updated_at) "
             "VALUES (?, ?, ?, ?) ON CONFLICT(scope, session_key) DO UPDATE SET "
             "entry_json = excluded.entry_json, updated_at = excluded.updated_at",
-            (_text(scope or ""), _text(session_key), _text(entry_json), time.time())),
+            (_text(scope or ""), _text(session_key), _text(entry_json, "entry_json"),
+             time.time())),
             op="save_gateway_routing_entry")
 
     def replace_gateway_routing_entries(self, entries: Mapping[str, Any], *,
@@ -94,7 +98,7 @@ class GatewayMixin:
         """Replace every entry of ``scope`` with ``entries`` (pairs with an empty side are
         skipped) in one transaction; other scopes are untouched."""
         now = time.time()
-        rows = [(_text(scope or ""), _text(k), _text(v), now)
+        rows = [(_text(scope or ""), _text(k), _text(v, "entry_json"), now)
                 for k, v in dict(entries or {}).items() if k and v]
 
         def fn(c: sqlite3.Connection) -> None:

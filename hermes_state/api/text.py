@@ -152,6 +152,10 @@ class CleaningConnection:
             return self._conn.executemany(sql, (clean_params(p) for p in seq))
         except (OverflowError, sqlite3.InterfaceError) as exc:
             raise _bind_error((), exc) from exc
+        except sqlite3.ProgrammingError as exc:
+            if "binding parameter" not in str(exc) and "supported" not in str(exc):
+                raise
+            raise _bind_error((), exc) from exc
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._conn, name)
@@ -169,18 +173,30 @@ def encode_content(value: Any) -> Any:
 
     A list or dict becomes ``"\\x00json:" + json.dumps(value)`` (ASCII-escaped); a value
     ``json.dumps`` refuses becomes its ``str()``; a str has lone surrogates replaced; None, bytes,
-    int and float are stored as given; any other object as its (cleaned) ``str()``.
+    int and float are stored as given (a bytearray or memoryview as bytes); any other object as
+    its (cleaned) ``str()``.
+
+    Raises:
+        UnstorableValueError: neither ``json.dumps`` nor ``str()`` can encode it (nesting too
+            deep, an int too long for ``str()``).
     """
     if value is None or isinstance(value, (bytes, int, float)):
         return value
     if isinstance(value, str):
         return clean_text(value)
+    if isinstance(value, (bytearray, memoryview)):
+        return bytes(value)  # a BLOB, as bytes (sqlite3 binds these as a BLOB too)
     if isinstance(value, (list, dict)):
         try:
             return CONTENT_JSON_PREFIX + json.dumps(value)
-        except (TypeError, ValueError):
-            return clean_text(str(value))
-    return clean_text(str(value))
+        except (TypeError, ValueError, RecursionError):
+            pass
+    try:
+        return clean_text(str(value))
+    except (ValueError, RecursionError) as exc:  # too deep, or an int too long for str()
+        raise UnstorableValueError(
+            f"content: cannot be stored, neither as JSON nor as text ({exc}); nothing was "
+            "written") from None
 
 
 def decode_content(value: Any) -> Any:
@@ -241,6 +257,16 @@ def encode_json_field(value: Any, field: str = "value") -> str | None:
     """
     if not value:
         return None
+    return dump_json(value, field)
+
+
+def dump_json(value: Any, field: str = "value") -> str:
+    """``json.dumps(value)`` (ASCII-escaped, as upstream stores JSON text), of any value.
+
+    Raises:
+        UnstorableJSONError: ``json.dumps`` refused the value (``field`` named), never a bare
+            ``TypeError``/``ValueError``/``RecursionError`` of the encoder.
+    """
     try:
         return clean_text(json.dumps(value))
     except (TypeError, ValueError, RecursionError) as exc:
