@@ -8,8 +8,10 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import os
+import re
 import sqlite3
 import stat
 import time
@@ -19,8 +21,76 @@ from pathlib import Path
 from ..errors import EvidenceWriteError
 from ..files import atomic
 from ..files.paths import ensure_home, spool_path
-from .messages import build_append
-from .text import CleaningConnection, clean_text
+from .messages import build_append, coerce_timestamp, message_values
+from .text import (
+    CleaningConnection,
+    UnstorableValueError,
+    clean_text,
+    encode_json_field,
+    storable_problem,
+)
+
+#: The JSON fields of a message: spooled as the value given (validated), NULL when falsy.
+_JSON_FIELDS = ("tool_calls", "reasoning_details", "codex_reasoning_items",
+                "codex_message_items")
+#: Record key naming the message fields spooled as base64 text of bytes (a BLOB).
+BYTES_FIELDS = "bytes_fields"
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def spool_message(session_id: str, msg: dict) -> tuple[dict, list[str]]:
+    """``(message, bytes_fields)`` of one spool record: what makes ``replay_spool`` store the
+    row :meth:`append_message` would have stored now (SPEC §10.1), checked first.
+
+    A JSON field is kept as given (NULL when falsy), ``content`` as given when JSON can carry
+    it (else the text ``append_message`` stores), bytes (a bytearray, a memoryview) as base64
+    text named in ``bytes_fields``, ``timestamp`` as epoch seconds (an invalid one: None, now
+    at replay), every other field as it would be bound.
+
+    Raises:
+        UnstorableJSONError / UnstorableValueError: a field ``append_message`` refuses, named.
+        TypeError: an unknown keyword.
+    """
+    fields = dict(msg)
+    role = fields.pop("role", "user")
+    if "timestamp" in fields:
+        fields["timestamp"] = coerce_timestamp(fields["timestamp"])
+    vals = message_values(session_id, role, **fields)  # a JSON field it cannot encode: named
+    out: dict = {}
+    blobs: list[str] = []
+    for key, value in msg.items():
+        if key == "role":
+            out[key] = clean_text(value)
+            continue
+        if key == "timestamp":
+            out[key] = fields["timestamp"]
+            continue
+        if key in _JSON_FIELDS:
+            out[key] = value if encode_json_field(value, key) is not None else None
+            continue
+        stored = vals.get(key, value)
+        if key == "content" and isinstance(value, (list, dict)) and isinstance(stored, str) \
+                and stored.startswith("\x00json:"):
+            stored = value  # JSON carries it as given (replay encodes it the same way)
+        if isinstance(stored, (bytes, bytearray, memoryview)):
+            out[key] = base64.b64encode(bytes(stored)).decode("ascii")
+            blobs.append(key)
+            continue
+        if not isinstance(stored, (list, dict, float)):
+            problem = storable_problem(stored)
+            if problem:
+                raise UnstorableValueError(f"{key}: cannot store {problem}; nothing was spooled")
+        out[key] = stored
+    return out, blobs
+
+
+def _json_line(record: dict) -> str:
+    """One spool line: JSON with non-ASCII text as is and a lone surrogate (inside a JSON field)
+    as its ``\\uXXXX`` escape, so the line is valid UTF-8 and reads back as given."""
+    text = json.dumps(record, ensure_ascii=False, allow_nan=True)
+    if not text.isascii():
+        text = _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    return text
 
 
 def divert_to_spool(home: str | os.PathLike, session_id: str, messages: list[dict]) -> Path:
@@ -38,6 +108,9 @@ def divert_to_spool(home: str | os.PathLike, session_id: str, messages: list[dic
         The spool file path.
     Raises:
         ValueError: a session id that cannot name a file.
+        UnstorableJSONError / UnstorableValueError / TypeError: a message ``append_message``
+            would refuse (a JSON field ``json.dumps`` cannot encode, a value SQLite cannot
+            bind, an unknown keyword), named; nothing was spooled.
         SpoolWriteError: the spool cannot be written (an
             :class:`~hermes_state.errors.EvidenceWriteError`): names the file, the cause and
             the messages not spooled; ``retry()`` appends the same records again.
@@ -49,12 +122,21 @@ def divert_to_spool(home: str | os.PathLike, session_id: str, messages: list[dic
     session_id = clean_text(session_id)  # the file must be valid UTF-8 to be replayed
     path = spool_path(home, session_id)
     lines = []
-    for msg in messages:
+    for i, msg in enumerate(messages):
+        message, blobs = spool_message(session_id, msg)
         record = {"spool_id": uuid.uuid4().hex, "session_id": session_id,
-                  "spooled_at": time.time(),
-                  "message": {k: clean_text(v) for k, v in msg.items()}}
-        lines.append(json.dumps(record, ensure_ascii=False, default=str) + "\n")
-    data = ("\n" + "".join(lines)).encode("utf-8", "surrogatepass")
+                  "spooled_at": time.time(), "message": message}
+        if blobs:
+            record[BYTES_FIELDS] = blobs
+        try:
+            line = _json_line(record)
+            json.loads(line)  # what replay_spool will read (a nesting it cannot parse back)
+        except (ValueError, RecursionError) as exc:
+            raise UnstorableValueError(
+                f"message {i}: cannot be spooled as a JSON line ({exc}); nothing was "
+                "spooled") from None
+        lines.append(line + "\n")
+    data = ("\n" + "".join(lines)).encode("utf-8")
     err = None
     for _attempt in range(2):
         try:
@@ -258,6 +340,9 @@ def replay_spool(db, *, dry_run: bool = False) -> dict:
             fields = dict(msg)
             role = fields.pop("role", "user")
             try:
+                for name in rec.get(BYTES_FIELDS) or ():
+                    if isinstance(fields.get(name), str):
+                        fields[name] = base64.b64decode(fields[name], validate=True)
                 insert = build_append(sid, role, **fields)
             except _RECORD_ERRORS as exc:
                 result["failed"] += 1
