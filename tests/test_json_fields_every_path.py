@@ -132,3 +132,31 @@ def test_bytes_like_content_is_stored_as_bytes_not_its_repr(db, content):
     db.create_session("s", source="cli")
     db.append_message("s", "user", content)
     assert db.get_messages("s")[0]["content"] == b"\x00\xff"
+
+
+@pytest.mark.parametrize("entry,why", [
+    ({"model_config": {"raw": b"\x00"}}, "model_config: cannot be stored as JSON"),
+    ({"model_config": "[" * 100_000 + "]" * 100_000}, "model_config must be valid JSON"),
+    ({"messages": [{"role": "assistant", "content": "x", "tool_calls": _deep(100_000)}]},
+     "session must be JSON serializable"),
+])
+def test_import_sessions_reports_what_json_cannot_carry(db, entry, why):
+    result = db.import_sessions([{"id": "a", "source": "cli", **entry}])
+    assert result["ok"] is False and why in result["errors"][0]["error"]
+    assert db.get_session("a") is None
+
+
+def test_cli_import_of_a_file_nested_deeper_than_json_reads_is_an_error_not_a_traceback(
+        tmp_path, capsys, monkeypatch):
+    from hermes_state.cli import main
+
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HERMES_HOME", str(home))
+    deep = "[" * 100_000 + "]" * 100_000
+    path = tmp_path / "deep.json"
+    path.write_text('[{"id": "a", "source": "cli", "messages": [{"role": "assistant", '
+                    f'"content": "x", "tool_calls": {deep}}}]}}]')
+    code = main(["sessions", "import", str(path)])
+    err = capsys.readouterr().err
+    assert code != 0 and "is neither JSON nor JSON lines" in err and "Traceback" not in err

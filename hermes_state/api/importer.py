@@ -22,7 +22,7 @@ from typing import Any
 
 from ..processes.writer_gate import gate_held
 from .rewrite import insert_rows, row_values
-from .text import clean_text, storable_problem
+from .text import clean_text, dump_json, storable_problem
 from .titles import MAX_TITLE_LENGTH, clean_title
 
 MAX_SESSIONS = 500
@@ -80,7 +80,10 @@ def _number_error(entry: dict, prefix: str = "") -> str | None:
 def _written_error(entry: dict, sid: str, messages: list) -> str | None:
     """Build the rows the import would write (after cleaning) and check every value with the
     ranges SQLite accepts; the first problem, or None."""
-    row = _session_row(entry, sid, _title(entry.get("title")), now=0.0)
+    try:
+        row = _session_row(entry, sid, _title(entry.get("title")), now=0.0)
+    except (TypeError, ValueError, RecursionError) as exc:  # model_config json cannot encode
+        return str(exc)
     for col, value in row.items():
         problem = storable_problem(value)
         if problem:
@@ -88,7 +91,7 @@ def _written_error(entry: dict, sid: str, messages: list) -> str | None:
     for j, msg in enumerate(messages):
         try:
             values = row_values(sid, _message_for_insert(msg), 0.0)
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, RecursionError) as exc:
             return f"messages[{j}]: {exc}"
         for col, value in values.items():
             problem = storable_problem(value)
@@ -110,7 +113,7 @@ def _entry_error(entry: Any, seen_ids: set) -> tuple[str | None, str | None, int
     try:
         size = len(json.dumps(entry, separators=(",", ":"), ensure_ascii=False,
                               default=_bytes_as_text).encode("utf-8", "surrogatepass"))
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):  # RecursionError: nested too deep
         return "session must be JSON serializable", sid_out, 0, 0
     if size > MAX_SESSION_BYTES:
         return "session exceeds the import size limit", sid_out, size, 0
@@ -125,7 +128,7 @@ def _entry_error(entry: Any, seen_ids: set) -> tuple[str | None, str | None, int
     if isinstance(config, str):
         try:
             config = json.loads(config)
-        except ValueError:
+        except (ValueError, RecursionError):
             return "model_config must be valid JSON", sid, size, 0
     if config is not None and not isinstance(config, dict):
         return "model_config must be a JSON object", sid, size, 0
@@ -194,7 +197,7 @@ def _message_for_insert(msg: dict) -> dict:
         if isinstance(value, str):
             try:
                 out[field] = json.loads(value)
-            except ValueError:
+            except (ValueError, RecursionError):
                 pass
     return out
 
@@ -202,7 +205,7 @@ def _message_for_insert(msg: dict) -> dict:
 def _session_row(entry: dict, sid: str, title: str | None, *, now: float | None = None) -> dict:
     config = entry.get("model_config")
     if isinstance(config, dict):
-        config = json.dumps(config) if config else None
+        config = dump_json(config, "model_config") if config else None
     row: dict[str, Any] = {
         "id": sid, "source": entry.get("source") or "import",
         "started_at": _number(entry.get("started_at"), float) or (

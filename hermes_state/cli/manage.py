@@ -72,10 +72,10 @@ def _load_sessions(path: str) -> list:
                            "(`sessions export --format json|jsonl`)") from None
     try:
         data: Any = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than json can read
         try:
             data = [json.loads(line) for line in raw.splitlines() if line.strip()]
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             raise cli.CliError(f"{path} is neither JSON nor JSON lines ({exc})",
                                "give an export file (`sessions export --format json|jsonl`)"
                                ) from None
