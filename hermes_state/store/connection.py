@@ -41,7 +41,7 @@ from .capture_obligation import close_attempts
 from .generation_tracking import GenerationTracking
 from .pragmas import disable_checkpoint_on_close
 from .quarantine import raise_named
-from .write_lock import HOLD_WAIT_S, WriteLocking, _CheckpointLockMet  # noqa: F401 (re-exported)
+from .write_lock import HOLD_WAIT_S, CheckpointLockMet, WriteLocking  # noqa: F401 (re-exported)
 
 log = logging.getLogger("hermes_state")
 
@@ -307,7 +307,7 @@ class StoreConnection(Checkpointing, GenerationTracking, WriteLocking, wal_sync.
                         self._wait_lock_free()
                         wait_first = False
                     result, t_begin, t_commit, held = self._transaction(body)
-                except _CheckpointLockMet:
+                except CheckpointLockMet:
                     # Never wait for the lock while holding SQLite's write lock: rolled back,
                     # the next attempt waits for it to be free first, holding nothing (no
                     # cycle; docs/decisions/0001-checkpoint-lock.md). Like a busy handler that
@@ -383,7 +383,7 @@ class StoreConnection(Checkpointing, GenerationTracking, WriteLocking, wal_sync.
         Returns:
             ``(fn's result, t_begin, t_commit, lock_was_held)`` (monotonic seconds).
         Raises:
-            _CheckpointLockMet: a checkpoint holds the lock (rolled back: retry waiting first).
+            CheckpointLockMet: a checkpoint holds the lock (rolled back: retry waiting first).
             Whatever ``BEGIN``/``fn``/``COMMIT`` raised.
         """
         conn = self.conn
@@ -477,7 +477,7 @@ class StoreConnection(Checkpointing, GenerationTracking, WriteLocking, wal_sync.
             try:
                 self._transaction(drop)
                 break
-            except _CheckpointLockMet:
+            except CheckpointLockMet:
                 self._wait_lock_free()
         else:
             raise self._lock_busy_error()

@@ -19,7 +19,7 @@ from ..errors import SQLITE_BUSY
 from ..processes import checkpoint_lock
 from .checkpointing import BUSY_TIMEOUT_S
 
-__all__ = ["HOLD_WAIT_S", "WriteLocking"]
+__all__ = ["HOLD_WAIT_S", "CheckpointLockMet", "WriteLocking"]
 
 #: How long a write that meets a checkpoint right after ``BEGIN IMMEDIATE`` waits for it while
 #: keeping SQLite's write lock (a PASSIVE checkpoint takes a few ms). Past this it rolls back and
@@ -28,7 +28,7 @@ __all__ = ["HOLD_WAIT_S", "WriteLocking"]
 HOLD_WAIT_S = 0.025
 
 
-class _CheckpointLockMet(Exception):
+class CheckpointLockMet(Exception):
     """Internal: right after BEGIN IMMEDIATE a checkpoint held the checkpoint lock."""
 
 
@@ -49,7 +49,7 @@ class WriteLocking:
             True when taken (the caller releases it); False when there is nothing to take (lock
             off or degraded, or this process holds it exclusively for maintenance).
         Raises:
-            _CheckpointLockMet: a checkpoint (or maintenance) holds it now.
+            CheckpointLockMet: a checkpoint (or maintenance) holds it now.
         """
         guard = self._guard
         if guard is None or guard.fd is None or checkpoint_lock.held_here(self.db_path):
@@ -67,7 +67,7 @@ class WriteLocking:
             # generation check's too (one stat per write, issue 24 item 4)
             self._tx_taken = guard.last_taken
             return True
-        raise _CheckpointLockMet()
+        raise CheckpointLockMet()
 
     def _write_may_restart(self) -> bool:
         """Whether the write transaction this connection just began (``BEGIN IMMEDIATE``
