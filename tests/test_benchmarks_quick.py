@@ -162,6 +162,11 @@ def test_writers8_p99_is_explained_only_within_both_targets_of_its_spec_bound():
     assert "explained" not in p99_spec_bound(40.0, 1800.0, 25.0, 2000.0, 0, ok=False)
     assert "explained" not in p99_spec_bound(30.0, 1600.0, 25.0, 2000.0, 0, ok=False)
     assert "explained" not in p99_spec_bound(30.0, 1800.0, 25.0, 2000.0, 1, ok=False)
+    # a bound whose own writes failed (its p99 of the writes that got through, or of timeouts)
+    # explains nothing; nor does a bound that measured nothing
+    assert "explained" not in p99_spec_bound(30.0, 1800.0, 25.0, 2000.0, 0, ok=False,
+                                             bound_errors=3)
+    assert "explained" not in p99_spec_bound(30.0, 1800.0, 0.0, 0.0, 0, ok=False)
     # a row that passed its own target is never "explained"
     assert "explained" not in p99_spec_bound(30.0, 1800.0, 25.0, 2000.0, 0, ok=True)
 
