@@ -348,7 +348,11 @@ class SpecChecks:
         try:
             fcntl.flock(self.lock_fd, fcntl.LOCK_EX)  # only a writer past its COMMIT holds it
         finally:
-            conn.execute("ROLLBACK")
+            try:
+                conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                fcntl.flock(self.lock_fd, fcntl.LOCK_UN)  # never left held: writers wait on it
+                raise
         try:
             conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
         except sqlite3.OperationalError:
