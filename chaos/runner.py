@@ -48,7 +48,7 @@ from .checkers import CheckContext, run_checkers
 from .checkers.base import SKIPPED, Verdict, outcome_fields
 from .checkers.observed import run_verdicts
 from .nemesis import FAULTS, HEALS, NemesisEnv, NemesisError
-from .nemesis.base import signal_instance
+from .nemesis.base import open_pidfd, signal_instance
 from .nemesis.commands import command_argv
 from .params import as_dict, build
 from .report import print_verdicts
@@ -82,6 +82,7 @@ class RoleInstance:
     failpoints_file: str = ""  # HERMES_STATE_FAILPOINTS_FILE of the process (run-time arming)
     history_file: str = ""  # set at spawn: history/<process>.jsonl
     gate: multiprocessing.connection.Connection | None = None  # start gate until released
+    pidfd: int | None = None  # signals go through it (nemesis.base.signal_instance)
     said_ready: bool = False  # the process reported ready on its gate (released only then)
 
     @property
@@ -219,6 +220,12 @@ class RunResult:
     results: dict = field(default_factory=dict)
 
 
+def _close_pidfd(inst: RoleInstance) -> None:
+    if inst.pidfd is not None:
+        fd, inst.pidfd = inst.pidfd, None
+        os.close(fd)
+
+
 class Runner:
     """Runs one scenario once. Use :func:`run_scenario`."""
 
@@ -340,6 +347,7 @@ class Runner:
             inst.proc.start()
         finally:
             theirs.close()
+        inst.pidfd = open_pidfd(inst.proc.pid)
         inst.gate = ours
 
     def _await_ready(self, insts: list[RoleInstance]) -> None:
@@ -446,6 +454,7 @@ class Runner:
             if code is None:
                 continue
             inst.exit_recorded = True
+            _close_pidfd(inst)
             # Written under the child's own process name so history.complete() can stamp its
             # unfinished invokes at the exit time.
             writer.record("process", phase="exit", role=inst.role, kind=inst.spec.kind,
@@ -605,6 +614,7 @@ class Runner:
             # (a process whose start() raised was never started: nothing to join)
             if inst.proc is not None and inst.proc.pid is not None and inst.proc.exitcode is None:
                 inst.proc.join(5)
+            _close_pidfd(inst)
 
     def _heal_phase(self, env: NemesisEnv, writer: hist.HistoryWriter,
                     schedule: Schedule) -> None:
@@ -655,6 +665,8 @@ class Runner:
             if inst.proc is not None:
                 inst.proc.join(5)
         self._reap(writer)
+        for inst in self.instances:
+            _close_pidfd(inst)
 
     def _snapshot_final(self) -> Path:
         final = self.dirs.final

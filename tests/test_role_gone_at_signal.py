@@ -47,3 +47,35 @@ def test_the_stop_phase_goes_on_past_a_role_gone_between_check_and_signal(tmp_pa
                                    say=said.append)
     Runner._stop_roles(runner, writer=None)  # SIGCONT to the gone pid: ESRCH, not a crash
     assert inst.calls >= 2 and not any("did not stop" in s for s in said)
+
+
+def test_a_signal_goes_through_the_pidfd_to_that_process_or_to_none():
+    """The pid of a reaped role can name another process by the time the runner signals it;
+    through the pidfd taken at its start the signal reaches that role or nothing. (A pid cannot
+    be made to be reused on demand: this proves the pidfd path delivers to the live process and
+    reports the reaped one as gone.)"""
+    import os
+
+    from chaos.nemesis.base import open_pidfd
+
+    if not hasattr(os, "pidfd_open"):
+        import pytest
+
+        pytest.skip("no pidfd on this platform: signals go by pid")
+    inst = _gone_instance()
+    ctx = multiprocessing.get_context("forkserver")
+    live = ctx.Process(target=signal.pause)
+    live.start()
+    try:
+        inst.proc, inst.pidfd = live, open_pidfd(live.pid)
+        assert inst.pidfd is not None
+        assert signal_instance(inst, signal.SIGTERM) is True  # reaches it while it lives
+        live.join(30)
+        assert live.exitcode == -signal.SIGTERM
+        # gone and reaped: the pidfd still names it, never whoever has its pid now
+        assert signal_instance(inst, signal.SIGKILL) is False
+    finally:
+        if live.is_alive():
+            live.kill()
+        if inst.pidfd is not None:
+            os.close(inst.pidfd)

@@ -9,6 +9,7 @@ leaves something to undo, its heal (run by the runner's heal phase, SPEC §16.3)
 from __future__ import annotations
 
 import os
+import signal
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Protocol
@@ -30,14 +31,33 @@ class Instance(Protocol):
     def alive(self) -> bool: ...
 
 
+def open_pidfd(pid: int | None) -> int | None:
+    """A pidfd of ``pid`` (Linux 5.3+), taken right after the process started: signals sent
+    through it reach that process or none, never one that reused its pid. None where there is
+    no pidfd (the signal then goes by pid) or the process is already gone."""
+    opener = getattr(os, "pidfd_open", None)
+    if pid is None or opener is None:
+        return None
+    try:
+        return opener(pid)
+    except OSError:
+        return None
+
+
 def signal_instance(inst: Instance, sig: int) -> bool:
-    """``os.kill(inst.pid, sig)``; False when the process is gone. A role process can exit and
-    be reaped between any ``alive()`` and the signal (its parent is the fork server, which reaps
-    it at once, decision 0027): that is not an error of the run. Other errors raise."""
+    """Send ``sig`` to a role instance; False when the process is gone. A role process can exit
+    and be reaped between any ``alive()`` and the signal (its parent is the fork server, which
+    reaps it at once, decision 0027): that is not an error of the run. Through the instance's
+    pidfd when it has one (``pidfd``, :func:`open_pidfd`): its pid may already name another
+    process by then. Other errors raise."""
     if inst.pid is None:
         return False
+    pidfd = getattr(inst, "pidfd", None)
     try:
-        os.kill(inst.pid, sig)
+        if pidfd is not None:
+            signal.pidfd_send_signal(pidfd, sig)
+        else:
+            os.kill(inst.pid, sig)
         return True
     except ProcessLookupError:
         return False

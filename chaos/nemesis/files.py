@@ -38,7 +38,7 @@ from hermes_state.testing import db_header, utc_stamp, wal_frames, wal_header
 
 from .. import fixtures, store
 from ..params import param
-from .base import Fault, NemesisEnv, NemesisError, NoParams, RoleTarget, targets
+from .base import Fault, NemesisEnv, NemesisError, NoParams, RoleTarget, signal_instance, targets
 
 REPLACE_SOURCES = ("other", "empty", "backup", "file")
 Sidecar = Literal["wal", "shm"]
@@ -572,11 +572,8 @@ def foreign_open_close(env: NemesisEnv, params: RoleTarget) -> dict:
     """
     sent = []
     for inst in targets(env, params):
-        try:
-            os.kill(inst.pid, FOREIGN_SIGNAL)
+        if signal_instance(inst, FOREIGN_SIGNAL):
             sent.append(inst)
-        except ProcessLookupError:
-            pass
     if not sent:
         raise NemesisError(f"every instance of {params.role!r} exited before the signal")
     return {"signal": FOREIGN_SIGNAL.name, "pids": [i.pid for i in sent],

@@ -17,14 +17,13 @@ Every firing is in the filesystem's log; the runner imports it into the history
 
 from __future__ import annotations
 
-import os
 import signal
 import time
 from dataclasses import dataclass
 from typing import Literal
 
 from ..params import Duration, param
-from .base import Fault, NemesisEnv, NemesisError
+from .base import Fault, NemesisEnv, NemesisError, signal_instance
 
 KILL_WAIT_S = 30.0
 _PATH_HELP = ("Regular expression searched in the file's path relative to the home (e.g. "
@@ -43,10 +42,7 @@ def _kill_roles(env: NemesisEnv) -> list:
     live = [i for i in env.instances() if i.alive()]
     for inst in live:
         for sig in (signal.SIGKILL, signal.SIGCONT):
-            try:
-                os.kill(inst.pid, sig)
-            except ProcessLookupError:
-                pass
+            signal_instance(inst, sig)
     deadline = time.monotonic() + KILL_WAIT_S
     while any(i.alive() for i in live):
         if time.monotonic() > deadline:

@@ -93,11 +93,8 @@ def _send(env: NemesisEnv, params: RoleTarget, sig: int) -> dict:
     for inst in targets(env, params):
         if sig == signal.SIGTERM:
             _wait_ready(inst, RESTART_GRACE_S)
-        try:
-            os.kill(inst.pid, sig)
+        if signal_instance(inst, sig):
             sent.append({"process": inst.process, "pid": inst.pid})
-        except ProcessLookupError:
-            pass
     if not sent:
         raise NemesisError(f"every instance of {params.role!r} exited before the signal")
     return {"signal": signal.Signals(sig).name, "role": params.role,
@@ -222,12 +219,9 @@ def restart(env: NemesisEnv, params: RestartParams) -> dict:
         if inst.alive() and stop != "none":
             if stop == "terminate":
                 _wait_ready(inst, RESTART_GRACE_S)
-            try:
-                os.kill(inst.pid, signal.SIGKILL if stop == "kill" else signal.SIGTERM)
-                if stop == "terminate":
-                    os.kill(inst.pid, signal.SIGCONT)  # a stopped process cannot exit on SIGTERM
-            except ProcessLookupError:
-                pass
+            if signal_instance(inst, signal.SIGKILL if stop == "kill" else signal.SIGTERM) \
+                    and stop == "terminate":
+                signal_instance(inst, signal.SIGCONT)  # a stopped process cannot exit on SIGTERM
             if not _wait_exit(inst, KILL_WAIT_S if stop == "kill" else RESTART_GRACE_S):
                 signal_instance(inst, signal.SIGKILL)
                 _wait_exit(inst, KILL_WAIT_S)
@@ -245,12 +239,8 @@ def resume_all(env: NemesisEnv) -> dict:
     """Heal (SPEC §16.3): SIGCONT every live instance. Returns ``{"resumed": [process...]}``."""
     resumed = []
     for inst in env.instances():
-        if inst.alive():
-            try:
-                os.kill(inst.pid, signal.SIGCONT)
-                resumed.append(inst.process)
-            except ProcessLookupError:
-                pass
+        if inst.alive() and signal_instance(inst, signal.SIGCONT):
+            resumed.append(inst.process)
     return {"resumed": resumed}
 
 
