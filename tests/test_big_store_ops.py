@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import tracemalloc
+from pathlib import Path
 
 import pytest
 
@@ -147,6 +148,48 @@ def test_recover_does_not_read_an_unchanged_old_source_again(tmp_path, monkeypat
     monkeypatch.setattr(recover_source, "CTIME_SLACK_NS", 10**18)  # every ctime counts as recent
     rep = recover(path, inspect_only=True)
     assert rep["source_unchanged"] is True and str(path) in hashed
+
+
+def test_recover_hashes_only_the_source_files_a_stat_cannot_prove_unchanged(tmp_path,
+                                                                         monkeypatch):
+    """The sha256 of the copy is what proves a file changed within its ctime tick unchanged;
+    a file with an older ctime is proven by ``stat`` and is not hashed (its report says None)."""
+    import hashlib
+
+    path = _store(tmp_path)
+    files = {name: p for name, p in recover_source.source_files(path).items() if p.exists()}
+    monkeypatch.setattr(recover_source, "CTIME_SLACK_NS", -10**18)  # every ctime counts as old
+    rep = recover(path, inspect_only=True)
+    assert rep["source_unchanged"] is True and rep["recoverable"] is True
+    for name, p in files.items():
+        assert rep["source_files"][name] == {"path": str(p), "bytes": p.stat().st_size,
+                                             "sha256": None}
+    monkeypatch.setattr(recover_source, "CTIME_SLACK_NS", 10**18)  # every ctime counts as recent
+    rep = recover(path, inspect_only=True)
+    assert rep["source_unchanged"] is True
+    for name, p in files.items():
+        assert rep["source_files"][name]["sha256"] == hashlib.sha256(p.read_bytes()).hexdigest()
+
+
+def test_copy_source_hashes_every_file_unless_told_otherwise(tmp_path, monkeypatch):
+    """salvage compares the WAL's sha256 with its manifest: the default still hashes all."""
+    import hashlib
+
+    home = tmp_path / "home"
+    home.mkdir()
+    path = _store(home)
+    monkeypatch.setattr(recover_source, "CTIME_SLACK_NS", -10**18)  # every ctime counts as old
+    for hash_all in (True, False):
+        work = tmp_path / f"work-{hash_all}"
+        work.mkdir()
+        copied = recover_source.copy_source(path, work, hash_all=hash_all)
+        assert copied["state.db"] is not None
+        for name, info in copied.items():
+            if info is None:
+                continue
+            data = (work / name).read_bytes()
+            assert data == Path(info["path"]).read_bytes()
+            assert info["sha256"] == (hashlib.sha256(data).hexdigest() if hash_all else None)
 
 
 def test_recover_reads_text_that_is_not_utf8_as_replacement_characters(tmp_path):

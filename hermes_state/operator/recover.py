@@ -386,8 +386,9 @@ def recover(source: str | os.PathLike, *, output: str | os.PathLike | None = Non
         _after_copy_hook: test seam passed to :func:`copy_source`.
     Returns:
         The report: ``operation`` ("inspect"|"recover"), ``source``, ``source_files`` ({name:
-        {path, bytes, sha256} or None}), ``journal_mode``, ``schema_version``, ``tables`` ({name:
-        {available, columns, rows, error, unreadable_ranges, unreadable_rows,
+        {path, bytes, sha256} or None}; ``sha256`` only for a file whose ctime was under 1 s
+        old when the copy began, else None), ``journal_mode``, ``schema_version``, ``tables``
+        ({name: {available, columns, rows, error, unreadable_ranges, unreadable_rows,
         unreadable_rowids, index_rows, rows_basis}}), ``integrity`` (quick_check lines),
         ``errors``, ``warnings``, ``holders`` (lines of processes holding the source),
         ``recoverable`` (sessions and messages readable), ``source_unchanged``, ``output``
@@ -501,7 +502,7 @@ def recover(source: str | os.PathLike, *, output: str | os.PathLike | None = Non
         before: dict = {}
         try:
             copied = copy_source(src, work_dir, _after_copy_hook, stats=before,
-                                  progress=progress)
+                                  progress=progress, hash_all=False)
             failpoints.hit("cmd.recover.after_copy")
         except SourceChangedError as exc:
             rep["errors"].append(f"{SOURCE_CHANGED} ({exc.operator_detail})")

@@ -1,9 +1,10 @@
 """Copying a store to recover from, and proving it did not change meanwhile (SPEC §14).
 
 :func:`copy_source` copies ``state.db`` with its ``-wal``/``-shm`` (and a hot ``-journal``)
-into a private directory and hashes them side by side; :func:`source_unchanged` checks size,
-mtime and inode of every file afterwards (hashing again only what could have been written
-since). The errors of ``sessions recover`` live here too.
+into a private directory, hashing the bytes it copies of every file whose ``stat`` cannot
+prove it unchanged later; :func:`source_unchanged` checks size, mtime, ctime and inode of every
+file afterwards (hashing again only what could have been written since). The errors of
+``sessions recover`` live here too.
 """
 
 from __future__ import annotations
@@ -96,14 +97,31 @@ def source_files(source: Path) -> dict[str, Path]:
     return files
 
 
+#: A source file whose ctime is this close to the moment it was first examined may have been
+#: changed again within the same timestamp tick; only such a file is re-hashed at the end.
+CTIME_SLACK_NS = 1_000_000_000
+
+
+def needs_hash(key: tuple | None, t_ns: int) -> bool:
+    """Can only a hash prove later that the file with first ``stat`` key ``key`` (taken at wall
+    clock ``t_ns``) is unchanged? True when its ctime is within :data:`CTIME_SLACK_NS` of
+    ``t_ns`` (a write in the same timestamp tick would leave ``stat`` equal); False for an older
+    ctime (any write since moves ctime) or a missing file."""
+    return key is not None and key[4] >= t_ns - CTIME_SLACK_NS
+
+
 def copy_source(source: Path, dest_dir: Path,
                  after_copy_hook: Callable[[], None] | None = None,
-                 stats: dict | None = None, progress: Callable | None = None) -> dict:
+                 stats: dict | None = None, progress: Callable | None = None, *,
+                 hash_all: bool = True) -> dict:
     """Copy ``source`` and its sidecars into ``dest_dir`` as ``state.db[-wal|-shm|-journal]``.
 
     Every file is ``stat``-ed before and after the whole copy (device, inode, size, mtime,
-    ctime); any difference, or a file appearing or vanishing, refuses (SPEC §14). The bytes are
-    hashed while copied, so the caller can prove later that the source is still what was copied.
+    ctime); any difference, or a file appearing or vanishing, refuses (SPEC §14). The bytes of
+    a file are hashed while copied when ``hash_all`` or when :func:`needs_hash` (its ctime is
+    recent), so :func:`source_unchanged` can prove later that the source is still what was
+    copied; with ``hash_all=False`` an older file is not hashed (its ``stat`` is the proof; the
+    sha256 of a 1 GB store was a fifth of ``recover --inspect-only``'s CPU).
     Only reads the source; never opens it with SQLite.
 
     Args:
@@ -114,8 +132,11 @@ def copy_source(source: Path, dest_dir: Path,
         stats: filled with ``{name: stat key}`` taken before the copy and ``"_t_ns"`` (wall
             clock of that ``stat``), for :func:`source_unchanged`.
         progress: ``progress("copying the source", bytes_done, bytes_total)`` per MiB.
+        hash_all: hash every file (salvage compares the WAL's sha256 with its manifest); else
+            only the files :func:`needs_hash` names.
     Returns:
-        ``{copy_name: {"path", "bytes", "sha256"} or None}`` (None = no such source file).
+        ``{copy_name: {"path", "bytes", "sha256"} or None}`` (None = no such source file;
+        ``sha256`` None = not hashed).
     Raises:
         SourceChangedError: a file changed while it was copied.
         OSError: a source file cannot be read.
@@ -133,12 +154,13 @@ def copy_source(source: Path, dest_dir: Path,
             copied[name] = None
             continue
         size = 0
-        hasher = _Hasher()
+        hasher = _Hasher() if hash_all or needs_hash(before[name], t_ns) else None
         try:
             with atomic.open_regular(path, follow=True) as src, \
                     os.fdopen(atomic.create_file(dest_dir / name), "wb") as dst:
                 for block in iter(lambda: src.read(1 << 20), b""):
-                    hasher.feed(block)
+                    if hasher is not None:
+                        hasher.feed(block)
                     dst.write(block)
                     size += len(block)
                     done += len(block)
@@ -147,7 +169,7 @@ def copy_source(source: Path, dest_dir: Path,
         except FileNotFoundError:
             raise SourceChangedError(SOURCE_CHANGED, f"{path} vanished during the copy") from None
         finally:
-            digest = hasher.hexdigest()
+            digest = None if hasher is None else hasher.hexdigest()
         copied[name] = {"path": str(path), "bytes": size, "sha256": digest}
     if after_copy_hook is not None:
         after_copy_hook()
@@ -160,11 +182,6 @@ def copy_source(source: Path, dest_dir: Path,
     return copied
 
 
-#: A source file whose ctime is this close to the moment it was first examined may have been
-#: changed again within the same timestamp tick; only such a file is re-hashed at the end.
-CTIME_SLACK_NS = 1_000_000_000
-
-
 def source_unchanged(source: Path, copied: dict,
                       before: dict | None = None) -> tuple[bool, list[str]]:
     """Is the source still what was copied? Returns ``(same, changed)``.
@@ -175,7 +192,9 @@ def source_unchanged(source: Path, copied: dict,
     :data:`CTIME_SLACK_NS` and is the same now cannot have been written since (any write moves
     ctime to at least that moment), so it is not read again; only a file changed just before
     the copy is re-hashed and compared (issue 18: reading a 1 GB store a third time was a third
-    of ``--inspect-only``). Without ``before`` every file is re-hashed.
+    of ``--inspect-only``). Without ``before`` every file is re-hashed. A file that must be
+    re-hashed but whose copy was not hashed (``sha256`` None) counts as changed: nothing proves
+    it is not.
     """
     changed = []
     t_ns = before.get("_t_ns") if before else None
@@ -186,7 +205,7 @@ def source_unchanged(source: Path, copied: dict,
             if now_key != before[name]:
                 changed.append(str(path))
                 continue
-            if now_key is None or now_key[4] < t_ns - CTIME_SLACK_NS:
+            if not needs_hash(now_key, t_ns):
                 continue
         now = _hash_file(path)
         if (info is None) != (now is None) or (info is not None and info["sha256"] != now):
