@@ -521,6 +521,43 @@ def test_damaged_overflow_page_loses_only_its_row(tmp_path):
     assert [r[0] for r in all_messages(out)] == ids
 
 
+def test_damaged_overflow_page_of_a_blob_value_is_unreadable(tmp_path):
+    """Inspection reads every byte of a BLOB too, even in the record's last column (where no
+    later column makes SQLite walk the overflow chain): ``length(blob)`` alone would read only
+    the record header and miss the damaged overflow page."""
+    path = tmp_path / "state.db"
+    with SessionDB(path) as db:
+        db.create_session("s", source="cli")
+        for i in range(50):
+            db.append_message("s", "user", f"short {i}")
+        big = db.append_message("s", "tool", "a small text", tool_name="cat")
+        for i in range(50, 100):
+            db.append_message("s", "user", f"short {i}")
+    conn = sqlite3.connect(path)
+    try:
+        last = [r[1] for r in conn.execute("PRAGMA table_info(messages)")][-1]
+        conn.execute(f'UPDATE messages SET "{last}" = ? WHERE id = ?', (b"\x01" * 30000, big))
+        conn.commit()
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    finally:
+        conn.close()
+    page_size = leaf_pages(path, "messages")[0]
+    conn = open_ro(path)
+    try:
+        overflow = [r[0] for r in conn.execute(
+            "SELECT pageno FROM dbstat WHERE name='messages' AND pagetype='overflow'")]
+    finally:
+        conn.close()
+    assert len(overflow) >= 3
+    with open(path, "r+b") as fh:
+        fh.seek((overflow[1] - 1) * page_size)
+        fh.write(b"\xde\xad\xbe\xef" * (page_size // 4))
+    rep = recover(path, inspect_only=True)
+    msgs = rep["tables"]["messages"]
+    assert msgs["unreadable_ranges"] == [[big, big]]
+    assert msgs["unreadable_rows"] == 1 and msgs["rows"] == 100
+
+
 def test_root_page_of_messages_damaged_is_not_recoverable(tmp_path):
     path = tmp_path / "state.db"
     make_messages_store(path, n=300)

@@ -169,17 +169,19 @@ def iter_rows(conn: sqlite3.Connection, scan: TableScan,
     Fills ``scan.rows``, ``scan.unreadable`` and ``scan.error``. Ranges that raise are bisected
     down to single-rowid seeks (SPEC §14).
 
-    With ``values=False`` (inspection) each column is read as ``length(CAST(col AS TEXT))``:
-    SQLite still reads every byte of every value, overflow pages included (a length of text
-    counts its characters, and a BLOB cast to text is read), so damage raises exactly where it
-    would, but no Python string is built for a gigabyte of content (issue 18: that made
-    inspection four times a bare scan).
+    With ``values=False`` (inspection) each column is read as ``length(CAST(col AS BLOB))``:
+    the cast needs the whole value, so SQLite still reads every byte of it, overflow pages
+    included (a bare ``length(col)`` of a BLOB reads only the record header), and damage raises
+    exactly where it would, but no Python string is built for a gigabyte of content (issue 18).
+    Not ``CAST(col AS TEXT)``: ``length`` of text counts its characters one by one, which made
+    the scan 1.6 times as costly as fetching the values (0.45 s against 0.28 s of CPU for the
+    messages of a 410 MB store).
     """
     cols = columns if columns is not None else scan.columns
     if values:
         exprs = ", ".join(quote_ident(c) for c in cols)
     else:
-        exprs = ", ".join(f"length(CAST({quote_ident(c)} AS TEXT))" for c in cols)
+        exprs = ", ".join(f"length(CAST({quote_ident(c)} AS BLOB))" for c in cols)
     select = f"SELECT rowid, {exprs} FROM {quote_ident(scan.name)}"
     if scan.lo is None:
         return
