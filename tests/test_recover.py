@@ -494,13 +494,8 @@ def test_damage_at_either_end_of_the_table(tmp_path, which):
     assert all_messages(out) == [r for r in rows if r[0] not in lost]
 
 
-def test_damaged_overflow_page_loses_only_its_row(tmp_path):
-    path = tmp_path / "state.db"
-    with SessionDB(path) as db:
-        db.create_session("s", source="cli")
-        ids = [db.append_message("s", "user", f"short {i}") for i in range(100)]
-        big = db.append_message("s", "tool", "BIG" + "y" * 30000, tool_name="cat")
-        ids += [db.append_message("s", "user", f"short {i}") for i in range(100, 200)]
+def _damage_an_overflow_page(path) -> None:
+    """Overwrite the second overflow page of ``messages`` (a long value's chain) with junk."""
     page_size = leaf_pages(path, "messages")[0]
     conn = open_ro(path)
     try:
@@ -512,6 +507,16 @@ def test_damaged_overflow_page_loses_only_its_row(tmp_path):
     with open(path, "r+b") as fh:
         fh.seek((overflow[1] - 1) * page_size)
         fh.write(b"\xde\xad\xbe\xef" * (page_size // 4))
+
+
+def test_damaged_overflow_page_loses_only_its_row(tmp_path):
+    path = tmp_path / "state.db"
+    with SessionDB(path) as db:
+        db.create_session("s", source="cli")
+        ids = [db.append_message("s", "user", f"short {i}") for i in range(100)]
+        big = db.append_message("s", "tool", "BIG" + "y" * 30000, tool_name="cat")
+        ids += [db.append_message("s", "user", f"short {i}") for i in range(100, 200)]
+    _damage_an_overflow_page(path)
     rep = recover(path, inspect_only=True)
     msgs = rep["tables"]["messages"]
     assert msgs["unreadable_ranges"] == [[big, big]]
@@ -541,17 +546,7 @@ def test_damaged_overflow_page_of_a_blob_value_is_unreadable(tmp_path):
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     finally:
         conn.close()
-    page_size = leaf_pages(path, "messages")[0]
-    conn = open_ro(path)
-    try:
-        overflow = [r[0] for r in conn.execute(
-            "SELECT pageno FROM dbstat WHERE name='messages' AND pagetype='overflow'")]
-    finally:
-        conn.close()
-    assert len(overflow) >= 3
-    with open(path, "r+b") as fh:
-        fh.seek((overflow[1] - 1) * page_size)
-        fh.write(b"\xde\xad\xbe\xef" * (page_size // 4))
+    _damage_an_overflow_page(path)
     rep = recover(path, inspect_only=True)
     msgs = rep["tables"]["messages"]
     assert msgs["unreadable_ranges"] == [[big, big]]
