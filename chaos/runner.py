@@ -223,7 +223,8 @@ class RunResult:
 def _close_pidfd(inst: RoleInstance) -> None:
     if inst.pidfd is not None:
         fd, inst.pidfd = inst.pidfd, None
-        os.close(fd)
+        if fd >= 0:  # not GONE
+            os.close(fd)
 
 
 class Runner:

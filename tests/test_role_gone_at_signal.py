@@ -79,3 +79,21 @@ def test_a_signal_goes_through_the_pidfd_to_that_process_or_to_none():
             live.kill()
         if inst.pidfd is not None:
             os.close(inst.pidfd)
+
+
+def test_a_role_gone_before_its_pidfd_was_taken_is_never_signalled_by_pid():
+    import os
+
+    from chaos.nemesis.base import GONE, open_pidfd
+
+    if not hasattr(os, "pidfd_open"):
+        import pytest
+
+        pytest.skip("no pidfd on this platform: signals go by pid")
+    with open("/proc/sys/kernel/pid_max") as fh:
+        pid_max = int(fh.read())
+    free = next(p for p in range(pid_max - 1, 1, -1) if not os.path.exists(f"/proc/{p}"))
+    assert open_pidfd(free) == GONE  # exited and reaped before the runner could take it
+    inst = _gone_instance()
+    inst.pidfd = GONE
+    assert signal_instance(inst, signal.SIGKILL) is False  # never by its (free) pid

@@ -31,15 +31,22 @@ class Instance(Protocol):
     def alive(self) -> bool: ...
 
 
+#: :func:`open_pidfd` of a process already gone at its start: no signal reaches anything.
+GONE = -1
+
+
 def open_pidfd(pid: int | None) -> int | None:
     """A pidfd of ``pid`` (Linux 5.3+), taken right after the process started: signals sent
-    through it reach that process or none, never one that reused its pid. None where there is
-    no pidfd (the signal then goes by pid) or the process is already gone."""
+    through it reach that process or none, never one that reused its pid. :data:`GONE` when
+    the process had already exited and been reaped (its pid may be anyone's now); None where
+    there is no pidfd (signals then go by pid)."""
     opener = getattr(os, "pidfd_open", None)
     if pid is None or opener is None:
         return None
     try:
         return opener(pid)
+    except ProcessLookupError:
+        return GONE
     except OSError:
         return None
 
@@ -53,6 +60,8 @@ def signal_instance(inst: Instance, sig: int) -> bool:
     if inst.pid is None:
         return False
     pidfd = getattr(inst, "pidfd", None)
+    if pidfd == GONE:
+        return False
     try:
         if pidfd is not None:
             signal.pidfd_send_signal(pidfd, sig)
