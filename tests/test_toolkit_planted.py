@@ -99,20 +99,22 @@ def in_child(call, *, uid: int | None = None, guard_s: float = CASE_GUARD_S) -> 
     pid = os.fork()
     if pid == 0:
         out: dict
+        said = io.StringIO()
         try:
             os.close(r)
             if uid is not None:
                 os.setgid(uid)
                 os.setuid(uid)
             with contextlib.redirect_stdout(io.StringIO()), \
-                    contextlib.redirect_stderr(io.StringIO()):
+                    contextlib.redirect_stderr(said):
                 value = call()
             out = {"value": repr(value)[:300]}
         except BaseException as exc:  # noqa: BLE001 - reported to the parent
             import traceback
 
+            # what the call printed (a CLI's error) comes with it: a failure says why
             out = {"error": type(exc).__name__, "message": str(exc)[:600],
-                   "tb": traceback.format_exc()[-1500:]}
+                   "tb": traceback.format_exc()[-1500:] + said.getvalue()[-1500:]}
         os.write(w, json.dumps(out).encode()[:60000])
         os._exit(0)
     os.close(w)
