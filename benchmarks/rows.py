@@ -80,7 +80,7 @@ class Sizes:
                      s(self.sync_n, 200), self.out_dir)
 
 
-FULL = Sizes(append_n=5000, append_runs=5, per_writer=500, contention_runs=3, stall_s=15.0,
+FULL = Sizes(append_n=5000, append_runs=5, per_writer=500, contention_runs=5, stall_s=15.0,
              stall_runs=3, search_messages=1_000_000, search_runs=7, migration_messages=100_000,
              migration_runs=3, chaos_runs=3, peer_n=5000, peer_runs=3, big_mb=1024, ops_runs=3,
              growth_sizes=bench_growth.SIZES_FULL, growth_appends=1000, quick_suites=False)
