@@ -39,6 +39,13 @@ from chaos.__main__ import build_parser
 from chaos.__main__ import main as chaos_main
 from chaos.scenario import ScenarioError, load_scenario
 
+# ``chaos list`` imports these lazily; the unreadable cases run it in a child that has dropped
+# to another uid, which cannot read a checkout under a private directory (a clone in
+# ``mktemp -d`` or /root): imported here, before any fork, whichever test ran first in this
+# worker (found by a fresh clone's run: "cannot import name 'cli_report'", exit 3)
+from chaos import cli_report  # noqa: E402,F401
+from chaos.report import terminal  # noqa: E402,F401
+
 GENERATOR_CASES = "generator_cases"  # summed by tests/conftest.py
 
 build_parser()  # every lazy import of the CLI now: a child that drops its uid may not read them
