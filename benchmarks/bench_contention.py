@@ -297,9 +297,9 @@ class SpecChecks:
         """Right after BEGIN IMMEDIATE: the checks' system calls, the lock in its mode."""
         os.fstat(self.shm_fd)
         hdr = os.pread(self.shm_fd, 136, 0)
-        mx_frame, = _U32.unpack_from(hdr, 16)
-        n_backfill, = _U32.unpack_from(hdr, 96)
-        restart = mx_frame > 0 and n_backfill >= mx_frame
+        # a header not (yet) readable counts as "may restart", as the store reads it
+        restart = len(hdr) < 100 or (_U32.unpack_from(hdr, 16)[0] > 0 and _U32.unpack_from(
+            hdr, 96)[0] >= _U32.unpack_from(hdr, 16)[0])
         fcntl.flock(self.lock_fd, fcntl.LOCK_EX if restart else fcntl.LOCK_SH)
         os.getpid()
         os.stat(self.dir)
@@ -309,7 +309,7 @@ class SpecChecks:
     def _log_extended(self) -> bool:
         """Frames no checkpoint has copied yet (writes beside the one that just ran)."""
         hdr = os.pread(self.shm_fd, 136, 0)
-        return _U32.unpack_from(hdr, 16)[0] > _U32.unpack_from(hdr, 96)[0]
+        return len(hdr) < 100 or _U32.unpack_from(hdr, 16)[0] > _U32.unpack_from(hdr, 96)[0]
 
     def leave(self) -> None:
         fcntl.flock(self.lock_fd, fcntl.LOCK_UN)

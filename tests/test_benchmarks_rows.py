@@ -31,6 +31,7 @@ def _run(tmp_path, rows: str) -> dict:
          "--out", str(out), "--cache", str(tmp_path / "cache")],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     assert res.returncode in (0, 1), res.stderr[-3000:]
+    assert out.exists(), f"no results written (exit {res.returncode}): {res.stderr[-3000:]}"
     data = json.loads(out.read_text())
     assert data["loadavg_at_end"] is not None and data["machine"]["loadavg_at_start"]
     for row in data["rows"]:
