@@ -17,6 +17,21 @@ from hermes_state.errors import ForkedHandleError
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork(2) through libc: Linux")
+def _child_writes(db, text: str) -> None:
+    """In a forked child: one append through the parent's handle, then exit 0 when it raised
+    ForkedHandleError, 3 when it wrote, 4 on anything else; a child blocked on a lock another
+    thread held at the fork dies of SIGALRM (the hang guard)."""
+    signal.alarm(10)
+    code = 4
+    try:
+        db.append_message("s", "user", text)
+        code = 3
+    except ForkedHandleError:
+        code = 0
+    finally:
+        os._exit(code)
+
+
 def test_a_child_of_a_libc_fork_cannot_write_through_the_parents_handle(tmp_path):
     db = SessionDB(tmp_path / "state.db")
     try:
@@ -24,15 +39,7 @@ def test_a_child_of_a_libc_fork_cannot_write_through_the_parents_handle(tmp_path
         libc = ctypes.CDLL(None, use_errno=True)
         pid = libc.fork()
         if pid == 0:  # the child: no Python at-fork hook ran
-            signal.alarm(10)  # the hang guard (a lock another thread held at the fork)
-            code = 4
-            try:
-                db.append_message("s", "user", "from the child")
-                code = 3
-            except ForkedHandleError:
-                code = 0
-            finally:
-                os._exit(code)
+            _child_writes(db, "from the child")
         assert pid > 0
         _, status = os.waitpid(pid, 0)
         assert os.waitstatus_to_exitcode(status) == 0, "the child wrote through the parent's handle"
@@ -66,15 +73,7 @@ def test_a_child_forked_during_a_parents_write_is_refused_not_blocked(tmp_path, 
             assert inside.wait(60), "the parent's write never reached the failpoint"
             pid = os.fork()
             if pid == 0:
-                signal.alarm(10)  # the hang guard: a blocked child dies of SIGALRM
-                code = 4
-                try:
-                    db.append_message("s", "user", "child")
-                    code = 3
-                except ForkedHandleError:
-                    code = 0
-                finally:
-                    os._exit(code)
+                _child_writes(db, "child")
             _, status = os.waitpid(pid, 0)
         finally:
             events.remove_listener(at_failpoint)
