@@ -289,8 +289,9 @@ def row_contention(sz: Sizes, cache: Path) -> list[dict]:
     spec = p99_spec_bound(extra["p99_ms"], _med(tp), _med(r["p99"] for r in bound) * 1e3,
                           _med(r["throughput"] for r in bound), errors, ok=p99_ok,
                           bound_errors=spec_errors)
-    extra.update(spec, spec_errors=spec_errors)
+    # "explained" goes on the p99 row only (the writers8 row shares ``extra``): taken out first
     explained = {"explained": spec.pop("explained")} if "explained" in spec else {}
+    extra.update(spec, spec_errors=spec_errors)
     return [
         row("writers8", f"append_message, 8 writer processes, {n} msgs total",
             f"one process, same {n} msgs", "msg/s", tp, tp1, agg, ">= 0.8x, 0 errors",

@@ -252,3 +252,25 @@ def test_the_p99_bounds_checkpoints_exclude_restarting_writes_and_keep_the_wal_b
         reader.close()
         conn.close()
         checks.close()
+
+
+def test_an_explained_writers8_p99_row_is_built_and_only_it_is_explained(monkeypatch):
+    """The EXPLAINED path of row_contention runs end to end on hand-made measurements (it
+    raised "got multiple values for keyword argument 'explained'" whenever it was taken)."""
+    from benchmarks import bench_contention, rows
+
+    def run(p99_ms: float, msgs: float) -> dict:
+        return {"throughput": msgs, "p99": p99_ms / 1e3, "p50": 1e-4, "max": 0.05, "errors": 0,
+                "error_samples": [], "p99_without_ckpt": p99_ms / 1e3, "causes": None,
+                "bare_checkpoints": {"busy": 0, "ran": 1}}
+
+    fake = {"single": [run(5, 2000)] * 3, "ours": [run(30, 1800)] * 3,
+            "busy30": [run(20, 2000)] * 3, "bound": [run(25, 2000)] * 3,
+            "ours-nolock": [run(28, 1800)] * 3, "ours-events": [run(30, 1800)] * 3}
+    monkeypatch.setattr(bench_contention, "measure_writers8", lambda *a, **k: fake)
+    monkeypatch.setattr(bench_contention, "merged_causes", lambda s: {
+        "retries": {}, "met_writes": 0, "met_total": 0, "checkpoints": {}, "writes": 0})
+    monkeypatch.setattr(bench_contention, "merged_write_locks", lambda s: {})
+    w8, p99 = rows.row_contention(rows.QUICK, None)
+    assert p99["pass"] is False and verdict(p99, cpus=2) == "EXPLAINED"
+    assert "explained" not in w8["extra"]
